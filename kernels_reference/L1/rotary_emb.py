@@ -1,0 +1,181 @@
+"""Rotary position embedding, as vLLM's ``RotaryEmbedding`` (plus Llama-3 frequency scaling).
+
+``forward(positions[T], query[T, nq*head_size], key[T, nk*head_size]) -> (query, key)``. The first
+``rotary_dim`` features of every head rotate, the rest pass through. Neox style rotates the two
+halves of the rotary part against each other; GPT-J (interleaved) style rotates even/odd pairs.
+
+Numerics follow production: inverse frequencies and angles ``position * inv_freq`` in float32 (so
+large positions carry float32 angle error, as they do in vLLM and HF), cos/sin in float32, the
+rotation in float32 and one rounding to the input dtype. The module holds no persistent state: its
+cos/sin table is derived from the constructor arguments.
+
+The fast path rotates ``query`` and ``key`` in place (as production does) and returns them; the
+native path returns new tensors. Callers must not rely on either.
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+
+from ..dispatch import use_fast_path
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(
+        self,
+        head_size: int,
+        rotary_dim: int,
+        max_position_embeddings: int,
+        base: float,
+        is_neox_style: bool = True,
+        rope_scaling: Optional[dict] = None,
+    ):
+        super().__init__()
+        if rotary_dim > head_size or rotary_dim % 2:
+            raise ValueError(f"rotary_dim={rotary_dim} must be even and <= head_size={head_size}")
+        self.head_size = head_size
+        self.rotary_dim = rotary_dim
+        self.max_position_embeddings = max_position_embeddings
+        self.base = base
+        self.is_neox_style = is_neox_style
+        self.rope_scaling = dict(rope_scaling) if rope_scaling else None
+        kind = (self.rope_scaling or {}).get("rope_type", (self.rope_scaling or {}).get("type", "default"))
+        if kind not in ("default", "llama3"):
+            raise NotImplementedError(f"rope_scaling type {kind!r} is not implemented")
+        self._scaling = kind
+        self._tables = {}  # (device, dtype) -> cos/sin table, built on first use
+
+    # ---- frequencies -------------------------------------------------------------------------
+    def inv_freq(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        exponents = torch.arange(0, self.rotary_dim, 2, dtype=dtype) / self.rotary_dim
+        inv_freq = 1.0 / (self.base ** exponents)
+        if self._scaling == "llama3":
+            inv_freq = _llama3_scale(inv_freq, self.rope_scaling)
+        return inv_freq
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin, each [T, rotary_dim // 2], of the angles ``position * inv_freq``."""
+        angles = positions.to(dtype)[:, None] * self.inv_freq(dtype).to(positions.device)[None, :]
+        return angles.cos(), angles.sin()
+
+    def cos_sin_table(self, device: torch.device) -> torch.Tensor:
+        """[max_position, rotary_dim] float32 table (cos half, then sin half) for the fast path."""
+        key = (str(device), torch.float32)
+        if key not in self._tables:
+            positions = torch.arange(self.max_position_embeddings, device=device)
+            cos, sin = self.cos_sin(positions, torch.float32)
+            self._tables[key] = torch.cat([cos, sin], dim=-1).contiguous()
+        return self._tables[key]
+
+    # ---- forward ------------------------------------------------------------------------------
+    def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
+        if triton is not None and use_fast_path(positions, query, key):
+            return self.forward_triton(positions, query, key)
+        return self.forward_native(positions, query, key)
+
+    def forward_native(self, positions, query, key):
+        compute = torch.float64 if query.dtype == torch.float64 else torch.float32
+        cos, sin = self.cos_sin(positions.reshape(-1), compute)
+        return self._rotate_native(query, cos, sin), self._rotate_native(key, cos, sin)
+
+    def _rotate_native(self, x, cos, sin):
+        shape, dtype = x.shape, x.dtype
+        x = x.reshape(shape[0], -1, self.head_size).to(cos.dtype)
+        rot, passthrough = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
+        cos, sin = cos[:, None, :], sin[:, None, :]
+        if self.is_neox_style:
+            x1, x2 = rot.chunk(2, dim=-1)
+            rot = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+        else:
+            x1, x2 = rot[..., 0::2], rot[..., 1::2]
+            rot = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+        return torch.cat([rot, passthrough], dim=-1).to(dtype).reshape(shape)
+
+    def forward_triton(self, positions, query, key):
+        table = self.cos_sin_table(query.device)
+        query, key = _per_token_rows(query), _per_token_rows(key)
+        n_tokens = positions.numel()
+        if n_tokens == 0:
+            return query, key
+        half = self.rotary_dim // 2
+        nq, nk = query.shape[-1] // self.head_size, key.shape[-1] // self.head_size
+        heads_block = triton.next_power_of_2(max(nq, nk))
+        half_block = triton.next_power_of_2(half)
+        _rope_kernel[(n_tokens, 2)](
+            positions.reshape(-1), query, key, table,
+            query.stride(0), key.stride(0), nq, nk, table.stride(0),
+            self.head_size, half,
+            IS_NEOX=self.is_neox_style, HEADS_BLOCK=heads_block, HALF_BLOCK=half_block,
+            num_warps=4 if heads_block * half_block >= 2048 else 2,
+        )
+        return query, key
+
+
+def _per_token_rows(x: torch.Tensor) -> torch.Tensor:
+    """The fast path writes in place through a [T, heads*head_size] view with packed heads."""
+    if x.dim() == 2 and x.stride(-1) == 1:
+        return x
+    try:
+        return x.view(x.shape[0], -1)
+    except RuntimeError:
+        return x.reshape(x.shape[0], -1).contiguous()
+
+
+def _llama3_scale(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
+    factor = scaling["factor"]
+    low_freq_factor = scaling["low_freq_factor"]
+    high_freq_factor = scaling["high_freq_factor"]
+    old_context = scaling["original_max_position_embeddings"]
+    low_freq_wavelen = old_context / low_freq_factor
+    high_freq_wavelen = old_context / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return torch.where(
+        wavelen < high_freq_wavelen,
+        inv_freq,
+        torch.where(wavelen > low_freq_wavelen, inv_freq / factor, blended),
+    )
+
+
+if triton is not None:
+
+    @triton.jit
+    def _rope_kernel(
+        pos_ptr, q_ptr, k_ptr, table_ptr,
+        q_row_stride, k_row_stride, n_q_heads, n_k_heads, table_row_stride,
+        head_size, half,
+        IS_NEOX: tl.constexpr, HEADS_BLOCK: tl.constexpr, HALF_BLOCK: tl.constexpr,
+    ):
+        token = tl.program_id(0).to(tl.int64)
+        if tl.program_id(1) == 0:
+            base = q_ptr + token * q_row_stride
+            n_heads = n_q_heads
+        else:
+            base = k_ptr + token * k_row_stride
+            n_heads = n_k_heads
+        pos = tl.load(pos_ptr + token).to(tl.int64)
+        pairs = tl.arange(0, HALF_BLOCK)
+        heads = tl.arange(0, HEADS_BLOCK)
+        pair_mask = pairs < half
+        cos = tl.load(table_ptr + pos * table_row_stride + pairs, mask=pair_mask, other=0.0)
+        sin = tl.load(table_ptr + pos * table_row_stride + half + pairs, mask=pair_mask, other=0.0)
+        if IS_NEOX:
+            first, second = pairs, pairs + half
+        else:
+            first, second = 2 * pairs, 2 * pairs + 1
+        mask = (heads[:, None] < n_heads) & pair_mask[None, :]
+        p1 = base + heads[:, None] * head_size + first[None, :]
+        p2 = base + heads[:, None] * head_size + second[None, :]
+        x1 = tl.load(p1, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(p2, mask=mask, other=0.0).to(tl.float32)
+        out_ty = q_ptr.dtype.element_ty
+        tl.store(p1, (x1 * cos[None, :] - x2 * sin[None, :]).to(out_ty), mask=mask)
+        tl.store(p2, (x2 * cos[None, :] + x1 * sin[None, :]).to(out_ty), mask=mask)

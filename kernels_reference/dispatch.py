@@ -1,0 +1,23 @@
+"""How every reference module chooses between its native and its fast path.
+
+Production (vLLM's CustomOp) runs the hand-written kernel on CUDA tensors, plain PyTorch on the
+CPU, and plain PyTorch under torch.compile so that Inductor can fuse it with its neighbours.
+"""
+import torch
+
+_HALF_TYPES = (torch.float16, torch.bfloat16)
+
+
+def use_fast_path(*tensors: torch.Tensor) -> bool:
+    if torch.compiler.is_compiling():
+        return False
+    return all(t is None or t.is_cuda for t in tensors)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half types compute in float32; float32 and float64 keep their precision.
+
+    Keeping float64 as float64 is what lets ``forward_native`` on upcast inputs serve as the
+    float64 ground truth of the correctness checks.
+    """
+    return torch.float32 if dtype in _HALF_TYPES else dtype

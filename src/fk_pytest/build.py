@@ -1,0 +1,91 @@
+"""Build the modules and inputs of one case: reference, candidate and float64 truth share weights.
+
+Weights are drawn once per case (float32 master copy on the CPU) and loaded *strictly* into every
+instance, so a candidate whose parameter names or shapes differ from the reference is refused
+before it runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Dict, Mapping
+
+import torch
+
+from . import status
+from .errors import CandidateError
+from .task import Case, Task
+
+
+def master_state(task: Task, case: Case, seed: int) -> Dict[str, torch.Tensor]:
+    module = task.reference(**task.init_args(case))
+    task.init_weights(module, torch.Generator().manual_seed(seed))
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def _cast_state(state: Mapping[str, torch.Tensor], device, dtype) -> Dict[str, torch.Tensor]:
+    return {k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype)
+            for k, v in state.items()}
+
+
+def instantiate(cls: type, task: Task, case: Case, state, device, dtype) -> torch.nn.Module:
+    module = cls(**task.init_args(case))
+    module.to(device=device, dtype=dtype)
+    module.load_state_dict(_cast_state(state, device, dtype), strict=True)
+    return module.eval()
+
+
+def instantiate_candidate(cls, task, case, state, device, dtype) -> torch.nn.Module:
+    try:
+        module = cls(**task.init_args(case))
+        module.to(device=device, dtype=dtype)
+    except Exception as exc:  # the candidate's constructor is candidate code
+        raise CandidateError(status.RUNTIME_ERROR, f"{cls.__name__}.__init__ raised {exc!r}") from exc
+    try:
+        module.load_state_dict(_cast_state(state, device, dtype), strict=True)
+    except Exception as exc:
+        raise CandidateError(
+            status.STATE_DICT_MISMATCH,
+            f"the reference state_dict does not load strictly into {cls.__name__}: {exc}") from exc
+    return module.eval()
+
+
+def clone_input(value: Any) -> Any:
+    """A fresh copy with the same strides (views into wider buffers stay strided)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    copy = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
+    return copy.copy_(value)
+
+
+def clone_inputs(inputs: Mapping[str, Any]) -> Dict[str, Any]:
+    return {k: clone_input(v) for k, v in inputs.items()}
+
+
+def upcast_inputs(inputs: Mapping[str, Any]) -> Dict[str, Any]:
+    return {k: v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for k, v in inputs.items()}
+
+
+@contextlib.contextmanager
+def poisoned_allocations():
+    """Make torch.empty & co. return NaN (floats) / max-int memory, so unwritten outputs show."""
+    import torch.utils.deterministic as det
+
+    was_on = torch.are_deterministic_algorithms_enabled()
+    was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    was_fill = det.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        det.fill_uninitialized_memory = was_fill
+        torch.use_deterministic_algorithms(was_on, warn_only=was_warn)
+
+
+def synchronize(device: torch.device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,134 @@
+"""Load candidate modules: a tree laid out like ``kernels_reference`` or a single file.
+
+A tree is imported as a private package (so candidate files may import their siblings with relative
+imports); a single file is one module whose classes are matched to tasks by class name. Problems
+become :class:`CandidateError` with a status; a task the candidate does not cover raises
+:class:`NotAttempted`.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+import types
+from pathlib import Path
+from typing import Dict, Optional
+
+from . import status
+from .errors import CandidateError, NotAttempted
+from .task import Task
+
+
+def tree_hash(path: Path) -> str:
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*.py") if "__pycache__" not in p.parts)
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(path.parent if path.is_file() else path)).encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+class CandidateSource:
+    def __init__(self, path: str | Path):
+        self.path = Path(path).resolve()
+        if not self.path.exists():
+            raise FileNotFoundError(f"--fk-candidate: {path} does not exist")
+        self.is_file = self.path.is_file()
+        if self.is_file and self.path.suffix != ".py":
+            raise ValueError(f"--fk-candidate: {path} is neither a folder nor a .py file")
+        self.hash = tree_hash(self.path)
+        self._package = f"_fk_candidate_{self.hash[:12]}"
+        self._modules: Dict[str, object] = {}  # module path -> module or CandidateError
+
+    def describe(self) -> dict:
+        return {"path": str(self.path), "kind": "file" if self.is_file else "tree", "sha256": self.hash}
+
+    # ---- import ---------------------------------------------------------------------------------
+    def _import(self, rel: str):
+        if rel in self._modules:
+            cached = self._modules[rel]
+            if isinstance(cached, CandidateError):
+                raise cached
+            return cached
+        try:
+            module = self._import_file() if self.is_file else self._import_tree_module(rel)
+        except CandidateError as exc:
+            self._modules[rel] = exc
+            raise
+        except BaseException as exc:  # SyntaxError, ImportError, anything at import time
+            err = CandidateError(status.IMPORT_ERROR, f"importing {rel} failed: {type(exc).__name__}: {exc}")
+            self._modules[rel] = err
+            raise err from exc
+        self._modules[rel] = module
+        return module
+
+    def _import_file(self):
+        name = f"{self._package}_file"
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, self.path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        return module
+
+    def _import_tree_module(self, rel: str):
+        if self._package not in sys.modules:
+            package = types.ModuleType(self._package)
+            package.__path__ = [str(self.path)]
+            package.__file__ = str(self.path / "__init__.py")
+            sys.modules[self._package] = package
+        dotted = ".".join(Path(rel).with_suffix("").parts)
+        return importlib.import_module(f"{self._package}.{dotted}")
+
+    # ---- resolution -----------------------------------------------------------------------------
+    def has_module(self, task: Task) -> bool:
+        return self.is_file or (self.path / task.module_path).is_file()
+
+    def load_class(self, task: Task) -> type:
+        if not self.has_module(task):
+            raise NotAttempted(f"no {task.module_path} in the candidate tree")
+        module = self._import(task.module_path)
+        cls = getattr(module, task.class_name, None)
+        if cls is None:
+            if self.is_file:
+                raise NotAttempted(f"{self.path.name} defines no class {task.class_name}")
+            raise CandidateError(status.MISSING_CLASS, f"{task.module_path} defines no class {task.class_name}")
+        if not isinstance(cls, type):
+            raise CandidateError(status.MISSING_CLASS, f"{task.class_name} in {task.module_path} is not a class")
+        check_signatures(task.reference, cls)
+        return cls
+
+
+def _signature(func) -> Optional[list]:
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    return [(p.name, p.kind, p.default) for p in sig.parameters.values() if p.name != "self"]
+
+
+def _format(params) -> str:
+    def one(p):
+        name, kind, default = p
+        text = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}.get(kind, "") + name
+        return text if default is inspect.Parameter.empty else f"{text}={default!r}"
+    return "(" + ", ".join(one(p) for p in params) + ")"
+
+
+def check_signatures(reference: type, cls: type) -> None:
+    """Same ``__init__`` and ``forward`` parameter names, kinds and defaults as the reference."""
+    for method in ("__init__", "forward"):
+        want = _signature(getattr(reference, method))
+        got = _signature(getattr(cls, method, None)) if hasattr(cls, method) else None
+        if got != want:
+            raise CandidateError(
+                status.SIGNATURE_MISMATCH,
+                f"{cls.__name__}.{method}{_format(got) if got is not None else ' is missing'} "
+                f"differs from the reference's {method}{_format(want)}")

@@ -1,0 +1,97 @@
+"""Calibrated comparison of one output against the float64 truth.
+
+The bar is the reference's own error: ``ratio = e_cand / max(e_ref, floor)`` where ``e`` is the
+relative L2 error against truth and ``floor`` is the error of merely representing the truth in the
+output dtype (plus a small absolute floor for float32, where summation order alone moves the last
+few bits). A second, per-element view (max error in units of the truth's RMS) catches errors
+concentrated in a few elements that the L2 norm averages away.
+
+Triton's CPU interpreter converts float32 to bfloat16 by truncation rather than rounding, so an
+honest bf16 kernel interpreted on the CPU shows about twice the rounding error. When the
+interpreter is active, the bf16 floor is the error of *truncating* the truth instead: the verdict
+then charges the kernel only for what it computes, not for the interpreter's conversion.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional
+
+import torch
+
+from .errors import TaskDefinitionError
+
+# Absolute relative-error floors per dtype (see module docstring).
+ABS_FLOOR = {torch.float32: 1e-6, torch.float64: 1e-13}
+ELEMENT_LIMIT_FACTOR = 2.0  # the per-element view gets twice the L2 limit: maxima are noisier
+
+
+def triton_interpreter_active() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@dataclasses.dataclass
+class OutputError:
+    name: str
+    e_ref: float
+    e_cand: float
+    floor: float
+    ratio: float
+    elem_ref: float
+    elem_cand: float
+    elem_floor: float
+    elem_ratio: float
+
+    def passed(self, limit: float) -> bool:
+        return self.ratio <= limit and self.elem_ratio <= limit * ELEMENT_LIMIT_FACTOR
+
+
+def _truncate_bf16(t: torch.Tensor) -> torch.Tensor:
+    bits = t.to(torch.float32).contiguous().view(torch.int32) & ~0xFFFF
+    return bits.view(torch.float32)
+
+
+def represent(truth: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The truth as the best kernel could store it in ``dtype`` (see the interpreter note)."""
+    if dtype == torch.bfloat16 and triton_interpreter_active():
+        return _truncate_bf16(truth).to(torch.float64)
+    return truth.to(dtype).to(torch.float64)
+
+
+def _rel_l2(x: torch.Tensor, truth: torch.Tensor, truth_norm: float) -> float:
+    return float(torch.linalg.vector_norm((x.to(torch.float64) - truth).flatten()) / truth_norm)
+
+
+def _rel_max(x: torch.Tensor, truth: torch.Tensor, truth_rms: float) -> float:
+    return float((x.to(torch.float64) - truth).abs().max() / truth_rms)
+
+
+def check_discriminating(name: str, truth: torch.Tensor) -> None:
+    """Refuse cases whose truth is zero or constant: any wrong kernel could pass them."""
+    if not truth.is_floating_point() or truth.numel() == 0:
+        return
+    t = truth.to(torch.float64)
+    rms = float(t.pow(2).mean().sqrt())
+    spread = float(t.std()) if t.numel() > 1 else rms
+    if not rms > 1e-30 or spread <= 1e-6 * rms:
+        raise TaskDefinitionError(
+            f"output {name!r} of this case has a degenerate truth (rms={rms:.3g}, std={spread:.3g}): "
+            "zero or constant outputs cannot tell a right kernel from a wrong one")
+
+
+def output_error(name: str, truth: torch.Tensor, ref: torch.Tensor, cand: torch.Tensor,
+                 dtype: Optional[torch.dtype] = None) -> OutputError:
+    dtype = dtype or ref.dtype
+    truth = truth.to(torch.float64)
+    norm = float(torch.linalg.vector_norm(truth.flatten()))
+    rms = norm / max(truth.numel(), 1) ** 0.5
+    stored = represent(truth, dtype)
+    floor = max(_rel_l2(stored, truth, norm), ABS_FLOOR.get(dtype, 0.0))
+    elem_floor = max(_rel_max(stored, truth, rms), ABS_FLOOR.get(dtype, 0.0))
+    e_ref, e_cand = _rel_l2(ref, truth, norm), _rel_l2(cand, truth, norm)
+    m_ref, m_cand = _rel_max(ref, truth, rms), _rel_max(cand, truth, rms)
+    return OutputError(
+        name=name, e_ref=e_ref, e_cand=e_cand, floor=floor, ratio=e_cand / max(e_ref, floor),
+        elem_ref=m_ref, elem_cand=m_cand, elem_floor=elem_floor,
+        elem_ratio=m_cand / max(m_ref, elem_floor),
+    )

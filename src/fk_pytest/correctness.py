@@ -1,0 +1,171 @@
+"""Run one case through reference, candidate and float64 truth, and give the verdict.
+
+Order of checks (the first failure names the status): the candidate runs at all; the outputs have
+the reference's structure, shapes and dtypes; inputs it must not touch are untouched and not
+aliased by an output; outputs are finite where the truth is (with NaN-poisoned allocations, so
+unwritten elements show); finally the calibrated error ratios of :mod:`fk_pytest.compare`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+from . import status
+from .build import (clone_inputs, instantiate, instantiate_candidate, master_state,
+                    poisoned_allocations, synchronize, upcast_inputs)
+from .compare import OutputError, check_discriminating, output_error
+from .errors import CandidateError
+from .task import Case, Task
+
+
+@dataclasses.dataclass
+class CaseResult:
+    case_id: str
+    kind: str  # "workload" or "fuzz"
+    seed: int
+    status: str
+    message: str = ""
+    errors: List[OutputError] = dataclasses.field(default_factory=list)
+    case: Optional[dict] = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == status.PASSED
+
+    def as_json(self) -> dict:
+        worst = max(self.errors, key=lambda e: e.ratio, default=None)
+        return {"case": self.case_id, "kind": self.kind, "seed": self.seed, "status": self.status,
+                "message": self.message, "ratio": worst.ratio if worst else None,
+                "outputs": [dataclasses.asdict(e) for e in self.errors],
+                **({"params": self.case} if self.kind == "fuzz" else {})}
+
+
+def as_outputs(result: Any, names: Sequence[str], who: str) -> List[torch.Tensor]:
+    outs = [result] if isinstance(result, torch.Tensor) else result
+    if not isinstance(outs, (tuple, list)) or len(outs) != len(names) or not all(
+            isinstance(o, torch.Tensor) for o in outs):
+        raise CandidateError(status.WRONG_OUTPUTS,
+                             f"{who} returned {_describe(result)}; expected {len(names)} tensor(s) "
+                             f"({', '.join(names)})")
+    return list(outs)
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a tensor {tuple(x.shape)}"
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of {len(x)}: ({', '.join(_describe(v) for v in x)})"
+    return type(x).__name__
+
+
+def _short_traceback(exc: BaseException) -> str:
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return "".join(lines[-3:]).strip()
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device,
+                  kind: str = "workload") -> CaseResult:
+    """Verdict of ``candidate_cls`` on one case and one input draw."""
+    device = torch.device(device)
+    names = task.output_names(case)
+    state = master_state(task, case, seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    inputs = task.make_inputs(case, gen, device)
+    result = CaseResult(case.id, kind, seed, status.PASSED,
+                        case=dict(case.params, dtype=str(case.dtype)) if kind == "fuzz" else None)
+
+    with torch.no_grad():
+        truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
+        truths = as_outputs(truth_module.forward_native(**upcast_inputs(inputs)), names, "truth")
+        for name, t in zip(names, truths):
+            check_discriminating(name, t)
+        reference = instantiate(task.reference, task, case, state, device, case.dtype)
+        with poisoned_allocations():
+            refs = as_outputs(reference(**clone_inputs(inputs)), names, "reference")
+        synchronize(device)
+
+        try:
+            candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype)
+            cand_inputs = clone_inputs(inputs)
+            with poisoned_allocations():
+                raw = candidate(**cand_inputs)
+            synchronize(device)
+        except CandidateError as exc:
+            return dataclasses.replace(result, status=exc.status, message=exc.message)
+        except Exception as exc:
+            return dataclasses.replace(result, status=status.RUNTIME_ERROR,
+                                       message=f"candidate raised: {_short_traceback(exc)}")
+        try:
+            cands = as_outputs(raw, names, candidate_cls.__name__)
+        except CandidateError as exc:
+            return dataclasses.replace(result, status=exc.status, message=exc.message)
+
+        problem = _structural_problem(task.mutable_inputs(case), names, inputs, cand_inputs, refs, cands, truths)
+        if problem is None:
+            problem = _nonfinite_problem(names, cands, truths, candidate, inputs, device)
+        if problem is not None:
+            result.status, result.message = problem
+            return result
+
+        result.errors = [output_error(n, t, r, c, case.dtype)
+                         for n, t, r, c in zip(names, truths, refs, cands)]
+        bad = [e for e in result.errors if not e.passed(task.limit)]
+        if bad:
+            e = bad[0]
+            result.status = status.WRONG_RESULT
+            result.message = (
+                f"output {e.name!r}: relative L2 error {e.e_cand:.3g} is {e.ratio:.2f}x the bar "
+                f"max(reference {e.e_ref:.3g}, floor {e.floor:.3g}) (limit {task.limit}); "
+                f"max element error {e.elem_cand:.3g} is {e.elem_ratio:.2f}x its bar")
+    return result
+
+
+def _structural_problem(mutable, names, inputs, cand_inputs, refs, cands, truths):
+    for name, r, c in zip(names, refs, cands):
+        if tuple(c.shape) != tuple(r.shape):
+            return status.WRONG_SHAPE, f"output {name!r} has shape {tuple(c.shape)}, expected {tuple(r.shape)}"
+        if c.dtype != r.dtype:
+            return status.WRONG_DTYPE, f"output {name!r} has dtype {c.dtype}, expected {r.dtype}"
+        if c.device != r.device:
+            return status.WRONG_OUTPUTS, f"output {name!r} is on {c.device}, expected {r.device}"
+    protected = {k: v for k, v in cand_inputs.items()
+                 if isinstance(v, torch.Tensor) and k not in mutable}
+    for k, v in protected.items():
+        if not torch.equal(v, inputs[k]):
+            return status.INPUT_MUTATED, f"input {k!r} was modified; this op must leave it unchanged"
+    for name, c in zip(names, cands):
+        for k, v in protected.items():
+            if c.numel() and v.numel() and _storage(c) == _storage(v):
+                return status.OUTPUT_ALIASES_INPUT, f"output {name!r} shares memory with input {k!r}"
+    return None
+
+
+def _nonfinite_problem(names, cands, truths, candidate, inputs, device):
+    for i, (name, c, t) in enumerate(zip(names, cands, truths)):
+        if not c.is_floating_point():
+            continue
+        bad = ~torch.isfinite(c) & torch.isfinite(t)
+        if not bool(bad.any()):
+            continue
+        count, total = int(bad.sum()), c.numel()
+        # Run again without poisoned allocations: elements that only go bad with poison are
+        # elements the candidate never wrote.
+        try:
+            rerun = as_outputs(candidate(**clone_inputs(inputs)), names, "candidate")[i]
+            synchronize(device)
+            unwritten = int((bad & torch.isfinite(rerun)).sum())
+        except Exception:
+            unwritten = 0
+        if unwritten:
+            return (status.UNWRITTEN_OUTPUT,
+                    f"output {name!r}: {unwritten} of {total} elements were never written "
+                    "(they kept the poison value of freshly allocated memory)")
+        return status.NONFINITE_OUTPUT, f"output {name!r}: {count} of {total} elements are NaN/Inf where the truth is finite"
+    return None

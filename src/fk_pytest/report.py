@@ -1,0 +1,149 @@
+"""The versioned JSON report, the end-of-run table and the HTML page (schema: docs/report-schema.md).
+
+The report is rewritten atomically after every test, so a run that dies half-way (a crashed
+interpreter, a killed job) leaves a readable report of everything that finished, marked
+``"complete": false``. ``fk-report r.json`` prints the table of any report again.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterable, Optional
+
+from .macro import macro_eval
+from .results import TaskRecord
+
+SCHEMA = "fastkernels.report/1"
+
+
+def environment(device: str, roofline: Optional[dict]) -> dict:
+    import torch
+
+    env = {"python": platform.python_version(), "platform": platform.platform(),
+           "torch": torch.__version__, "device": device}
+    try:
+        import triton
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    from .compare import triton_interpreter_active
+    env["triton_interpreter"] = triton_interpreter_active()
+    if device == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env.update(gpu=props.name, gpu_count=torch.cuda.device_count(), cuda=torch.version.cuda,
+                   sm_count=props.multi_processor_count,
+                   capability=f"{props.major}.{props.minor}")
+        env.update(_nvidia_smi())
+    env["roofline"] = roofline
+    return env
+
+
+def _nvidia_smi() -> dict:
+    fields = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit"
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10).stdout.splitlines()[0]
+    except Exception:
+        return {}
+    return dict(zip(["driver", "clock_sm", "clock_mem", "clock_sm_max", "power_limit"],
+                    [v.strip() for v in out.split(",")]))
+
+
+def build_report(records: Iterable[TaskRecord], *, run: dict, env: dict, complete: bool) -> dict:
+    records = sorted(records, key=lambda r: (r.level, r.family, r.name))
+    return {"schema": SCHEMA, "complete": complete, "run": run, "environment": env,
+            "tasks": [r.as_json() for r in records], "macro": macro_eval(records)}
+
+
+def write_json(report: dict, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def _fmt(x, spec=".3f", none="-"):
+    return none if x is None else format(x, spec)
+
+
+def format_table(report: dict) -> str:
+    rows = [("task", "lvl", "family", "status", "cases", "C_t", "S_t", "fast_1")]
+    for t in report["tasks"]:
+        s_t = _fmt(t["S_t"], ".3f")
+        if t["S_t"] is None and t.get("informational_cpu_speedup") is not None:
+            s_t = f"({t['informational_cpu_speedup']:.3g} cpu)"
+        rows.append((t["name"], f"L{t['level']}", t["family"], t["status"],
+                     f"{t['cases_passed']}/{t['cases_total']}", _fmt(t["C_t"], ".2f"), s_t,
+                     "yes" if t["fast_1"] else "no"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    m = report["macro"]
+    lines.append("")
+    fam_rows = [f"  {name}: S_f={_fmt(f['S_f'])} C_f={f['C_f']:.2f} Cov_f={f['Cov_f']:.2f}"
+                for name, f in m["families"].items()]
+    lines += ["families:"] + fam_rows
+    lines.append(f"MacroEval = S x C x Cov = {_fmt(m['S'])} x {m['C']:.3f} x {m['Cov']:.3f} "
+                 f"= {m['MacroEval']:.3f}   (fast_1 {m['fast_1']:.2f})")
+    if m.get("note"):
+        lines.append(f"note: {m['note']}")
+    for t in report["tasks"]:
+        if t["status"] not in ("PASSED",) and t["message"]:
+            lines.append(f"{t['name']}: {t['status']}: {t['message'][:300]}")
+    return "\n".join(lines)
+
+
+def write_html(report: dict, path: str | Path) -> None:
+    esc = html.escape
+    rows = "".join(
+        f"<tr class='{esc(t['status'].lower())}'><td>{esc(t['name'])}</td><td>L{t['level']}</td>"
+        f"<td>{esc(t['family'])}</td><td>{esc(t['status'])}</td>"
+        f"<td>{t['cases_passed']}/{t['cases_total']}</td><td>{t['C_t']:.2f}</td>"
+        f"<td>{_fmt(t['S_t'])}</td><td>{esc(t['message'][:400])}</td></tr>"
+        for t in report["tasks"])
+    speed_rows = "".join(
+        f"<tr><td>{esc(t['name'])}</td><td>{esc(s['case_id'])}</td><td>{s['cand_us']:.2f}</td>"
+        f"<td>{s['ref_us']:.2f}</td><td>{s['speedup']:.3f}</td><td>{_fmt(s['tbps'], '.2f')}</td>"
+        f"<td>{_fmt(s['frac_roofline'], '.2f')}</td><td>{esc(s['mode'])}</td></tr>"
+        for t in report["tasks"] for s in t["speed"])
+    m = report["macro"]
+    page = f"""<!doctype html><meta charset="utf-8"><title>FastKernels report</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}tr.passed td:nth-child(4){{color:green}}
+tr:not(.passed) td:nth-child(4){{color:#b00}}</style>
+<h1>FastKernels report</h1>
+<p>MacroEval = S x C x Cov = {_fmt(m['S'])} x {m['C']:.3f} x {m['Cov']:.3f} = <b>{m['MacroEval']:.3f}</b>
+{esc(m.get('note') or '')}</p>
+<p>{esc(json.dumps(report['run']))}</p><p>{esc(json.dumps(report['environment'], default=str))}</p>
+<h2>Tasks</h2><table><tr><th>task</th><th>level</th><th>family</th><th>status</th><th>cases</th>
+<th>C_t</th><th>S_t</th><th>message</th></tr>{rows}</table>
+<h2>Speed</h2><table><tr><th>task</th><th>case</th><th>candidate us</th><th>reference us</th>
+<th>speedup</th><th>TB/s</th><th>roofline</th><th>mode</th></tr>{speed_rows}</table>"""
+    Path(path).write_text(page)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="fk-report", description="Print the table of a FastKernels JSON report.")
+    parser.add_argument("report", help="a report written by --fk-report (or a pytest-benchmark JSON holding one)")
+    parser.add_argument("--html", help="also write an HTML page here")
+    args = parser.parse_args(argv)
+    data = json.loads(Path(args.report).read_text())
+    report = data.get("fastkernels", data)
+    if report.get("schema") != SCHEMA:
+        print(f"fk-report: {args.report} is not a {SCHEMA} report", file=sys.stderr)
+        return 2
+    print(format_table(report))
+    if not report.get("complete", True):
+        print("note: this report is incomplete (the run did not finish)")
+    if args.html:
+        write_html(report, args.html)
+    return 0

@@ -1,0 +1,79 @@
+"""Speed of one case: build both modules on shared weights, time them side by side, derive rates."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Optional
+
+import torch
+
+from .build import instantiate, instantiate_candidate, master_state
+from .task import Case, Task
+from .timing import L2Flusher, Timing, time_pair_cpu, time_pair_cuda
+
+SUSPECT_FRACTION = 0.85  # a time under 85% of the roofline floor is not a record but a suspect
+
+
+@dataclasses.dataclass
+class SpeedResult:
+    case_id: str
+    weight: float
+    cand_us: float
+    ref_us: float
+    speedup: float
+    cand_spread: float
+    ref_spread: float
+    rounds: int
+    mode: str
+    informational: bool  # CPU timings never enter MacroEval
+    bytes: int
+    flops: int
+    tbps: Optional[float] = None
+    tflops: Optional[float] = None
+    roofline_floor_us: Optional[float] = None
+    frac_roofline: Optional[float] = None
+    suspect: bool = False
+    note: str = ""
+    samples_us: Optional[list] = None
+
+    def as_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("samples_us")
+        return d
+
+
+def measure_speed(task: Task, case: Case, candidate_cls: type, device, seed: int,
+                  roofline: Optional[Dict[str, float]] = None, flusher: Optional[L2Flusher] = None,
+                  input_sets: int = 4) -> SpeedResult:
+    device = torch.device(device)
+    state = master_state(task, case, seed)
+    reference = instantiate(task.reference, task, case, state, device, case.dtype)
+    candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype)
+    sets = [task.make_inputs(case, torch.Generator(device=device).manual_seed(seed + i), device)
+            for i in range(input_sets if device.type == "cuda" else 2)]
+    if device.type == "cuda":
+        timings = time_pair_cuda(candidate, reference, sets, flusher or L2Flusher(device))
+    else:
+        timings = time_pair_cpu(candidate, reference, sets)
+    return _result(task, case, timings["candidate"], timings["reference"], roofline)
+
+
+def _result(task: Task, case: Case, cand: Timing, ref: Timing, roofline) -> SpeedResult:
+    nbytes, flops = int(task.io_bytes(case)), int(task.flops(case))
+    res = SpeedResult(
+        case_id=case.id, weight=case.weight, cand_us=cand.median_us, ref_us=ref.median_us,
+        speedup=ref.median_us / cand.median_us if cand.median_us > 0 else float("inf"),
+        cand_spread=cand.spread, ref_spread=ref.spread, rounds=cand.rounds,
+        mode=cand.mode if cand.mode == ref.mode else f"candidate {cand.mode}, reference {ref.mode}",
+        informational=cand.mode == "cpu-wall", bytes=nbytes, flops=flops,
+        note="; ".join(n for n in (cand.note, ref.note) if n), samples_us=cand.samples_us)
+    seconds = cand.median_us * 1e-6
+    if seconds > 0:
+        res.tbps = nbytes / seconds / 1e12 if nbytes else None
+        res.tflops = flops / seconds / 1e12 if flops else None
+    if roofline and not res.informational:
+        floor_s = max(nbytes / (roofline["copy_tbps"] * 1e12), flops / (roofline["bf16_gemm_tflops"] * 1e12))
+        if floor_s > 0:
+            res.roofline_floor_us = floor_s * 1e6
+            res.frac_roofline = floor_s / seconds
+            res.suspect = seconds < SUSPECT_FRACTION * floor_s
+    return res

@@ -1,0 +1,91 @@
+"""The task contract: what a task module declares, and nothing more.
+
+A task subclasses :class:`Task` and says which reference module it scores, how to build that module
+from a real model config, which inputs a workload case feeds it, how to fuzz shapes around the real
+ones and how many bytes/FLOPs a case moves. The standard tests (correctness, fuzz, speed) are
+written once in :mod:`fk_pytest.standard_tests` and attached with one line per task module.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+DTYPES: Dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One workload case: a shape/dtype/variant a real model runs, with how often it runs."""
+
+    id: str  # readable and stable; becomes the pytest parameter id
+    dtype: torch.dtype
+    params: Mapping[str, Any]
+    model: Optional[str] = None
+    weight: float = 1.0  # relative frequency in the workload (geomean weight)
+
+    def __str__(self) -> str:
+        return self.id
+
+    def __getitem__(self, key: str) -> Any:
+        return self.params[key]
+
+    def as_json(self) -> dict:
+        return {"id": self.id, "dtype": DTYPE_NAMES.get(self.dtype, str(self.dtype)),
+                "model": self.model, "weight": self.weight, "params": dict(self.params)}
+
+
+class Task:
+    """Base class of every task. Subclasses set the class attributes and override the hooks."""
+
+    name: str = ""  # e.g. "rms_norm"
+    level: int = 1
+    family: str = ""  # MacroEval's unit, e.g. "norm"
+    module_path: str = ""  # path under kernels_reference / a candidate tree, e.g. "L1/rms_norm.py"
+    reference: type = None  # the reference nn.Module class; its name is the candidate's class name
+    limit: float = 2.0  # calibrated ratio a case must stay within
+    may_mutate: Tuple[str, ...] = ()  # inputs the op may write in place (production does)
+    seeds: int = 2  # input draws per case
+
+    @property
+    def class_name(self) -> str:
+        return self.reference.__name__
+
+    # ---- hooks a task implements ----------------------------------------------------------------
+    def cases(self, profile: str) -> Sequence[Case]:
+        raise NotImplementedError
+
+    def init_args(self, case: Case) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def init_weights(self, module: torch.nn.Module, gen: torch.Generator) -> None:
+        """Fill parameters with realistic values (never the constructor's ones/zeros)."""
+        with torch.no_grad():
+            for p in module.parameters():
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+
+    def make_inputs(self, case: Case, gen: torch.Generator, device: torch.device) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def output_names(self, case: Case) -> Tuple[str, ...]:
+        return ("out",)
+
+    def mutable_inputs(self, case: Case) -> Tuple[str, ...]:
+        """Inputs this case may write in place; every other input must come back unchanged."""
+        return self.may_mutate
+
+    def fuzz_strategy(self, dtype: torch.dtype, profile: str):
+        """A hypothesis strategy of Cases around the real shapes (other real widths, odd counts)."""
+        raise NotImplementedError
+
+    def io_bytes(self, case: Case) -> int:
+        """Fewest bytes the op must move: every input read once, every output written once."""
+        return 0
+
+    def flops(self, case: Case) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} L{self.level} {self.family}>"

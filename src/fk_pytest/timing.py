@@ -1,0 +1,185 @@
+"""GPU time of candidate and reference, measured side by side.
+
+Method (DESIGN "Speed"): each implementation gets its own copies of several input sets (rotation:
+no round reuses the previous round's data or output); each call is captured in a CUDA graph when
+the module allows it (production runs small kernels inside graphs), else it is launched eagerly.
+Every timed round starts with an L2 flush outside the timed window; candidate and reference rounds
+alternate in one process, the order flipping each round; all events are read after one final
+synchronisation so the host never starves the GPU between rounds. The median is the time, the
+interquartile range over the median the spread. On the CPU the same loop uses a host clock and the
+result is informational only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import torch
+
+from .build import clone_inputs
+
+
+@dataclasses.dataclass
+class Timing:
+    median_us: float
+    spread: float  # interquartile range / median
+    rounds: int
+    mode: str  # "cuda-graph", "cuda-events" or "cpu-wall"
+    samples_us: List[float]
+    note: str = ""
+
+
+def _summary(samples_us: List[float], mode: str, note: str = "") -> Timing:
+    q = statistics.quantiles(samples_us, n=4) if len(samples_us) >= 4 else [min(samples_us), 0, max(samples_us)]
+    med = statistics.median(samples_us)
+    return Timing(med, (q[2] - q[0]) / med if med else 0.0, len(samples_us), mode, samples_us, note)
+
+
+class _GpuRunner:
+    """One implementation over its own rotated input sets, as graph replays when possible."""
+
+    def __init__(self, module: torch.nn.Module, input_sets: Sequence[Mapping[str, Any]], use_graphs: bool):
+        self.module = module
+        self.sets = [clone_inputs(s) for s in input_sets]
+        self.graphs: Optional[List[torch.cuda.CUDAGraph]] = None
+        self.keep: List[Any] = []
+        self.note = ""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.no_grad():
+            for _ in range(2):  # compilation, autotuning and lazy tables happen here
+                for s in self.sets:
+                    module(**s)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        if use_graphs:
+            try:
+                graphs = []
+                for s in self.sets:
+                    g = torch.cuda.CUDAGraph()
+                    with torch.no_grad(), torch.cuda.graph(g):
+                        self.keep.append(module(**s))
+                    graphs.append(g)
+                self.graphs = graphs
+            except Exception as exc:  # not capturable: time eager launches instead
+                torch.cuda.synchronize()
+                self.note = f"not capturable in a CUDA graph ({type(exc).__name__}: {exc}); eager launches timed"
+                self.keep.clear()
+        self.mode = "cuda-graph" if self.graphs else "cuda-events"
+
+    def launch(self, i: int) -> None:
+        if self.graphs:
+            self.graphs[i % len(self.graphs)].replay()
+        else:
+            with torch.no_grad():
+                self.module(**self.sets[i % len(self.sets)])
+
+
+class L2Flusher:
+    def __init__(self, device):
+        props = torch.cuda.get_device_properties(device)
+        size = max(int(getattr(props, "L2_cache_size", 64 << 20)) * 2, 32 << 20)
+        self.buffer = torch.empty(size, dtype=torch.int8, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+def time_pair_cuda(candidate: torch.nn.Module, reference: torch.nn.Module,
+                   input_sets: Sequence[Mapping[str, Any]], flusher: L2Flusher,
+                   use_graphs: bool = True, budget_s: float = 0.5,
+                   min_rounds: int = 50, max_rounds: int = 500) -> Dict[str, Timing]:
+    runners = {"candidate": _GpuRunner(candidate, input_sets, use_graphs),
+               "reference": _GpuRunner(reference, input_sets, use_graphs)}
+    # Estimate a round's cost to pick the number of rounds within the time budget.
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(4):
+        for r in runners.values():
+            flusher()
+            r.launch(i)
+    end.record()
+    torch.cuda.synchronize()
+    per_round_s = max(start.elapsed_time(end) / 4e3, 1e-6)
+    rounds = int(min(max(budget_s / per_round_s, min_rounds), max_rounds))
+
+    events = {k: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(rounds)] for k in runners}
+    order = list(runners)
+    for i in range(rounds):
+        for name in (order if i % 2 == 0 else order[::-1]):
+            flusher()
+            ev_start, ev_end = events[name][i]
+            ev_start.record()
+            runners[name].launch(i)
+            ev_end.record()
+    torch.cuda.synchronize()
+    return {name: _summary([s.elapsed_time(e) * 1e3 for s, e in events[name]],
+                           runners[name].mode, runners[name].note)
+            for name in runners}
+
+
+def time_pair_cpu(candidate: torch.nn.Module, reference: torch.nn.Module,
+                  input_sets: Sequence[Mapping[str, Any]], rounds: int = 5) -> Dict[str, Timing]:
+    impls = {"candidate": (candidate, [clone_inputs(s) for s in input_sets]),
+             "reference": (reference, [clone_inputs(s) for s in input_sets])}
+    samples: Dict[str, List[float]] = {k: [] for k in impls}
+    with torch.no_grad():
+        for module, sets in impls.values():
+            module(**sets[0])  # warm-up (Triton interpreter/JIT set-up)
+        order = list(impls)
+        for i in range(rounds):
+            for name in (order if i % 2 == 0 else order[::-1]):
+                module, sets = impls[name]
+                t0 = time.perf_counter()
+                module(**sets[i % len(sets)])
+                samples[name].append((time.perf_counter() - t0) * 1e6)
+    return {k: _summary(v, "cpu-wall", "host clock on the CPU: informational only") for k, v in samples.items()}
+
+
+def bench_clock(samples_us: Sequence[float]) -> Callable[[], float]:
+    """A clock for pytest-benchmark that advances by the measured GPU times, one per call.
+
+    pytest-benchmark reads its timer around each round; handing it this clock (instead of a host
+    clock) makes its statistics, JSON and comparisons carry the GPU times measured above.
+    """
+    state = {"now": 0.0, "next": 0}
+
+    def gpu_time_clock() -> float:
+        return state["now"]
+
+    def advance() -> None:
+        state["now"] += samples_us[state["next"] % len(samples_us)] * 1e-6
+        state["next"] += 1
+
+    gpu_time_clock.advance = advance
+    return gpu_time_clock
+
+
+def measure_roofline(device) -> Dict[str, float]:
+    """Copy bandwidth and bf16 GEMM rate of this GPU, measured now with the same event timing."""
+    def median_ms(fn, reps=10):
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        return statistics.median(times)
+
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.int8, device=device).random_()
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(lambda: dst.copy_(src))
+    del src, dst
+    m = 8192
+    a = torch.randn(m, m, device=device, dtype=torch.bfloat16)
+    b = torch.randn(m, m, device=device, dtype=torch.bfloat16)
+    gemm_ms = median_ms(lambda: a @ b)
+    return {"copy_tbps": 2 * n / (copy_ms * 1e-3) / 1e12, "bf16_gemm_tflops": 2 * m ** 3 / (gemm_ms * 1e-3) / 1e12}
