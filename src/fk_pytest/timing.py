@@ -122,7 +122,7 @@ def time_pair_cuda(candidate: torch.nn.Module, reference: torch.nn.Module,
 
 
 def time_pair_cpu(candidate: torch.nn.Module, reference: torch.nn.Module,
-                  input_sets: Sequence[Mapping[str, Any]], rounds: int = 5) -> Dict[str, Timing]:
+                  input_sets: Sequence[Mapping[str, Any]], rounds: int = 3) -> Dict[str, Timing]:
     impls = {"candidate": (candidate, [clone_inputs(s) for s in input_sets]),
              "reference": (reference, [clone_inputs(s) for s in input_sets])}
     samples: Dict[str, List[float]] = {k: [] for k in impls}
