@@ -44,7 +44,14 @@ class RotaryEmbedding(nn.Module):
                  rope_scaling=None):
         super().__init__()
         self.head_size, self.rotary_dim, self.neox = head_size, rotary_dim, is_neox_style
-        self._freqs = _frequencies(rotary_dim, base, rope_scaling)
+        self._freqs = {"cpu": _frequencies(rotary_dim, base, rope_scaling)}
+
+    def _freqs_on(self, device):
+        # Cached per device: a host-to-device copy inside forward would break CUDA-graph capture.
+        key = str(device)
+        if key not in self._freqs:
+            self._freqs[key] = self._freqs["cpu"].to(device)
+        return self._freqs[key]
 
     def _apply_one(self, positions, x):
         t = x.shape[0]
@@ -54,7 +61,7 @@ class RotaryEmbedding(nn.Module):
         heads = rows.shape[1] // self.head_size
         half = self.rotary_dim // 2
         if t:
-            freqs = self._freqs.to(x.device)
+            freqs = self._freqs_on(x.device)
             _rotate[(t,)](positions, rows, out, freqs, rows.stride(0), heads, self.head_size, half,
                           NEOX=self.neox, HALF=triton.next_power_of_2(half))
         return out.view(x.shape)
