@@ -51,11 +51,16 @@ def instantiate_candidate(cls, task, case, state, device, dtype) -> torch.nn.Mod
 
 
 def clone_input(value: Any) -> Any:
-    """A fresh copy with the same strides (views into wider buffers stay strided)."""
+    """A fresh copy of the tensor *and the buffer around it*, viewed with the same strides.
+
+    A strided input (Qwen3's per-head view into the fused qkv output) keeps its neighbours'
+    real data, so a kernel that ignores strides reads what it would read in production.
+    """
     if not isinstance(value, torch.Tensor):
         return value
-    copy = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
-    return copy.copy_(value)
+    n = value.untyped_storage().nbytes() // value.element_size()
+    whole = torch.empty(0, dtype=value.dtype, device=value.device).set_(value.untyped_storage(), 0, (n,), (1,))
+    return whole.clone().as_strided(value.shape, value.stride(), value.storage_offset())
 
 
 def clone_inputs(inputs: Mapping[str, Any]) -> Dict[str, Any]:

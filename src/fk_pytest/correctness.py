@@ -16,7 +16,7 @@ import torch
 from . import status
 from .build import (clone_inputs, instantiate, instantiate_candidate, master_state,
                     poisoned_allocations, synchronize, upcast_inputs)
-from .compare import OutputError, check_discriminating, output_error
+from .compare import OutputError, check_discriminating, output_error, triton_interpreter_active
 from .errors import CandidateError
 from .task import Case, Task
 
@@ -88,7 +88,9 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             check_discriminating(name, t)
         reference = instantiate(task.reference, task, case, state, device, case.dtype)
         with poisoned_allocations():
-            refs = as_outputs(reference(**clone_inputs(inputs)), names, "reference")
+            refs = [as_outputs(reference(**clone_inputs(inputs)), names, "reference")]
+            if _interpreted_bf16(reference, case, device):
+                refs.append(as_outputs(reference.forward_triton(**clone_inputs(inputs)), names, "reference"))
         synchronize(device)
 
         try:
@@ -107,15 +109,15 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
         except CandidateError as exc:
             return dataclasses.replace(result, status=exc.status, message=exc.message)
 
-        problem = _structural_problem(task.mutable_inputs(case), names, inputs, cand_inputs, refs, cands, truths)
+        problem = _structural_problem(task.mutable_inputs(case), names, inputs, cand_inputs, refs[0], cands)
         if problem is None:
             problem = _nonfinite_problem(names, cands, truths, candidate, inputs, device)
         if problem is not None:
             result.status, result.message = problem
             return result
 
-        result.errors = [output_error(n, t, r, c, case.dtype)
-                         for n, t, r, c in zip(names, truths, refs, cands)]
+        result.errors = [output_error(n, truths[i], [r[i] for r in refs], cands[i], case.dtype)
+                         for i, n in enumerate(names)]
         bad = [e for e in result.errors if not e.passed(task.limit)]
         if bad:
             e = bad[0]
@@ -127,7 +129,13 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
     return result
 
 
-def _structural_problem(mutable, names, inputs, cand_inputs, refs, cands, truths):
+def _interpreted_bf16(reference, case, device) -> bool:
+    """On the CPU under Triton's interpreter, bf16 bars also count the reference's Triton path."""
+    return (case.dtype == torch.bfloat16 and device.type == "cpu" and triton_interpreter_active()
+            and hasattr(reference, "forward_triton"))
+
+
+def _structural_problem(mutable, names, inputs, cand_inputs, refs, cands):
     for name, r, c in zip(names, refs, cands):
         if tuple(c.shape) != tuple(r.shape):
             return status.WRONG_SHAPE, f"output {name!r} has shape {tuple(c.shape)}, expected {tuple(r.shape)}"

@@ -1,0 +1,66 @@
+"""Verdicts: honest candidates pass every case, wrong ones fail with the right status.
+
+These drive the same `evaluate_case` the standard tests use, over each task's CPU workload cases
+(one input draw each), so they prove the *cases and checks* catch each bug, not a test tuned to it.
+"""
+from collections import Counter
+
+import pytest
+
+from fk_pytest import status
+from fk_pytest.candidates import CandidateSource
+from fk_pytest.correctness import evaluate_case
+from fk_pytest.registry import get_task
+
+from conftest import CANDIDATES, EXAMPLES, ROOT
+
+
+def verdicts(task_name, cls, cases=None):
+    task = get_task(task_name)
+    results = [evaluate_case(task, case, 1234, cls, "cpu") for case in (cases or task.cases("cpu"))]
+    return Counter(r.status for r in results), results
+
+
+def load(tree, task_name):
+    return CandidateSource(tree).load_class(get_task(task_name))
+
+
+@pytest.mark.parametrize("task_name", ["rms_norm", "silu_and_mul", "rotary_emb"])
+@pytest.mark.parametrize("tree", [EXAMPLES, ROOT / "kernels_reference"], ids=["examples-triton", "reference-tree"])
+def test_honest_candidates_pass_every_case(task_name, tree):
+    counts, results = verdicts(task_name, load(tree, task_name))
+    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+
+
+@pytest.mark.parametrize("tree, task_name, expected, where", [
+    ("rms_old_residual", "rms_norm", status.WRONG_RESULT, "fused-add"),
+    ("silu_swapped", "silu_and_mul", status.WRONG_RESULT, ""),
+    ("rope_wrong_style", "rotary_emb", status.WRONG_RESULT, ""),
+    ("rope_ignores_positions", "rotary_emb", status.WRONG_RESULT, "decode"),
+    ("rms_width_4096", "rms_norm", status.WRONG_RESULT, "qwen2.5"),
+    ("rms_contiguous_rows", "rms_norm", status.WRONG_RESULT, "norm-"),
+    ("rms_low_precision", "rms_norm", status.WRONG_RESULT, "fp32"),
+])
+def test_wrong_candidates_fail(tree, task_name, expected, where):
+    counts, results = verdicts(task_name, load(CANDIDATES / tree, task_name))
+    failing = [r for r in results if not r.passed]
+    assert failing, f"{tree} passed every case"
+    assert {r.status for r in failing} == {expected}
+    assert any(where in r.case_id for r in failing), [r.case_id for r in failing]
+
+
+def test_width_4096_passes_where_it_happens_to_be_right():
+    """The hard-coded kernel is right on 4096-wide rows: only other widths expose it."""
+    cls = load(CANDIDATES / "rms_width_4096", "rms_norm")
+    task = get_task("rms_norm")
+    llama = [c for c in task.cases("cpu") if c.model == "llama-3.1-8b" and c.dtype.is_floating_point
+             and c["layout"] == "contiguous" and c.dtype != __import__("torch").float32]
+    counts, _ = verdicts("rms_norm", cls, llama)
+    assert counts == {status.PASSED: len(llama)}
+
+
+def test_contiguous_rows_kernel_is_right_on_packed_rows():
+    cls = load(CANDIDATES / "rms_contiguous_rows", "rms_norm")
+    packed = [c for c in get_task("rms_norm").cases("cpu") if c["layout"] == "contiguous"]
+    counts, _ = verdicts("rms_norm", cls, packed)
+    assert counts == {status.PASSED: len(packed)}
