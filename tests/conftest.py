@@ -18,8 +18,11 @@ def suite_run(pytester, monkeypatch):
 
     def run(*args, tasks=True, timeout=900):
         target = [str(ROOT / "tasks")] if tasks else []
+        # pytest-benchmark's own statistics are noise on the CPU; tests that need them opt in.
+        quiet = [] if any(a.startswith(("--benchmark-only", "--benchmark-enable")) for a in args) \
+            else ["--benchmark-disable"]
         return pytester.runpytest_subprocess(
-            *target, "-p", "no:cacheprovider", "--benchmark-disable", "--fk-device=cpu",
+            *target, "-p", "no:cacheprovider", *quiet, "--fk-device=cpu",
             f"--rootdir={ROOT}", *args, timeout=timeout)
 
     return run

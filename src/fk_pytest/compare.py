@@ -9,9 +9,9 @@ concentrated in a few elements that the L2 norm averages away.
 Triton's CPU interpreter converts float32 to bfloat16 by truncation rather than rounding, so an
 honest bf16 kernel interpreted on the CPU shows two to three times the rounding error (truncation
 errors are biased, so several conversions add up). When the interpreter is active, bf16 bars are
-calibrated the same way the kernel runs: the floor is the error of *truncating* the truth, and the
-reference's error is the larger of its native run and its own Triton path run in the interpreter
-(see :mod:`fk_pytest.correctness`). The verdict then charges a kernel for what it computes, not
+calibrated the same way the kernel runs: the floor is the error of *truncating* the truth, and for
+a candidate that launched interpreted Triton kernels the reference's error is the larger of its
+native run and its own Triton path run in the interpreter (see :mod:`fk_pytest.correctness`). The verdict then charges a kernel for what it computes, not
 for the interpreter's conversion; the GPU run, where conversions round, stays the strict one.
 """
 from __future__ import annotations
@@ -54,9 +54,9 @@ def _truncate_bf16(t: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.float32)
 
 
-def represent(truth: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def represent(truth: torch.Tensor, dtype: torch.dtype, truncating: bool = False) -> torch.Tensor:
     """The truth as the best kernel could store it in ``dtype`` (see the interpreter note)."""
-    if dtype == torch.bfloat16 and triton_interpreter_active():
+    if dtype == torch.bfloat16 and truncating:
         return _truncate_bf16(truth).to(torch.float64)
     return truth.to(dtype).to(torch.float64)
 
@@ -83,15 +83,16 @@ def check_discriminating(name: str, truth: torch.Tensor) -> None:
 
 
 def output_error(name: str, truth: torch.Tensor, refs: Sequence[torch.Tensor], cand: torch.Tensor,
-                 dtype: Optional[torch.dtype] = None) -> OutputError:
-    """``refs``: the reference's outputs (several when it ran more than one way; the worst counts)."""
+                 dtype: Optional[torch.dtype] = None, truncating: bool = False) -> OutputError:
+    """``refs``: the reference's outputs (several when it ran more than one way; the worst counts).
+    ``truncating``: the candidate's conversions truncate (interpreted Triton; see above)."""
     if isinstance(refs, torch.Tensor):
         refs = [refs]
     dtype = dtype or refs[0].dtype
     truth = truth.to(torch.float64)
     norm = float(torch.linalg.vector_norm(truth.flatten()))
     rms = norm / max(truth.numel(), 1) ** 0.5
-    stored = represent(truth, dtype)
+    stored = represent(truth, dtype, truncating)
     floor = max(_rel_l2(stored, truth, norm), ABS_FLOOR.get(dtype, 0.0))
     elem_floor = max(_rel_max(stored, truth, rms), ABS_FLOOR.get(dtype, 0.0))
     e_ref = max(_rel_l2(r, truth, norm) for r in refs)
