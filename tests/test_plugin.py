@@ -123,7 +123,7 @@ BROKEN_C = {
                 if residual is not None:
                     return out
                 x.copy_(out)  # in place, but the plain norm's input is the layer's residual
-                return x
+                return out
         """,
     "L1/silu_and_mul.py": """
         import torch
@@ -229,9 +229,20 @@ def test_report_survives_a_crashing_candidate(suite_run, tmp_path):
                     os.abort()  # what a heap corruption in the Triton interpreter looks like
             """,
     })
+    # Isolated (the default): the crash costs the crashing task, the run goes on to a full report.
     report_path = tmp_path / "r.json"
     result = suite_run("-k", "T1-bf16 and not fuzz and (rms or silu)", f"--fk-candidate={tree}",
                        f"--fk-report={report_path}", "-p", "no:randomly")
+    assert result.ret == 1
+    report, tasks = read_report(report_path)
+    assert report["complete"] is True
+    assert tasks["rms_norm"]["status"] == "PASSED"
+    assert tasks["silu_and_mul"]["status"] == "RUNTIME_ERROR" and "SIGABRT" in tasks["silu_and_mul"]["message"]
+
+    # Not isolated: the process dies, and the report rewritten after every test keeps what finished.
+    report_path = tmp_path / "r2.json"
+    result = suite_run("-k", "T1-bf16 and not fuzz and (rms or silu)", f"--fk-candidate={tree}",
+                       f"--fk-report={report_path}", "-p", "no:randomly", "--fk-isolation=none")
     assert result.ret != 0
     report, tasks = read_report(report_path)
     assert report["complete"] is False

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import threading
 import traceback
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -19,6 +21,7 @@ from .build import (clone_inputs, instantiate, instantiate_candidate, master_sta
                     poisoned_allocations, synchronize, upcast_inputs)
 from .compare import OutputError, check_discriminating, output_error, triton_interpreter_active
 from .errors import CandidateError
+from .guards import ReferenceTracer, new_threads, tampered
 from .task import Case, Task
 
 
@@ -31,6 +34,7 @@ class CaseResult:
     message: str = ""
     errors: List[OutputError] = dataclasses.field(default_factory=list)
     case: Optional[dict] = None
+    delegated: List[str] = dataclasses.field(default_factory=list)  # reference code it ran
 
     @property
     def passed(self) -> bool:
@@ -40,7 +44,7 @@ class CaseResult:
         worst = max(self.errors, key=lambda e: e.ratio, default=None)
         return {"case": self.case_id, "kind": self.kind, "seed": self.seed, "status": self.status,
                 "message": self.message, "ratio": worst.ratio if worst else None,
-                "outputs": [dataclasses.asdict(e) for e in self.errors],
+                "outputs": [dataclasses.asdict(e) for e in self.errors], "delegated": self.delegated,
                 **({"params": self.case} if self.kind == "fuzz" else {})}
 
 
@@ -72,8 +76,14 @@ def _storage(t: torch.Tensor) -> int:
 
 
 def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device,
-                  kind: str = "workload") -> CaseResult:
-    """Verdict of ``candidate_cls`` on one case and one input draw."""
+                  kind: str = "workload", history: Optional[Dict[str, str]] = None,
+                  trace_reference: bool = False) -> CaseResult:
+    """Verdict of ``candidate_cls`` on one case and one input draw.
+
+    ``history`` (digest of earlier candidate outputs -> label) lets a caller that evaluates many
+    cases in one process catch replayed outputs; ``trace_reference`` records delegation to the
+    reference's code (costly under the Triton interpreter, so callers choose when).
+    """
     device = torch.device(device)
     names = task.output_names(case)
     state = master_state(task, case, seed)
@@ -92,17 +102,29 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             refs = [as_outputs(reference(**clone_inputs(inputs)), names, "reference")]
         synchronize(device)
 
+        threads_before = {t.ident for t in threading.enumerate()}
+        tracer = ReferenceTracer(trace_reference)
         try:
             candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype)
             cand_inputs = clone_inputs(inputs)
-            with poisoned_allocations(), interpreted_launches() as launches:
+            with poisoned_allocations(), interpreted_launches() as launches, tracer:
                 raw = candidate(**cand_inputs)
+                # Snapshot in stream order, before any synchronisation: work the candidate left
+                # running elsewhere (another stream, a thread) has not landed in it yet.
+                snapshot = [o.clone() if isinstance(o, torch.Tensor) else o
+                            for o in ([raw] if isinstance(raw, torch.Tensor) else
+                                      raw if isinstance(raw, (tuple, list)) else [])]
             synchronize(device)
         except CandidateError as exc:
             return dataclasses.replace(result, status=exc.status, message=exc.message)
         except Exception as exc:
             return dataclasses.replace(result, status=status.RUNTIME_ERROR,
                                        message=f"candidate raised: {_short_traceback(exc)}")
+        result.delegated = sorted(tracer.hits)
+        problem = _sterility_problem(threads_before, raw, snapshot)
+        if problem is not None:
+            result.status, result.message = problem
+            return result
         try:
             cands = as_outputs(raw, names, candidate_cls.__name__)
         except CandidateError as exc:
@@ -111,6 +133,8 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
         problem = _structural_problem(task.mutable_inputs(case), names, inputs, cand_inputs, refs[0], cands)
         if problem is None:
             problem = _nonfinite_problem(names, cands, truths, candidate, inputs, device)
+        if problem is None:
+            problem = _constant_problem(names, cands, truths)
         if problem is not None:
             result.status, result.message = problem
             return result
@@ -121,15 +145,53 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
                 refs.append(as_outputs(reference.forward_triton(**clone_inputs(inputs)), names, "reference"))
         result.errors = [output_error(n, truths[i], [r[i] for r in refs], cands[i], case.dtype, interpreted)
                          for i, n in enumerate(names)]
+        digest = _digest(cands)
         bad = [e for e in result.errors if not e.passed(task.limit)]
-        if bad:
+        if bad and history is not None and digest in history:
+            result.status = status.REPLAYED_OUTPUT
+            result.message = (f"returned exactly the output it gave for {history[digest]} although the "
+                              "inputs are new: outputs are replayed, not computed")
+        elif bad:
             e = bad[0]
             result.status = status.WRONG_RESULT
             result.message = (
                 f"output {e.name!r}: relative L2 error {e.e_cand:.3g} is {e.ratio:.2f}x the bar "
                 f"max(reference {e.e_ref:.3g}, floor {e.floor:.3g}) (limit {task.limit}); "
                 f"max element error {e.elem_cand:.3g} is {e.elem_ratio:.2f}x its bar")
+        if history is not None:
+            history.setdefault(digest, f"[{case.id}, seed {seed}]")
     return result
+
+
+def _digest(tensors: Sequence[torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _sterility_problem(threads_before, raw, snapshot):
+    names = tampered()
+    if names:
+        return status.TAMPERED, f"candidate code replaced {', '.join(names[:5])}"
+    threads = new_threads(threads_before)
+    if threads:
+        return status.WORK_ESCAPED, (f"candidate left thread(s) {', '.join(threads)} running after it "
+                                     "returned: work the timer cannot see")
+    outs = [raw] if isinstance(raw, torch.Tensor) else raw if isinstance(raw, (tuple, list)) else []
+    for i, (now, then) in enumerate(zip(outs, snapshot)):
+        if isinstance(now, torch.Tensor) and not torch.equal(now.nan_to_num(), then.nan_to_num()):
+            return status.WORK_ESCAPED, (f"output {i} changed after the call returned: the work ran on "
+                                         "another CUDA stream or thread, outside the timed stream")
+    return None
+
+
+def _constant_problem(names, cands, truths):
+    for name, c, t in zip(names, cands, truths):
+        if c.is_floating_point() and c.numel() > 1 and float(c.double().std()) == 0.0:
+            value = float(c.reshape(-1)[0])
+            return status.CONSTANT_OUTPUT, f"output {name!r} is the constant {value:g} where the truth varies"
+    return None
 
 
 @contextlib.contextmanager
@@ -177,13 +239,13 @@ def _structural_problem(mutable, names, inputs, cand_inputs, refs, cands):
             return status.WRONG_OUTPUTS, f"output {name!r} is on {c.device}, expected {r.device}"
     protected = {k: v for k, v in cand_inputs.items()
                  if isinstance(v, torch.Tensor) and k not in mutable}
-    for k, v in protected.items():
-        if not torch.equal(v, inputs[k]):
-            return status.INPUT_MUTATED, f"input {k!r} was modified; this op must leave it unchanged"
     for name, c in zip(names, cands):
         for k, v in protected.items():
             if c.numel() and v.numel() and _storage(c) == _storage(v):
                 return status.OUTPUT_ALIASES_INPUT, f"output {name!r} shares memory with input {k!r}"
+    for k, v in protected.items():
+        if not torch.equal(v, inputs[k]):
+            return status.INPUT_MUTATED, f"input {k!r} was modified; this op must leave it unchanged"
     return None
 
 

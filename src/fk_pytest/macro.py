@@ -48,6 +48,15 @@ def macro_eval(records: Iterable[TaskRecord]) -> dict:
         "speed_measured": speed_measured,
         "fast_1": (sum(1 for r in all_tasks if r.speedup is not None and r.speedup > 1.0)
                    / len(all_tasks) if all_tasks else 0.0),
-        "note": None if speed_measured else
-        "no GPU timing in this run: S is not measured and MacroEval = C x Cov (S taken as 1)",
+        "note": _note(speed_measured, all_tasks),
     }
+
+
+def _note(speed_measured: bool, tasks: List[TaskRecord]) -> Optional[str]:
+    notes = []
+    if tasks and not any(t.n_cases for t in tasks):
+        notes.append("no correctness case ran in this selection (e.g. --benchmark-only), so no task "
+                     "is valid: C and Cov are 0 by definition")
+    if not speed_measured:
+        notes.append("no GPU timing in this run: S is not measured and MacroEval = C x Cov (S taken as 1)")
+    return "; ".join(notes) or None

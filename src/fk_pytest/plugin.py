@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from .session import MODES, PROFILES, FKSession
+from .session import ISOLATION, MODES, PROFILES, FKSession
 
 SESSION_KEY = pytest.StashKey[FKSession]()
 
@@ -52,6 +52,11 @@ def pytest_addoption(parser):
                          "default: cpu on a CPU, full on CUDA")
     group.addoption("--fk-fuzz-examples", type=int, default=None, metavar="N",
                     help="hypothesis examples per fuzz test (default 6 for cpu, 25 for full)")
+    group.addoption("--fk-isolation", choices=ISOLATION, default="process",
+                    help="process: candidate code runs in a worker process that may crash or hang "
+                         "without ending the run (default); none: in the pytest process")
+    group.addoption("--fk-timeout", type=float, default=600.0, metavar="SECONDS",
+                    help="time limit of one evaluation (a case, a timing) in the worker (default 600)")
 
 
 def _resolve_device(requested: str) -> str:
@@ -77,7 +82,8 @@ def pytest_configure(config):
         session = FKSession(device=device, candidate=opt.fk_candidate, mode=opt.fk_mode,
                             profile=opt.fk_profile or ("full" if device == "cuda" else "cpu"),
                             seed=opt.fk_seed, report_path=opt.fk_report, html_path=opt.fk_html,
-                            fuzz_examples=opt.fk_fuzz_examples)
+                            fuzz_examples=opt.fk_fuzz_examples, isolation=opt.fk_isolation,
+                            timeout_s=opt.fk_timeout)
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(str(exc))
     config.stash[SESSION_KEY] = session
@@ -151,10 +157,14 @@ def pytest_runtest_teardown(item, nextitem):
 
 def pytest_sessionfinish(session, exitstatus):
     fk = session.config.stash.get(SESSION_KEY, None)
-    if fk is not None and fk.results.tasks:
+    if fk is None:
+        return
+    fk.close()
+    if fk.results.tasks:
         fk.write(complete=exitstatus in (0, 1))
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables: the verdicts are the last word
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     fk = config.stash.get(SESSION_KEY, None)
     if fk is None or not fk.results.tasks:

@@ -50,7 +50,14 @@ class TaskRecord:
                 return c.status
         if any(s.suspect for s in self.speed.values()):
             return status.SUSPECT_SPEED
+        if self.delegated:
+            return status.DELEGATED
         return status.PASSED
+
+    @property
+    def delegated(self) -> List[str]:
+        """Reference functions/kernels the candidate ran (allowed, but not a new kernel)."""
+        return sorted({d for c in self.cases.values() for d in c.delegated})
 
     @property
     def valid(self) -> bool:
@@ -68,6 +75,9 @@ class TaskRecord:
         for s in self.speed.values():
             if s.suspect:
                 return f"[{s.case_id}] {s.cand_us:.2f} us is below the roofline floor {s.roofline_floor_us:.2f} us"
+        if self.delegated:
+            return ("correct, but by running the reference's code (" + ", ".join(self.delegated[:4]) +
+                    "): reported as delegation, not as a new kernel")
         return ""
 
     @property
@@ -99,7 +109,7 @@ class TaskRecord:
             "cases_total": self.n_cases, "cases_passed": self.n_passed, "C_t": self.correctness,
             "S_t": speedup, "fast_1": bool(speedup is not None and speedup > 1.0),
             "informational_cpu_speedup": self.informational_speedup,
-            "swapped_modules": self.swapped,
+            "swapped_modules": self.swapped, "delegated": self.delegated,
             "cases": [c.as_json() for c in self.cases.values()],
             "speed": [s.as_json() for s in self.speed.values()],
         }

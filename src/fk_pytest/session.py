@@ -8,19 +8,24 @@ import torch
 
 from . import status
 from .candidates import CandidateSource
+from .correctness import CaseResult
 from .errors import CandidateError, NotAttempted
+from .evaluator import Evaluator, task_ref
 from .report import build_report, environment, write_html, write_json
 from .results import Results
 from .task import Task
+from .worker import WorkerClient, WorkerFailure
 
 PROFILES = ("cpu", "full")
 MODES = ("independent", "composed")
+ISOLATION = ("process", "none")
 
 
 class FKSession:
     def __init__(self, *, device: str, candidate: Optional[str], mode: str, profile: str,
                  seed: Optional[int], report_path: Optional[str], html_path: Optional[str] = None,
-                 fuzz_examples: Optional[int] = None):
+                 fuzz_examples: Optional[int] = None, isolation: str = "process",
+                 timeout_s: float = 600.0):
         self.device = device
         self.mode = mode
         self.profile = profile
@@ -28,35 +33,74 @@ class FKSession:
         self.report_path = report_path
         self.html_path = html_path
         self.fuzz_examples = fuzz_examples
+        self.isolation = isolation
+        self.timeout_s = timeout_s
+        # The session describes the candidate (path, hash) but never imports it: candidate code
+        # runs in the evaluator, a child process unless --fk-isolation=none.
         self.candidates = CandidateSource(candidate) if candidate else None
         self.results = Results()
         self._roofline: Optional[Dict[str, float]] = None
-        self._flusher = None
-        self._classes: Dict[str, object] = {}
+        self._checked: Dict[str, Exception] = {}
+        self._dead: Dict[str, WorkerFailure] = {}  # task -> the crash/timeout that ended it
+        if isolation == "process":
+            self.evaluator = WorkerClient(candidate, device, timeout_s)
+        else:
+            from .guards import genuine_snapshot
+            genuine_snapshot()  # before any candidate code is imported into this process
+            self.evaluator = Evaluator(candidate, device)
+
+    def close(self) -> None:
+        if isinstance(self.evaluator, WorkerClient):
+            self.evaluator.close()
 
     # ---- candidates -------------------------------------------------------------------------------
-    def candidate_class(self, task: Task) -> type:
-        """The class to score for ``task``; without --fk-candidate the reference scores itself."""
-        if task.name in self._classes:
-            cached = self._classes[task.name]
-            if isinstance(cached, Exception):
-                raise cached
-            return cached
-        rec = self.results.register(task)
+    def check_candidate(self, task: Task) -> None:
+        """Raise NotAttempted / CandidateError if the candidate cannot be scored on ``task``."""
+        if task.name not in self._checked:
+            rec = self.results.register(task)
+            try:
+                outcome, message = self.evaluator.load(task_ref(task))
+            except WorkerFailure as exc:
+                outcome, message = exc.status, f"loading the candidate: {exc.message}"
+            if outcome == "ok":
+                # L1 tasks have no children, so both modes swap exactly the task's own module.
+                rec.swapped = [task.class_name]
+                self._checked[task.name] = None
+            elif outcome == "not_attempted":
+                self.results.record_candidate_problem(task, status.NOT_ATTEMPTED, message)
+                self._checked[task.name] = NotAttempted(message)
+            else:
+                self.results.record_candidate_problem(task, outcome, message)
+                self._checked[task.name] = CandidateError(outcome, message)
+        problem = self._checked[task.name]
+        if problem is not None:
+            raise problem
+
+    def _guarded(self, task: Task, op: str, *args):
+        """Call the evaluator; after a crash or a hang, the task's remaining work is not run."""
+        if task.name in self._dead:
+            first = self._dead[task.name]
+            raise WorkerFailure(first.status, f"not run: an earlier case of this task ended with "
+                                f"{first.status} ({first.message})")
         try:
-            cls = self.candidates.load_class(task) if self.candidates else task.reference
-        except NotAttempted as exc:
-            self.results.record_candidate_problem(task, status.NOT_ATTEMPTED, str(exc))
-            self._classes[task.name] = exc
+            return getattr(self.evaluator, op)(task_ref(task), *args)
+        except WorkerFailure as exc:
+            self._dead[task.name] = exc
             raise
-        except CandidateError as exc:
-            self.results.record_candidate_problem(task, exc.status, exc.message)
-            self._classes[task.name] = exc
-            raise
-        # L1 tasks have no children, so both modes swap exactly the task's own module.
-        rec.swapped = [task.class_name]
-        self._classes[task.name] = cls
-        return cls
+
+    def evaluate(self, task: Task, case, seed: int, kind: str) -> CaseResult:
+        try:
+            return self._guarded(task, "evaluate", case, seed, kind)
+        except WorkerFailure as exc:
+            return CaseResult(case.id, kind, seed, exc.status, exc.message,
+                              case=dict(case.params, dtype=str(case.dtype)) if kind == "fuzz" else None)
+
+    def measure(self, task: Task, case, seed: int):
+        """A SpeedResult, or raises CandidateError / WorkerFailure."""
+        result, roofline = self._guarded(task, "speed", case, seed)
+        if roofline:
+            self._roofline = roofline
+        return result
 
     # ---- seeds --------------------------------------------------------------------------------------
     def seed_for(self, case_id: str, index: int) -> int:
@@ -64,26 +108,10 @@ class FKSession:
         text = f"{case_id}/{index}/{self.seed if self.seed is not None else ''}"
         return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
-    # ---- GPU timing context --------------------------------------------------------------------
-    @property
-    def roofline(self) -> Optional[Dict[str, float]]:
-        if self.device != "cuda":
-            return None
-        if self._roofline is None:
-            from .timing import measure_roofline
-            self._roofline = measure_roofline(torch.device("cuda"))
-        return self._roofline
-
-    @property
-    def flusher(self):
-        if self._flusher is None and self.device == "cuda":
-            from .timing import L2Flusher
-            self._flusher = L2Flusher(torch.device("cuda"))
-        return self._flusher
-
     # ---- report ---------------------------------------------------------------------------------
     def run_info(self) -> dict:
         return {"device": self.device, "mode": self.mode, "profile": self.profile, "seed": self.seed,
+                "isolation": self.isolation, "timeout_s": self.timeout_s,
                 "candidate": self.candidates.describe() if self.candidates else None}
 
     def report(self, complete: bool) -> dict:

@@ -6,9 +6,14 @@ from typing import Dict, Optional
 
 import torch
 
-from .build import instantiate, instantiate_candidate, master_state
+from . import status
+from .build import instantiate, instantiate_candidate, master_state, upcast_inputs
+from .compare import output_error
+from .correctness import as_outputs
+from .errors import CandidateError
+from .guards import tampered
 from .task import Case, Task
-from .timing import L2Flusher, Timing, time_pair_cpu, time_pair_cuda
+from .timing import L2Flusher, Timing, make_runners, time_pair_cpu, time_pair_cuda
 
 SUSPECT_FRACTION = 0.85  # a time under 85% of the roofline floor is not a record but a suspect
 
@@ -50,11 +55,43 @@ def measure_speed(task: Task, case: Case, candidate_cls: type, device, seed: int
     candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype)
     sets = [task.make_inputs(case, torch.Generator(device=device).manual_seed(seed + i), device)
             for i in range(input_sets if device.type == "cuda" else 2)]
+    runners = make_runners(candidate, reference, sets, device)
     if device.type == "cuda":
-        timings = time_pair_cuda(candidate, reference, sets, flusher or L2Flusher(device))
+        timings = time_pair_cuda(runners, flusher or L2Flusher(device))
     else:
-        timings = time_pair_cpu(candidate, reference, sets)
+        timings = time_pair_cpu(runners)
+    _check_after_timing(task, case, state, runners, sets, device)
     return _result(task, case, timings["candidate"], timings["reference"], roofline)
+
+
+def _check_after_timing(task, case, state, runners, sets, device) -> None:
+    """The path that was timed must compute the op, and the timers must be the genuine ones.
+
+    Set 0's buffers receive set 1's values and the timed path (graph replay or eager launch) runs
+    once more; its outputs must pass the calibrated check against the truth for set 1. A candidate
+    that computes only when it is checked, replays a cached result or leaves its work on another
+    stream fails here.
+    """
+    names = tampered()
+    if names:
+        raise CandidateError(status.TAMPERED, f"candidate code replaced {', '.join(names[:5])}")
+    values = sets[1 % len(sets)]
+    with torch.no_grad():
+        truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
+        truths = as_outputs(truth_module.forward_native(**upcast_inputs(values)), task.output_names(case), "truth")
+    ref_out = runners["reference"].verify(0, values)
+    cand_out = runners["candidate"].verify(0, values)
+    if len(cand_out) != len(truths) or any(c.shape != t.shape for c, t in zip(cand_out, truths)):
+        raise CandidateError(status.TIMED_OUTPUT_WRONG, "the timed path returned outputs of another structure")
+    for name, t, r, c in zip(task.output_names(case), truths, ref_out, cand_out):
+        finite = bool(torch.isfinite(c).all()) or not bool(torch.isfinite(t).all())
+        # A sanity bound, not the verdict (that is the correctness tests'): twice the limit.
+        if not finite or not output_error(name, t, [r], c, case.dtype, truncating=True).passed(task.limit * 2):
+            raise CandidateError(
+                status.TIMED_OUTPUT_WRONG,
+                f"output {name!r} of the timed path is wrong for fresh inputs: the code that was timed "
+                "does not compute the op (cached/replayed result, work on another stream, or a "
+                "different path when timed)")
 
 
 def _result(task: Task, case: Case, cand: Timing, ref: Timing, roofline) -> SpeedResult:

@@ -10,17 +10,17 @@ from __future__ import annotations
 import pytest
 
 from . import status
-from .correctness import CaseResult, evaluate_case
+from .correctness import CaseResult
 from .errors import CandidateError, NotAttempted, TaskDefinitionError
 from .fuzz import fuzz_settings
-from .speed import measure_speed
 from .task import DTYPE_NAMES, Task
 from .timing import bench_clock
+from .worker import WorkerFailure
 
 
-def resolve_candidate(session, task: Task) -> type:
+def resolve_candidate(session, task: Task) -> None:
     try:
-        return session.candidate_class(task)
+        session.check_candidate(task)
     except NotAttempted as exc:
         pytest.skip(f"not attempted: {exc}")
     except CandidateError as exc:
@@ -29,11 +29,11 @@ def resolve_candidate(session, task: Task) -> type:
 
 def check_case(session, task: Task, case, kind: str, seeds: int) -> list:
     """Run ``seeds`` input draws of one case; record every result; return the failures."""
-    cls = resolve_candidate(session, task)
+    resolve_candidate(session, task)
     failures = []
     for i in range(seeds):
         try:
-            result = evaluate_case(task, case, session.seed_for(case.id, i), cls, session.device, kind)
+            result = session.evaluate(task, case, session.seed_for(case.id, i), kind)
         except TaskDefinitionError as exc:
             session.results.record_task_error(task, f"[{case.id}] {exc}")
             raise
@@ -70,14 +70,13 @@ def standard_tests(task: Task):
         fuzz()
 
     def test_speed(case, fk_session, benchmark):
-        cls = resolve_candidate(fk_session, task)
+        resolve_candidate(fk_session, task)
         try:
-            result = measure_speed(task, case, cls, fk_session.device, fk_session.seed_for(case.id, 0),
-                                   roofline=fk_session.roofline, flusher=fk_session.flusher)
-        except CandidateError as exc:
+            result = fk_session.measure(task, case, fk_session.seed_for(case.id, 0))
+        except (CandidateError, WorkerFailure) as exc:
             fk_session.results.record_case(task, CaseResult(case.id, "speed", 0, exc.status, exc.message))
             pytest.fail(f"{exc.status}: {exc.message}", pytrace=False)
-        except Exception as exc:
+        except Exception as exc:  # --fk-isolation=none: candidate code failing while timed
             message = f"candidate failed while being timed: {type(exc).__name__}: {exc}"
             fk_session.results.record_case(task, CaseResult(case.id, "speed", 0, status.RUNTIME_ERROR, message))
             pytest.fail(message, pytrace=False)

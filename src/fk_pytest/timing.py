@@ -69,12 +69,20 @@ class _GpuRunner:
                 self.keep.clear()
         self.mode = "cuda-graph" if self.graphs else "cuda-events"
 
-    def launch(self, i: int) -> None:
+    def launch(self, i: int):
         if self.graphs:
             self.graphs[i % len(self.graphs)].replay()
-        else:
-            with torch.no_grad():
-                self.module(**self.sets[i % len(self.sets)])
+            return self.keep[i % len(self.graphs)]
+        with torch.no_grad():
+            return self.module(**self.sets[i % len(self.sets)])
+
+    def verify(self, i: int, values: Mapping[str, Any]):
+        """Put new values into set ``i``'s buffers, run the timed path once, return its outputs.
+
+        The outputs are copied in stream order before synchronising, so work that escaped the
+        timed stream, or a graph that replays nothing, shows as a wrong result.
+        """
+        return _verify_launch(self, i, values)
 
 
 class L2Flusher:
@@ -87,12 +95,43 @@ class L2Flusher:
         self.buffer.zero_()
 
 
-def time_pair_cuda(candidate: torch.nn.Module, reference: torch.nn.Module,
-                   input_sets: Sequence[Mapping[str, Any]], flusher: L2Flusher,
-                   use_graphs: bool = True, budget_s: float = 0.5,
+class _CpuRunner:
+    mode, note = "cpu-wall", "host clock on the CPU: informational only"
+
+    def __init__(self, module: torch.nn.Module, input_sets: Sequence[Mapping[str, Any]]):
+        self.module = module
+        self.sets = [clone_inputs(s) for s in input_sets]
+
+    def launch(self, i: int):
+        with torch.no_grad():
+            return self.module(**self.sets[i % len(self.sets)])
+
+    def verify(self, i: int, values: Mapping[str, Any]):
+        return _verify_launch(self, i, values)
+
+
+def _verify_launch(runner, i: int, values: Mapping[str, Any]):
+    buffers = runner.sets[i % len(runner.sets)]
+    for k, v in values.items():
+        if isinstance(v, torch.Tensor):
+            buffers[k].copy_(v)
+    out = runner.launch(i)
+    outs = [out] if isinstance(out, torch.Tensor) else list(out)
+    copies = [o.clone() for o in outs]
+    if torch.cuda.is_available() and any(o.is_cuda for o in copies):
+        torch.cuda.synchronize()
+    return copies
+
+
+def make_runners(candidate, reference, input_sets, device) -> Dict[str, Any]:
+    if torch.device(device).type == "cuda":
+        return {"candidate": _GpuRunner(candidate, input_sets, True),
+                "reference": _GpuRunner(reference, input_sets, True)}
+    return {"candidate": _CpuRunner(candidate, input_sets), "reference": _CpuRunner(reference, input_sets)}
+
+
+def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s: float = 0.5,
                    min_rounds: int = 50, max_rounds: int = 500) -> Dict[str, Timing]:
-    runners = {"candidate": _GpuRunner(candidate, input_sets, use_graphs),
-               "reference": _GpuRunner(reference, input_sets, use_graphs)}
     # Estimate a round's cost to pick the number of rounds within the time budget.
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -121,22 +160,17 @@ def time_pair_cuda(candidate: torch.nn.Module, reference: torch.nn.Module,
             for name in runners}
 
 
-def time_pair_cpu(candidate: torch.nn.Module, reference: torch.nn.Module,
-                  input_sets: Sequence[Mapping[str, Any]], rounds: int = 3) -> Dict[str, Timing]:
-    impls = {"candidate": (candidate, [clone_inputs(s) for s in input_sets]),
-             "reference": (reference, [clone_inputs(s) for s in input_sets])}
-    samples: Dict[str, List[float]] = {k: [] for k in impls}
-    with torch.no_grad():
-        for module, sets in impls.values():
-            module(**sets[0])  # warm-up (Triton interpreter/JIT set-up)
-        order = list(impls)
-        for i in range(rounds):
-            for name in (order if i % 2 == 0 else order[::-1]):
-                module, sets = impls[name]
-                t0 = time.perf_counter()
-                module(**sets[i % len(sets)])
-                samples[name].append((time.perf_counter() - t0) * 1e6)
-    return {k: _summary(v, "cpu-wall", "host clock on the CPU: informational only") for k, v in samples.items()}
+def time_pair_cpu(runners: Dict[str, _CpuRunner], rounds: int = 3) -> Dict[str, Timing]:
+    samples: Dict[str, List[float]] = {k: [] for k in runners}
+    for r in runners.values():
+        r.launch(0)  # warm-up (Triton interpreter / JIT set-up)
+    order = list(runners)
+    for i in range(rounds):
+        for name in (order if i % 2 == 0 else order[::-1]):
+            t0 = time.perf_counter()
+            runners[name].launch(i)
+            samples[name].append((time.perf_counter() - t0) * 1e6)
+    return {k: _summary(v, runners[k].mode, runners[k].note) for k, v in samples.items()}
 
 
 def bench_clock(samples_us: Sequence[float]) -> Callable[[], float]:

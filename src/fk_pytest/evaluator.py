@@ -1,0 +1,80 @@
+"""Everything that runs candidate code, behind one small interface.
+
+:class:`Evaluator` loads candidates, scores cases and times them. The session talks to it either
+directly (``--fk-isolation=none``) or through :mod:`fk_pytest.worker`, which runs it in a child
+process with a time limit, so that a segfault, a corrupted heap, a CUDA fault or an endless loop
+in candidate code costs one task, not the run.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from .candidates import CandidateSource
+from .correctness import CaseResult, evaluate_case
+from .errors import CandidateError, NotAttempted
+from .speed import SpeedResult, measure_speed
+from .task import Case, Task
+
+TaskRef = Tuple[str, str]  # (module name, task name): how a task is found again in a worker
+
+
+def task_ref(task: Task) -> TaskRef:
+    return type(task).__module__, task.name
+
+
+def resolve_task(ref: TaskRef) -> Task:
+    module = importlib.import_module(ref[0])
+    for value in vars(module).values():
+        if isinstance(value, Task) and value.name == ref[1]:
+            return value
+    raise LookupError(f"no task {ref[1]!r} in {ref[0]}")
+
+
+class Evaluator:
+    def __init__(self, candidate_path: Optional[str], device: str):
+        self.device = device
+        self.source = CandidateSource(candidate_path) if candidate_path else None
+        self._history: Dict[str, Dict[str, str]] = {}  # per task: output digest -> first label
+        self._traced: Dict[str, set] = {}  # per task: case variants already traced for delegation
+        self.roofline: Optional[dict] = None
+        self._flusher = None
+
+    def _class(self, task: Task) -> type:
+        return self.source.load_class(task) if self.source else task.reference
+
+    def load(self, ref: TaskRef) -> Tuple[str, str]:
+        """("ok", "") | ("not_attempted", why) | (status, message) for a candidate problem."""
+        task = resolve_task(ref)
+        try:
+            self._class(task)
+        except NotAttempted as exc:
+            return "not_attempted", str(exc)
+        except CandidateError as exc:
+            return exc.status, exc.message
+        return "ok", ""
+
+    def evaluate(self, ref: TaskRef, case: Case, seed: int, kind: str) -> CaseResult:
+        task = resolve_task(ref)
+        # Delegation is a property of the code path; tracing costs a lot under the interpreter,
+        # so trace the first workload case of each output structure once.
+        variant = (kind, task.output_names(case), case.dtype)
+        traced = self._traced.setdefault(task.name, set())
+        trace = kind == "workload" and variant not in traced and self.source is not None
+        traced.add(variant)
+        return evaluate_case(task, case, seed, self._class(task), self.device, kind,
+                             history=self._history.setdefault(task.name, {}), trace_reference=trace)
+
+    def speed(self, ref: TaskRef, case: Case, seed: int) -> Tuple[SpeedResult, Optional[dict]]:
+        task = resolve_task(ref)
+        if self.device == "cuda":
+            from .timing import L2Flusher, measure_roofline
+            if self.roofline is None:
+                self.roofline = measure_roofline(torch.device("cuda"))
+            if self._flusher is None:
+                self._flusher = L2Flusher(torch.device("cuda"))
+        result = measure_speed(task, case, self._class(task), self.device, seed,
+                               roofline=self.roofline, flusher=self._flusher)
+        return result, self.roofline

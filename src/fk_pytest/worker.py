@@ -1,0 +1,156 @@
+"""Run the :class:`~fk_pytest.evaluator.Evaluator` in a child process, with a time limit.
+
+The parent (the pytest session, which records results and writes the report) never imports
+candidate code. Each request is pickled over a socket pair; if the child dies (segfault, abort
+from a corrupted heap, a CUDA fault that took the context down) or does not answer within the
+time limit, the request ends as RUNTIME_ERROR / TIMEOUT and the next request starts a fresh
+child. After a request that left the child unusable (a sticky CUDA error, patched timers) the
+child says so and exits, so nothing leaks into the next task.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any, Optional
+
+from . import status
+
+
+class WorkerFailure(Exception):
+    def __init__(self, failure_status: str, message: str):
+        super().__init__(message)
+        self.status = failure_status
+        self.message = message
+
+
+def _describe_exit(code: Optional[int]) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class WorkerClient:
+    """Parent side. Methods mirror Evaluator's: load, evaluate, speed."""
+
+    def __init__(self, candidate: Optional[str], device: str, timeout_s: float):
+        self.candidate, self.device, self.timeout_s = candidate, device, timeout_s
+        self.proc: Optional[subprocess.Popen] = None
+        self.conn: Optional[Connection] = None
+
+    def _start(self) -> None:
+        parent_sock, child_sock = socket.socketpair()
+        fd = child_sock.fileno()
+        self.proc = subprocess.Popen([sys.executable, "-m", "fk_pytest.worker", str(fd)], pass_fds=(fd,))
+        child_sock.close()
+        self.conn = Connection(parent_sock.detach())
+        self.conn.send({"sys_path": list(sys.path), "candidate": self.candidate, "device": self.device})
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = self.conn = None
+
+    def call(self, op: str, *args: Any) -> Any:
+        if self.proc is None:
+            self._start()
+        try:
+            self.conn.send((op, args))
+            if not self.conn.poll(self.timeout_s):
+                self.close()
+                raise WorkerFailure(status.TIMEOUT, f"no answer within {self.timeout_s:g} s "
+                                    "(--fk-timeout); the worker was killed")
+            reply = self.conn.recv()
+        except (EOFError, OSError, BrokenPipeError):
+            code = self.proc.wait() if self.proc else None
+            self.close()
+            raise WorkerFailure(status.RUNTIME_ERROR,
+                                f"the worker running the candidate {_describe_exit(code)} "
+                                "(a crash in candidate code: segfault, heap corruption, CUDA fault)")
+        kind, value, restart = reply
+        if restart:
+            self.close()
+        if kind == "ok":
+            return value
+        raise _rebuild(kind, value)
+
+    def load(self, ref):
+        return self.call("load", ref)
+
+    def evaluate(self, ref, case, seed, kind):
+        return self.call("evaluate", ref, case, seed, kind)
+
+    def speed(self, ref, case, seed):
+        return self.call("speed", ref, case, seed)
+
+
+def _rebuild(kind: str, value):
+    from .errors import CandidateError, TaskDefinitionError
+    if kind == "candidate_error":
+        return CandidateError(*value)
+    if kind == "task_error":
+        return TaskDefinitionError(value)
+    return WorkerFailure(status.RUNTIME_ERROR, value)
+
+
+# ---- child side -----------------------------------------------------------------------------------
+def _context_broken(device: str) -> bool:
+    from .guards import tampered
+    if tampered():
+        return True
+    if device == "cuda":
+        import torch
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            return True
+    return False
+
+
+def serve(fd: int) -> None:
+    conn = Connection(fd)
+    init = conn.recv()
+    sys.path[:] = init["sys_path"]
+    # Import the whole suite machinery, then record what is genuine, before any candidate code.
+    from . import correctness, evaluator, guards, speed, timing  # noqa: F401
+    from .errors import CandidateError, TaskDefinitionError
+    guards.genuine_snapshot()
+    ev = evaluator.Evaluator(init["candidate"], init["device"])
+    while True:
+        try:
+            op, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            reply = ["ok", getattr(ev, op)(*args)]
+        except CandidateError as exc:
+            reply = ["candidate_error", (exc.status, exc.message)]
+        except TaskDefinitionError as exc:
+            reply = ["task_error", str(exc)]
+        except BaseException as exc:  # candidate code failing while timed, or a suite bug
+            lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+            reply = ["error", f"{type(exc).__name__}: {exc}\n{''.join(lines[-3:]).strip()}"]
+        restart = _context_broken(init["device"])
+        conn.send((*reply, restart))
+        if restart:
+            conn.close()
+            os._exit(0)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

@@ -1,0 +1,91 @@
+"""Sterile evaluation: every hack in tests/candidates/hacks_* is caught and named; crashes, hangs
+and interrupts leave the run and its report intact. (CUDA-only guards: tools/gpu_guards.sh.)"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import CANDIDATES, EXAMPLES, ROOT
+
+ONE_CASE = ["-k", "llama-3.1-8b-decode-T1-bf16 or (qwen2.5-7b-decode-T1-fused-add-bf16 and correctness)"]
+
+
+def run_tree(suite_run, tmp_path, tree, *extra):
+    report = tmp_path / f"{tree}.json"
+    result = suite_run(*ONE_CASE, f"--fk-candidate={CANDIDATES / tree}", f"--fk-report={report}", *extra)
+    data = json.loads(report.read_text())
+    return result, data, {t["name"]: t for t in data["tasks"]}
+
+
+def test_late_thread_zeros_and_replayed_outputs_are_named(suite_run, tmp_path):
+    result, report, tasks = run_tree(suite_run, tmp_path, "hacks_a")
+    assert {n: t["status"] for n, t in tasks.items()} == {
+        "rms_norm": "WORK_ESCAPED", "silu_and_mul": "CONSTANT_OUTPUT", "rotary_emb": "REPLAYED_OUTPUT"}
+    assert "late-writer" in tasks["rms_norm"]["message"] or "changed after" in tasks["rms_norm"]["message"]
+    assert "constant 0" in tasks["silu_and_mul"]["message"]
+    assert report["complete"] and result.ret == 1
+
+
+def test_patched_clock_input_view_and_timed_path_cheat_are_named(suite_run, tmp_path):
+    result, report, tasks = run_tree(suite_run, tmp_path, "hacks_b")
+    assert {n: t["status"] for n, t in tasks.items()} == {
+        "rms_norm": "TAMPERED", "silu_and_mul": "OUTPUT_ALIASES_INPUT", "rotary_emb": "TIMED_OUTPUT_WRONG"}
+    assert "time.perf_counter" in tasks["rms_norm"]["message"]
+    # The timed-path cheat passed its correctness cases: only the check of what was timed catches it.
+    rope_cases = tasks["rotary_emb"]["cases"]
+    assert any(c["kind"] == "workload" and c["status"] == "PASSED" for c in rope_cases)
+    assert any(c["kind"] == "speed" and c["status"] == "TIMED_OUTPUT_WRONG" for c in rope_cases)
+
+
+def test_delegation_crash_and_hang_end_only_their_task(suite_run, tmp_path):
+    started = time.monotonic()
+    result, report, tasks = run_tree(suite_run, tmp_path, "hacks_c", "--fk-timeout=20")
+    assert {n: t["status"] for n, t in tasks.items()} == {
+        "rms_norm": "DELEGATED", "silu_and_mul": "RUNTIME_ERROR", "rotary_emb": "TIMEOUT"}
+    assert "SIGABRT" in tasks["silu_and_mul"]["message"]
+    assert "rms_norm.forward" in " ".join(tasks["rms_norm"]["delegated"])
+    assert not tasks["rms_norm"]["valid"] and tasks["rms_norm"]["C_t"] == 1.0
+    assert report["complete"] is True
+    assert time.monotonic() - started < 150  # a hang costs one time limit, not one per case
+
+
+def test_out_of_bounds_store_in_the_interpreter_costs_one_task(suite_run, tmp_path):
+    tree = tmp_path / "oob"
+    (tree / "L1").mkdir(parents=True)
+    (tree / "L1" / "silu_and_mul.py").write_text((CANDIDATES / "hacks_oob/L1/silu_and_mul.py").read_text())
+    (tree / "L1" / "rms_norm.py").write_text((EXAMPLES / "L1/rms_norm.py").read_text())
+    report = tmp_path / "r.json"
+    suite_run(*ONE_CASE, f"--fk-candidate={tree}", f"--fk-report={report}")
+    tasks = {t["name"]: t for t in json.loads(report.read_text())["tasks"]}
+    assert tasks["silu_and_mul"]["status"] == "RUNTIME_ERROR"
+    assert tasks["rms_norm"]["status"] == "PASSED"
+
+
+def test_honest_candidates_are_not_flagged(suite_run, tmp_path):
+    report = tmp_path / "r.json"
+    result = suite_run(*ONE_CASE, f"--fk-candidate={EXAMPLES}", f"--fk-report={report}")
+    tasks = json.loads(report.read_text())["tasks"]
+    assert result.ret == 0 and {t["status"] for t in tasks} == {"PASSED"}
+    assert all(t["delegated"] == [] for t in tasks)
+
+
+def test_interrupted_run_still_writes_its_report(tmp_path):
+    report = tmp_path / "r.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", str(ROOT / "tasks"), "-p", "no:cacheprovider", "-q",
+         "--benchmark-disable", "--fk-device=cpu", f"--fk-candidate={EXAMPLES}", f"--fk-report={report}",
+         f"--rootdir={ROOT}", "-p", "no:randomly"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not report.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    data = json.loads(report.read_text())
+    assert data["complete"] is False
+    assert sum(t["cases_total"] for t in data["tasks"]) > 0
