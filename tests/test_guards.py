@@ -89,3 +89,23 @@ def test_interrupted_run_still_writes_its_report(tmp_path):
     data = json.loads(report.read_text())
     assert data["complete"] is False
     assert sum(t["cases_total"] for t in data["tasks"]) > 0
+
+
+def test_time_below_the_roofline_is_a_suspect_not_a_record():
+    """The roofline rule itself (no honest kernel can break it, so it is tested on numbers)."""
+    from fk_pytest.speed import _result
+    from fk_pytest.timing import Timing
+    from fk_pytest.registry import get_task
+
+    task = get_task("silu_and_mul")
+    case = next(c for c in task.cases("full") if c.id == "llama-3.1-8b-prefill-T16384-bf16")
+    roofline = {"copy_tbps": 4.2, "bf16_gemm_tflops": 750.0}
+    floor_us = task.io_bytes(case) / 4.2e12 * 1e6  # about 335 us for 1.4 GB
+
+    def timed(us):
+        return Timing(us, 0.01, 100, "cuda-graph", [us] * 100)
+
+    honest = _result(task, case, timed(floor_us * 1.1), timed(floor_us * 1.2), roofline)
+    assert not honest.suspect and 0.85 < honest.frac_roofline < 1.0
+    cheat = _result(task, case, timed(floor_us * 0.5), timed(floor_us * 1.2), roofline)
+    assert cheat.suspect and cheat.frac_roofline > 1.9

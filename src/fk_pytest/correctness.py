@@ -67,8 +67,11 @@ def _describe(x: Any) -> str:
 
 
 def _short_traceback(exc: BaseException) -> str:
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return "".join(lines[-3:]).strip()
+    """``Type: first line of the message (at file:line)`` of the innermost frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}{where}"
 
 
 def _storage(t: torch.Tensor) -> int:
