@@ -91,6 +91,33 @@ def poisoned_allocations():
         torch.use_deterministic_algorithms(was_on, warn_only=was_warn)
 
 
+SENTINEL = 1024.0  # exact in every float dtype
+
+
+@contextlib.contextmanager
+def sentinel_allocations():
+    """Fill memory from torch.empty & co. with a finite sentinel (a second, different poison).
+
+    Elements that are NaN under :func:`poisoned_allocations` and equal the sentinel here were
+    never written by the candidate; the caching allocator cannot blur that, unlike a plain rerun.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    factories = {aten.empty.memory_format, aten.empty_like.default, aten.empty_strided.default,
+                 aten.new_empty.default, aten.new_empty_strided.default}
+
+    class _Fill(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func in factories and isinstance(out, torch.Tensor) and out.is_floating_point():
+                out.fill_(SENTINEL)
+            return out
+
+    with _Fill():
+        yield
+
+
 def synchronize(device: torch.device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)

@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from . import status
-from .build import (clone_inputs, instantiate, instantiate_candidate, master_state,
-                    poisoned_allocations, synchronize, upcast_inputs)
+from .build import (SENTINEL, clone_inputs, instantiate, instantiate_candidate, master_state,
+                    poisoned_allocations, sentinel_allocations, synchronize, upcast_inputs)
 from .compare import OutputError, check_discriminating, output_error, triton_interpreter_active
 from .errors import CandidateError
 from .guards import ReferenceTracer, new_threads, tampered
@@ -260,17 +260,18 @@ def _nonfinite_problem(names, cands, truths, candidate, inputs, device):
         if not bool(bad.any()):
             continue
         count, total = int(bad.sum()), c.numel()
-        # Run again without poisoned allocations: elements that only go bad with poison are
-        # elements the candidate never wrote.
+        # Run again with a finite sentinel in fresh allocations: elements that are NaN under the
+        # NaN poison and hold the sentinel now were never written by the candidate.
         try:
-            rerun = as_outputs(candidate(**clone_inputs(inputs)), names, "candidate")[i]
+            with sentinel_allocations():
+                rerun = as_outputs(candidate(**clone_inputs(inputs)), names, "candidate")[i]
             synchronize(device)
-            unwritten = int((bad & torch.isfinite(rerun)).sum())
+            unwritten = int((bad & (rerun == SENTINEL)).sum())
         except Exception:
             unwritten = 0
         if unwritten:
             return (status.UNWRITTEN_OUTPUT,
                     f"output {name!r}: {unwritten} of {total} elements were never written "
-                    "(they kept the poison value of freshly allocated memory)")
+                    "(they kept the poison of freshly allocated memory)")
         return status.NONFINITE_OUTPUT, f"output {name!r}: {count} of {total} elements are NaN/Inf where the truth is finite"
     return None
