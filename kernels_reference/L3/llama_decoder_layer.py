@@ -1,0 +1,44 @@
+"""LlamaDecoderLayer (vLLM): pre-norm attention and MLP with the residual add fused into the norms.
+
+``forward(positions, hidden_states, residual) -> (hidden_states, residual)``; the first layer gets
+``residual=None`` and keeps its input as the residual.
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+
+from ..L1.rms_norm import RMSNorm
+from ..L2.llama_attention import LlamaAttention
+from ..L2.llama_mlp import LlamaMLP
+from ..model_config import LlamaArchConfig
+from ..native import run
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: LlamaArchConfig):
+        super().__init__()
+        self.self_attn = LlamaAttention(
+            config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim,
+            config.max_position_embeddings, config.rope_theta, config.rope_scaling, config.rms_norm_eps,
+            qkv_bias=config.qkv_bias, qk_norm=config.qk_norm)
+        self.mlp = LlamaMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor,
+                residual: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        return self._forward(positions, hidden_states, residual, native=False)
+
+    def forward_native(self, positions, hidden_states, residual):
+        return self._forward(positions, hidden_states, residual, native=True)
+
+    def _forward(self, positions, hidden_states, residual, native):
+        if residual is None:
+            residual = hidden_states
+            hidden_states = run(self.input_layernorm, native, hidden_states)
+        else:
+            hidden_states, residual = run(self.input_layernorm, native, hidden_states, residual)
+        hidden_states = run(self.self_attn, native, positions, hidden_states)
+        hidden_states, residual = run(self.post_attention_layernorm, native, hidden_states, residual)
+        return run(self.mlp, native, hidden_states), residual

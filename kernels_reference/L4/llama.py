@@ -1,0 +1,138 @@
+"""LlamaForCausalLM (vLLM) and its Qwen2 / Qwen3 / Mistral variants (config switches).
+
+``forward(input_ids[T], positions[T]) -> hidden_states[T, hidden]`` over a packed batch whose
+attention metadata is in the forward context; ``compute_logits(hidden_states) -> [T, vocab]``.
+``load_weights`` takes HF checkpoint names (safetensors or an HF state_dict) and packs q/k/v into
+``qkv_proj`` and gate/up into ``gate_up_proj``.
+"""
+from typing import Iterable, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ..L1.rms_norm import RMSNorm
+from ..L1.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+from ..L3.llama_decoder_layer import LlamaDecoderLayer
+from ..model_config import LlamaArchConfig
+from ..native import run
+
+# HF name fragment -> (our fused parameter, shard)
+_STACKED = {".q_proj.": ("qkv_proj", "q"), ".k_proj.": ("qkv_proj", "k"), ".v_proj.": ("qkv_proj", "v"),
+            ".gate_proj.": ("gate_up_proj", 0), ".up_proj.": ("gate_up_proj", 1)}
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: LlamaArchConfig):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, input_ids, positions):
+        return self._forward(input_ids, positions, native=False)
+
+    def forward_native(self, input_ids, positions):
+        return self._forward(input_ids, positions, native=True)
+
+    def _forward(self, input_ids, positions, native):
+        hidden_states, residual = run(self.embed_tokens, native, input_ids), None
+        for layer in self.layers:
+            hidden_states, residual = run(layer, native, positions, hidden_states, residual)
+        hidden_states, _ = run(self.norm, native, hidden_states, residual)
+        return hidden_states
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, config: LlamaArchConfig):
+        super().__init__()
+        if not isinstance(config, LlamaArchConfig):
+            config = LlamaArchConfig.from_hf(config)
+        self.config = config
+        self.model = LlamaModel(config)
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids, positions)
+
+    def forward_native(self, input_ids, positions):
+        return self.model.forward_native(input_ids, positions)
+
+    def compute_logits(self, hidden_states: torch.Tensor, native: bool = False) -> torch.Tensor:
+        return run(self.lm_head, native, hidden_states)
+
+    # ---- KV cache -----------------------------------------------------------------------------
+    def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype=None, device=None) -> None:
+        weight = self.lm_head.weight
+        dtype, device = dtype or weight.dtype, device or weight.device
+        c = self.config
+        shape = (num_blocks, block_size, c.num_key_value_heads, c.head_dim)
+        for layer in self.model.layers:
+            layer.self_attn.attn.kv_cache = (torch.zeros(shape, dtype=dtype, device=device),
+                                             torch.zeros(shape, dtype=dtype, device=device))
+
+    # ---- weights ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        params = dict(self.named_parameters(remove_duplicate=False))
+        loaded = set()
+        for name, tensor in weights:
+            if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and self.config.tie_word_embeddings):
+                continue
+            target, rows, shard = name, None, None
+            for fragment, (fused, shard) in _STACKED.items():
+                if fragment in name:
+                    target = name.replace(fragment[1:-1], fused)
+                    module = self.get_submodule(target.rsplit(".", 1)[0])
+                    if fused == "qkv_proj":
+                        start = module.shard_offset(shard)
+                        rows = slice(start, start + module.shard_size(shard))
+                    else:
+                        start = module.shard_offset(shard)
+                        rows = slice(start, start + module.output_sizes[shard])
+                    break
+            else:
+                shard = None
+            if target not in params:
+                raise KeyError(f"checkpoint weight {name!r} has no place in {type(self).__name__}")
+            dst = params[target] if rows is None else params[target][rows]
+            if dst.shape != tensor.shape:
+                raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != {tuple(dst.shape)}")
+            dst.copy_(tensor)
+            loaded.add((target, shard))
+        shards = {"qkv_proj": ("q", "k", "v"), "gate_up_proj": (0, 1)}
+        expected = {(n, s) for n in params
+                    for s in next((v for k, v in shards.items() if f".{k}." in n), (None,))}
+        missing = {n for n, s in expected - loaded}
+        if self.config.tie_word_embeddings:
+            missing.discard("lm_head.weight")
+        if missing:
+            raise KeyError(f"weights missing from the checkpoint: {sorted(missing)[:8]}")
+
+    def load_safetensors(self, paths: Iterable[str]) -> None:
+        from safetensors.torch import load_file
+
+        for path in paths:
+            self.load_weights(load_file(path).items())
+
+
+class Qwen2ForCausalLM(LlamaForCausalLM):
+    """Qwen2 / Qwen2.5: Llama with biases on q, k and v (from the config's architecture)."""
+
+
+class Qwen3ForCausalLM(LlamaForCausalLM):
+    """Qwen3: Llama with per-head q/k RMSNorm and an explicit head_dim."""
+
+
+class MistralForCausalLM(LlamaForCausalLM):
+    """Mistral-7B-v0.3: the Llama architecture (no sliding window in v0.3)."""
+
+
+ARCHITECTURES = {cls.__name__: cls for cls in
+                 (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)}
+
+
+def model_for(config) -> LlamaForCausalLM:
+    arch = LlamaArchConfig.from_hf(config)
+    return ARCHITECTURES.get(arch.architecture, LlamaForCausalLM)(arch)

@@ -1,0 +1,83 @@
+"""Per-step attention metadata, passed the way production passes it: a forward context.
+
+vLLM sets a forward context around each model step; attention layers read their metadata from it
+instead of taking it as arguments through every module. A batch mixes sequences that prefill (many
+query tokens, possibly a later chunk of a long prompt) and sequences that decode (one query token);
+each sequence's keys/values live in a paged cache addressed through its block table.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Iterator, List, Optional, Sequence
+
+import torch
+
+
+@dataclasses.dataclass
+class AttentionMetadata:
+    query_start_loc: torch.Tensor  # [B + 1] int32: cu_seqlens of the packed query tokens
+    seq_lens: torch.Tensor  # [B] int32: tokens in the cache after this step (context + query)
+    block_tables: torch.Tensor  # [B, max_blocks] int32: physical block of each logical block
+    slot_mapping: torch.Tensor  # [T] int64: cache slot (block * block_size + offset) of each token
+    block_size: int
+    max_query_len: int
+    max_seq_len: int
+
+    @property
+    def num_seqs(self) -> int:
+        return self.seq_lens.numel()
+
+    @staticmethod
+    def build(context_lens: Sequence[int], query_lens: Sequence[int], block_size: int,
+              device="cpu", block_tables: Optional[List[List[int]]] = None) -> "AttentionMetadata":
+        """Metadata for sequences with ``context_lens`` tokens already cached and ``query_lens`` new.
+
+        Without ``block_tables`` each sequence gets consecutive blocks after the previous one's
+        (enough for its final length); pass tables from a block manager to place them elsewhere.
+        """
+        seq_lens = [c + q for c, q in zip(context_lens, query_lens)]
+        if block_tables is None:
+            block_tables, next_block = [], 0
+            for n in seq_lens:
+                count = -(-n // block_size)
+                block_tables.append(list(range(next_block, next_block + count)))
+                next_block += count
+        width = max(len(t) for t in block_tables) if block_tables else 0
+        tables = torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int32)
+        slots = []
+        for table, ctx, n in zip(block_tables, context_lens, seq_lens):
+            slots += [table[p // block_size] * block_size + p % block_size for p in range(ctx, n)]
+        starts = [0]
+        for q in query_lens:
+            starts.append(starts[-1] + q)
+        return AttentionMetadata(
+            query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+            block_tables=tables.to(device), slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+            block_size=block_size, max_query_len=max(query_lens, default=0), max_seq_len=max(seq_lens, default=0))
+
+    def positions(self) -> torch.Tensor:
+        """Absolute position of each query token (its index in its sequence)."""
+        out = []
+        starts = self.query_start_loc.tolist()
+        for i, n in enumerate(self.seq_lens.tolist()):
+            q = starts[i + 1] - starts[i]
+            out.append(torch.arange(n - q, n))
+        return torch.cat(out).to(self.seq_lens.device) if out else torch.zeros(0, dtype=torch.long)
+
+
+_CONTEXT: List[AttentionMetadata] = []
+
+
+@contextlib.contextmanager
+def set_forward_context(metadata: Optional[AttentionMetadata]) -> Iterator[None]:
+    _CONTEXT.append(metadata)
+    try:
+        yield
+    finally:
+        _CONTEXT.pop()
+
+
+def get_forward_context() -> Optional[AttentionMetadata]:
+    return _CONTEXT[-1] if _CONTEXT else None
