@@ -21,6 +21,7 @@ from torch import nn
 
 from ..dispatch import compute_dtype
 from ..forward_context import get_forward_context
+from ..records import RecordsInit
 
 
 def store_kv_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
@@ -53,7 +54,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context:
     return torch.einsum("hqk,khd->qhd", probs, vc).to(q.dtype)
 
 
-class Attention(nn.Module):
+class Attention(RecordsInit, nn.Module):
     def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: Optional[int] = None):
         super().__init__()
         self.num_heads, self.head_size, self.scale = num_heads, head_size, scale

@@ -10,9 +10,10 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
+from ..records import RecordsInit
 
 
-class ReplicatedLinear(nn.Module):
+class ReplicatedLinear(RecordsInit, nn.Module):
     def __init__(self, input_size: int, output_size: int, bias: bool = False):
         super().__init__()
         self.input_size, self.output_size = input_size, output_size

@@ -11,6 +11,7 @@ from torch import nn
 
 from ..dispatch import compute_dtype, use_fast_path
 from ..triton_rows import row_layout, warps_for
+from ..records import RecordsInit
 
 try:
     import triton
@@ -19,7 +20,7 @@ except ImportError:  # the native path still works without Triton
     triton = None
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(RecordsInit, nn.Module):
     def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
         self.hidden_size = hidden_size

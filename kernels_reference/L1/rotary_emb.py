@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ..dispatch import use_fast_path
+from ..records import RecordsInit
 
 try:
     import triton
@@ -27,7 +28,7 @@ except ImportError:
     triton = None
 
 
-class RotaryEmbedding(nn.Module):
+class RotaryEmbedding(RecordsInit, nn.Module):
     def __init__(
         self,
         head_size: int,

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..dispatch import compute_dtype, use_fast_path
+from ..records import RecordsInit
 
 try:
     import triton
@@ -18,7 +19,7 @@ except ImportError:
 _BLOCK = 1024
 
 
-class SiluAndMul(nn.Module):
+class SiluAndMul(RecordsInit, nn.Module):
     def __init__(self):
         super().__init__()
 

@@ -6,9 +6,10 @@ them in a separate LogitsProcessor from the head's weight).
 import torch
 import torch.nn.functional as F
 from torch import nn
+from ..records import RecordsInit
 
 
-class VocabParallelEmbedding(nn.Module):
+class VocabParallelEmbedding(RecordsInit, nn.Module):
     def __init__(self, num_embeddings: int, embedding_dim: int):
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim

@@ -10,9 +10,10 @@ from ..L1.linear import QKVParallelLinear, RowParallelLinear
 from ..L1.rms_norm import RMSNorm
 from ..L1.rotary_emb import RotaryEmbedding
 from ..native import run
+from ..records import RecordsInit
 
 
-class LlamaAttention(nn.Module):
+class LlamaAttention(RecordsInit, nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
                  max_position_embeddings: int, rope_theta: float, rope_scaling: Optional[dict] = None,
                  rms_norm_eps: float = 1e-6, qkv_bias: bool = False, qk_norm: bool = False):

@@ -5,9 +5,10 @@ from torch import nn
 from ..L1.linear import MergedColumnParallelLinear, RowParallelLinear
 from ..L1.silu_and_mul import SiluAndMul
 from ..native import run
+from ..records import RecordsInit
 
 
-class LlamaMLP(nn.Module):
+class LlamaMLP(RecordsInit, nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str = "silu", bias: bool = False):
         super().__init__()
         if hidden_act != "silu":

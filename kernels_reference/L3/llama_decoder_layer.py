@@ -13,9 +13,10 @@ from ..L2.llama_attention import LlamaAttention
 from ..L2.llama_mlp import LlamaMLP
 from ..model_config import LlamaArchConfig
 from ..native import run
+from ..records import RecordsInit
 
 
-class LlamaDecoderLayer(nn.Module):
+class LlamaDecoderLayer(RecordsInit, nn.Module):
     def __init__(self, config: LlamaArchConfig):
         super().__init__()
         self.self_attn = LlamaAttention(

@@ -15,13 +15,14 @@ from ..L1.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 from ..L3.llama_decoder_layer import LlamaDecoderLayer
 from ..model_config import LlamaArchConfig
 from ..native import run
+from ..records import RecordsInit
 
 # HF name fragment -> (our fused parameter, shard)
 _STACKED = {".q_proj.": ("qkv_proj", "q"), ".k_proj.": ("qkv_proj", "k"), ".v_proj.": ("qkv_proj", "v"),
             ".gate_proj.": ("gate_up_proj", 0), ".up_proj.": ("gate_up_proj", 1)}
 
 
-class LlamaModel(nn.Module):
+class LlamaModel(RecordsInit, nn.Module):
     def __init__(self, config: LlamaArchConfig):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
@@ -42,7 +43,7 @@ class LlamaModel(nn.Module):
         return hidden_states
 
 
-class LlamaForCausalLM(nn.Module):
+class LlamaForCausalLM(RecordsInit, nn.Module):
     def __init__(self, config: LlamaArchConfig):
         super().__init__()
         if not isinstance(config, LlamaArchConfig):

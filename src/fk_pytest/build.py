@@ -35,7 +35,20 @@ def instantiate(cls: type, task: Task, case: Case, state, device, dtype) -> torc
     return module.eval()
 
 
-def instantiate_candidate(cls, task, case, state, device, dtype) -> torch.nn.Module:
+def instantiate_candidate(cls, task, case, state, device, dtype, compose=None) -> torch.nn.Module:
+    """The candidate side: ``cls`` on the shared weights; with ``compose`` (composed mode) its
+    reference descendants are then replaced by the candidate tree's classes. The list of swapped
+    classes is left on the module as ``fk_swapped``."""
+    module = _candidate_module(cls, task, case, state, device, dtype)
+    swapped = [cls.__name__] if cls is not task.reference else []
+    if compose is not None:
+        from .compose import swap_children
+        swapped += swap_children(module, compose)
+    object.__setattr__(module, "fk_swapped", swapped)
+    return module
+
+
+def _candidate_module(cls, task, case, state, device, dtype) -> torch.nn.Module:
     try:
         module = cls(**task.init_args(case))
         module.to(device=device, dtype=dtype)

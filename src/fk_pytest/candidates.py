@@ -92,18 +92,28 @@ class CandidateSource:
         return self.is_file or (self.path / task.module_path).is_file()
 
     def load_class(self, task: Task) -> type:
-        if not self.has_module(task):
-            raise NotAttempted(f"no {task.module_path} in the candidate tree")
-        module = self._import(task.module_path)
-        cls = getattr(module, task.class_name, None)
+        return self.load(task.module_path, task.reference)
+
+    def load(self, module_path: str, reference: type) -> type:
+        """The candidate's class standing in for ``reference`` (defined in ``module_path``)."""
+        name = reference.__name__
+        if not (self.is_file or (self.path / module_path).is_file()):
+            raise NotAttempted(f"no {module_path} in the candidate tree")
+        module = self._import(module_path)
+        cls = getattr(module, name, None)
         if cls is None:
             if self.is_file:
-                raise NotAttempted(f"{self.path.name} defines no class {task.class_name}")
-            raise CandidateError(status.MISSING_CLASS, f"{task.module_path} defines no class {task.class_name}")
+                raise NotAttempted(f"{self.path.name} defines no class {name}")
+            raise CandidateError(status.MISSING_CLASS, f"{module_path} defines no class {name}")
         if not isinstance(cls, type):
-            raise CandidateError(status.MISSING_CLASS, f"{task.class_name} in {task.module_path} is not a class")
-        check_signatures(task.reference, cls)
+            raise CandidateError(status.MISSING_CLASS, f"{name} in {module_path} is not a class")
+        check_signatures(reference, cls)
         return cls
+
+    def module_paths(self) -> list:
+        if self.is_file:
+            return []
+        return sorted(str(p.relative_to(self.path)) for p in self.path.rglob("L*/*.py"))
 
 
 def _signature(func) -> Optional[list]:

@@ -20,7 +20,7 @@ from . import status
 from .build import (SENTINEL, clone_inputs, instantiate, instantiate_candidate, master_state,
                     poisoned_allocations, sentinel_allocations, synchronize, upcast_inputs)
 from .compare import OutputError, check_discriminating, output_error, triton_interpreter_active
-from .errors import CandidateError
+from .errors import CandidateError, TaskDefinitionError
 from .guards import ReferenceTracer, new_threads, tampered
 from .task import Case, Task
 
@@ -35,6 +35,7 @@ class CaseResult:
     errors: List[OutputError] = dataclasses.field(default_factory=list)
     case: Optional[dict] = None
     delegated: List[str] = dataclasses.field(default_factory=list)  # reference code it ran
+    swapped: List[str] = dataclasses.field(default_factory=list)  # candidate classes in the module
 
     @property
     def passed(self) -> bool:
@@ -80,7 +81,7 @@ def _storage(t: torch.Tensor) -> int:
 
 def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device,
                   kind: str = "workload", history: Optional[Dict[str, str]] = None,
-                  trace_reference: bool = False) -> CaseResult:
+                  trace_reference: bool = False, compose=None) -> CaseResult:
     """Verdict of ``candidate_cls`` on one case and one input draw.
 
     ``history`` (digest of earlier candidate outputs -> label) lets a caller that evaluates many
@@ -89,26 +90,30 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
     """
     device = torch.device(device)
     names = task.output_names(case)
-    state = master_state(task, case, seed)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    inputs = task.make_inputs(case, gen, device)
     result = CaseResult(case.id, kind, seed, status.PASSED,
                         case=dict(case.params, dtype=str(case.dtype)) if kind == "fuzz" else None)
-
     with torch.no_grad():
-        truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
-        truths = as_outputs(truth_module.forward_native(**upcast_inputs(inputs)), names, "truth")
-        for name, t in zip(names, truths):
-            check_discriminating(name, t)
-        reference = instantiate(task.reference, task, case, state, device, case.dtype)
-        with poisoned_allocations():
-            refs = [as_outputs(reference(**clone_inputs(inputs)), names, "reference")]
-        synchronize(device)
+        try:  # everything before the candidate runs is the task's doing, not the candidate's
+            state = master_state(task, case, seed)
+            inputs = task.make_inputs(case, torch.Generator(device=device).manual_seed(seed), device)
+            truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
+            truths = as_outputs(truth_module.forward_native(**upcast_inputs(inputs)), names, "truth")
+            for name, t in zip(names, truths):
+                check_discriminating(name, t)
+            reference = instantiate(task.reference, task, case, state, device, case.dtype)
+            with poisoned_allocations():
+                refs = [as_outputs(reference(**clone_inputs(inputs)), names, "reference")]
+            synchronize(device)
+        except TaskDefinitionError:
+            raise
+        except Exception as exc:
+            raise TaskDefinitionError(f"the task failed before the candidate ran: {_short_traceback(exc)}") from exc
 
         threads_before = {t.ident for t in threading.enumerate()}
-        tracer = ReferenceTracer(trace_reference)
+        tracer = ReferenceTracer(trace_reference, task.module_path)
         try:
-            candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype)
+            candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype, compose)
+            result.swapped = candidate.fk_swapped
             cand_inputs = clone_inputs(inputs)
             with poisoned_allocations(), interpreted_launches() as launches, tracer:
                 raw = candidate(**cand_inputs)

@@ -13,6 +13,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .candidates import CandidateSource
+from .compose import candidate_lookup
 from .correctness import CaseResult, evaluate_case
 from .errors import CandidateError, NotAttempted
 from .speed import SpeedResult, measure_speed
@@ -34,16 +35,26 @@ def resolve_task(ref: TaskRef) -> Task:
 
 
 class Evaluator:
-    def __init__(self, candidate_path: Optional[str], device: str):
-        self.device = device
+    def __init__(self, candidate_path: Optional[str], device: str, mode: str = "independent"):
+        self.device, self.mode = device, mode
         self.source = CandidateSource(candidate_path) if candidate_path else None
+        self._lookup = candidate_lookup(self.source) if self.source and mode == "composed" else None
         self._history: Dict[str, Dict[str, str]] = {}  # per task: output digest -> first label
         self._traced: Dict[str, set] = {}  # per task: case variants already traced for delegation
         self.roofline: Optional[dict] = None
         self._flusher = None
 
     def _class(self, task: Task) -> type:
-        return self.source.load_class(task) if self.source else task.reference
+        if not self.source:
+            return task.reference
+        try:
+            return self.source.load_class(task)
+        except NotAttempted:
+            # Composed mode scores lower-level candidates inside a reference container.
+            lower = [p for p in self.source.module_paths() if int(p[1]) < task.level]
+            if self._lookup is None or task.level == 1 or not lower:
+                raise
+            return task.reference
 
     def load(self, ref: TaskRef) -> Tuple[str, str]:
         """("ok", "") | ("not_attempted", why) | (status, message) for a candidate problem."""
@@ -60,12 +71,15 @@ class Evaluator:
         task = resolve_task(ref)
         # Delegation is a property of the code path; tracing costs a lot under the interpreter,
         # so trace the first workload case of each output structure once.
+        cls = self._class(task)
         variant = (kind, task.output_names(case), case.dtype)
         traced = self._traced.setdefault(task.name, set())
-        trace = kind == "workload" and variant not in traced and self.source is not None
+        trace = kind == "workload" and variant not in traced and self.source is not None \
+            and cls is not task.reference
         traced.add(variant)
-        return evaluate_case(task, case, seed, self._class(task), self.device, kind,
-                             history=self._history.setdefault(task.name, {}), trace_reference=trace)
+        return evaluate_case(task, case, seed, cls, self.device, kind,
+                             history=self._history.setdefault(task.name, {}), trace_reference=trace,
+                             compose=self._lookup)
 
     def speed(self, ref: TaskRef, case: Case, seed: int) -> Tuple[SpeedResult, Optional[dict]]:
         task = resolve_task(ref)
@@ -76,5 +90,5 @@ class Evaluator:
             if self._flusher is None:
                 self._flusher = L2Flusher(torch.device("cuda"))
         result = measure_speed(task, case, self._class(task), self.device, seed,
-                               roofline=self.roofline, flusher=self._flusher)
+                               roofline=self.roofline, flusher=self._flusher, compose=self._lookup)
         return result, self.roofline

@@ -63,22 +63,28 @@ def tampered() -> List[str]:
 
 
 class ReferenceTracer:
-    """Record reference functions (and reference Triton kernels) that run inside the block."""
+    """Record functions (and Triton kernels) of the task's own reference file run inside the block.
 
-    def __init__(self, enabled: bool = True):
+    Only the reference implementation *of the task* counts as delegation: a candidate that builds
+    on reference children (an L2 candidate using the reference L1 modules) is the normal,
+    independent-mode case.
+    """
+
+    def __init__(self, enabled: bool = True, module_path: str = ""):
         self.enabled = enabled
+        self.target = str(Path(REFERENCE_DIR) / module_path) if module_path else REFERENCE_DIR
         self.hits: Set[str] = set()
 
     def _profile(self, frame, event, arg):
         if event != "call":
             return
         code = frame.f_code
-        if code.co_filename.startswith(REFERENCE_DIR):
+        if code.co_filename.startswith(self.target):
             self.hits.add(f"{Path(code.co_filename).stem}.{code.co_name}")
         elif code.co_name == "run" and "self" in frame.f_locals:
             fn = getattr(frame.f_locals["self"], "fn", None)  # a Triton JITFunction launch
             filename = getattr(getattr(fn, "__code__", None), "co_filename", "")
-            if filename.startswith(REFERENCE_DIR):
+            if filename.startswith(self.target):
                 self.hits.add(f"{Path(filename).stem}.{fn.__name__} (Triton kernel)")
 
     def __enter__(self):

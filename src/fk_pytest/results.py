@@ -126,7 +126,11 @@ class Results:
         return self.tasks[task.name]
 
     def record_case(self, task, result: CaseResult) -> None:
-        self.register(task).cases[(result.kind, result.case_id, result.seed)] = result
+        rec = self.register(task)
+        rec.cases[(result.kind, result.case_id, result.seed)] = result
+        for name in getattr(result, "swapped", []):
+            if name not in rec.swapped:
+                rec.swapped.append(name)
 
     def record_speed(self, task, result: SpeedResult) -> None:
         self.register(task).speed[result.case_id] = result

@@ -43,11 +43,11 @@ class FKSession:
         self._checked: Dict[str, Exception] = {}
         self._dead: Dict[str, WorkerFailure] = {}  # task -> the crash/timeout that ended it
         if isolation == "process":
-            self.evaluator = WorkerClient(candidate, device, timeout_s)
+            self.evaluator = WorkerClient(candidate, device, timeout_s, mode)
         else:
             from .guards import genuine_snapshot
             genuine_snapshot()  # before any candidate code is imported into this process
-            self.evaluator = Evaluator(candidate, device)
+            self.evaluator = Evaluator(candidate, device, mode)
 
     def close(self) -> None:
         if isinstance(self.evaluator, WorkerClient):
@@ -63,8 +63,6 @@ class FKSession:
             except WorkerFailure as exc:
                 outcome, message = exc.status, f"loading the candidate: {exc.message}"
             if outcome == "ok":
-                # L1 tasks have no children, so both modes swap exactly the task's own module.
-                rec.swapped = [task.class_name]
                 self._checked[task.name] = None
             elif outcome == "not_attempted":
                 self.results.record_candidate_problem(task, status.NOT_ATTEMPTED, message)

@@ -42,8 +42,8 @@ def _describe_exit(code: Optional[int]) -> str:
 class WorkerClient:
     """Parent side. Methods mirror Evaluator's: load, evaluate, speed."""
 
-    def __init__(self, candidate: Optional[str], device: str, timeout_s: float):
-        self.candidate, self.device, self.timeout_s = candidate, device, timeout_s
+    def __init__(self, candidate: Optional[str], device: str, timeout_s: float, mode: str = "independent"):
+        self.candidate, self.device, self.timeout_s, self.mode = candidate, device, timeout_s, mode
         self.proc: Optional[subprocess.Popen] = None
         self.conn: Optional[Connection] = None
 
@@ -53,7 +53,8 @@ class WorkerClient:
         self.proc = subprocess.Popen([sys.executable, "-m", "fk_pytest.worker", str(fd)], pass_fds=(fd,))
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
-        self.conn.send({"sys_path": list(sys.path), "candidate": self.candidate, "device": self.device})
+        self.conn.send({"sys_path": list(sys.path), "candidate": self.candidate, "device": self.device,
+                        "mode": self.mode})
 
     def close(self) -> None:
         if self.conn is not None:
@@ -130,7 +131,7 @@ def serve(fd: int) -> None:
     from . import correctness, evaluator, guards, speed, timing  # noqa: F401
     from .errors import CandidateError, TaskDefinitionError
     guards.genuine_snapshot()
-    ev = evaluator.Evaluator(init["candidate"], init["device"])
+    ev = evaluator.Evaluator(init["candidate"], init["device"], init["mode"])
     while True:
         try:
             op, args = conn.recv()

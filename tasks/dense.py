@@ -1,0 +1,87 @@
+"""Shared shape of the dense tasks (linear layers, embedding, LM head, MLP): one activation in,
+one out, weights from a real config, token counts from the serving phases.
+
+On the CPU profile the dense tasks use the small real models (Qwen2.5-0.5B, Qwen3-0.6B) so a
+float64 truth of their weights stays small; the GPU profile uses the served 7-8B models.
+"""
+from typing import Dict, Tuple
+
+import torch
+from hypothesis import strategies as st
+
+from fk_pytest import Case, Task
+from fk_pytest.fuzz import token_counts
+from fk_pytest.task import DTYPE_NAMES
+
+from .configs import load_config
+from .workload import LLAMA_FAMILY, TOKENS, activations, fuzz_cap, model_dtype
+
+SMALL_MODELS = ("qwen2.5-0.5b", "qwen3-0.6b")
+DENSE_TOKENS = {"cpu": {"decode": (1, 7), "prefill": (33,)}, "full": TOKENS["full"]}
+
+
+def dense_models(profile: str) -> Tuple[str, ...]:
+    return SMALL_MODELS if profile == "cpu" else LLAMA_FAMILY
+
+
+class DenseTask(Task):
+    """Subclasses give ``shape(cfg) -> (init_args, in_features, out_features)`` (or override)."""
+
+    family = "linear"
+    models = None  # override to pin the models (else the profile's dense models)
+    input_name = "x"  # the forward parameter the activation is passed as
+
+    def shape(self, cfg) -> Tuple[Dict, int, int]:
+        raise NotImplementedError
+
+    def model_list(self, profile):
+        return self.models or dense_models(profile)
+
+    def cases(self, profile):
+        out = []
+        for model in self.model_list(profile):
+            cfg, dt = load_config(model), model_dtype(model)
+            init, fan_in, fan_out = self.shape(cfg)
+            for phase, counts in DENSE_TOKENS[profile].items():
+                for t in counts:
+                    out.append(Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model,
+                                    params=dict(init=init, tokens=t, fan_in=fan_in, fan_out=fan_out, pad=0)))
+        return out
+
+    def init_args(self, case):
+        return dict(case["init"])
+
+    def init_weights(self, module, gen):
+        # Trained-network scale: each output about unit size for unit inputs.
+        with torch.no_grad():
+            for name, p in module.named_parameters():
+                if p.dim() == 2:
+                    p.copy_(torch.randn(p.shape, generator=gen) * p.shape[1] ** -0.5)
+                elif name.endswith("bias"):
+                    p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+                else:  # norm weights
+                    p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+
+    def make_inputs(self, case, gen, device):
+        t, fan_in, pad = case["tokens"], case["fan_in"], case["pad"]
+        x = activations((t, fan_in + pad), gen, device, case.dtype)
+        return {self.input_name: x[:, :fan_in] if pad else x}
+
+    def fuzz_strategy(self, dtype, profile):
+        @st.composite
+        def draw_case(draw):
+            model = draw(st.sampled_from(self.model_list(profile)))
+            init, fan_in, fan_out = self.shape(load_config(model))
+            t = fuzz_cap(draw(token_counts(300)), fan_out + fan_in, profile)
+            pad = draw(st.sampled_from([0, 0, 8, fan_in]))
+            return Case(f"fuzz-{model}-T{t}-pad{pad}-{DTYPE_NAMES[dtype]}", dtype, model=model,
+                        params=dict(init=init, tokens=t, fan_in=fan_in, fan_out=fan_out, pad=pad))
+
+        return draw_case()
+
+    def io_bytes(self, case):
+        t, i, o = case["tokens"], case["fan_in"], case["fan_out"]
+        return (t * i + i * o + t * o) * torch.finfo(case.dtype).bits // 8
+
+    def flops(self, case):
+        return 2 * case["tokens"] * case["fan_in"] * case["fan_out"]

@@ -1,0 +1,39 @@
+"""Composed mode: an L1 candidate runs inside every higher-level task that uses its module."""
+import json
+
+from conftest import CANDIDATES
+
+SELECT = ["-k", "llama_mlp and qwen3-0.6b-decode-T1-bf16 and correctness"]
+
+
+def _run(suite_run, tmp_path, mode):
+    report = tmp_path / f"{mode}.json"
+    result = suite_run(*SELECT, f"--fk-candidate={CANDIDATES / 'composed'}", f"--fk-mode={mode}",
+                       f"--fk-report={report}")
+    return result, {t["name"]: t for t in json.loads(report.read_text())["tasks"]}
+
+
+def test_wrong_l1_candidate_fails_the_l2_task_only_when_composed(suite_run, tmp_path):
+    result, tasks = _run(suite_run, tmp_path, "independent")
+    assert result.ret == 0
+    assert tasks["llama_mlp"]["status"] == "PASSED"
+    assert tasks["llama_mlp"]["swapped_modules"] == ["LlamaMLP"]
+
+    result, tasks = _run(suite_run, tmp_path, "composed")
+    assert result.ret == 1
+    assert tasks["llama_mlp"]["status"] == "WRONG_RESULT"
+    assert tasks["llama_mlp"]["swapped_modules"] == ["LlamaMLP", "SiluAndMul"]
+
+
+def test_composed_mode_scores_l1_candidates_inside_a_reference_container(suite_run, tmp_path):
+    """Without an L2 candidate, composed mode still runs the L2 task: reference container,
+    candidate children (the report says which)."""
+    tree = tmp_path / "l1only" / "L1"
+    tree.mkdir(parents=True)
+    (tree / "silu_and_mul.py").write_text((CANDIDATES / "composed/L1/silu_and_mul.py").read_text())
+    report = tmp_path / "r.json"
+    result = suite_run(*SELECT, f"--fk-candidate={tree.parent}", "--fk-mode=composed", f"--fk-report={report}")
+    tasks = {t["name"]: t for t in json.loads(report.read_text())["tasks"]}
+    assert tasks["llama_mlp"]["status"] == "WRONG_RESULT"
+    assert tasks["llama_mlp"]["swapped_modules"] == ["SiluAndMul"]
+    assert tasks["llama_mlp"]["delegated"] == []  # a reference container is not delegation here
