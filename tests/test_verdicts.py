@@ -40,6 +40,8 @@ def test_honest_candidates_pass_every_case(task_name, tree):
     ("rms_width_4096", "rms_norm", status.WRONG_RESULT, "qwen2.5"),
     ("rms_contiguous_rows", "rms_norm", status.WRONG_RESULT, "norm-"),
     ("rms_low_precision", "rms_norm", status.WRONG_RESULT, "fp32"),
+    ("attn_no_context", "attention", status.WRONG_RESULT, "decode"),
+    ("attn_no_store", "attention", status.WRONG_RESULT, "prefill"),
 ])
 def test_wrong_candidates_fail(tree, task_name, expected, where):
     counts, results = verdicts(task_name, load(CANDIDATES / tree, task_name))

@@ -99,7 +99,14 @@ def output_error(name: str, truth: torch.Tensor, refs: Sequence[torch.Tensor], c
     m_ref = max(_rel_max(r, truth, rms) for r in refs)
     e_cand, m_cand = _rel_l2(cand, truth, norm), _rel_max(cand, truth, rms)
     return OutputError(
-        name=name, e_ref=e_ref, e_cand=e_cand, floor=floor, ratio=e_cand / max(e_ref, floor),
+        name=name, e_ref=e_ref, e_cand=e_cand, floor=floor, ratio=_ratio(e_cand, max(e_ref, floor)),
         elem_ref=m_ref, elem_cand=m_cand, elem_floor=elem_floor,
-        elem_ratio=m_cand / max(m_ref, elem_floor),
+        elem_ratio=_ratio(m_cand, max(m_ref, elem_floor)),
     )
+
+
+def _ratio(error: float, bar: float) -> float:
+    """error / bar; an output the dtype holds exactly (bar 0) must then be exact."""
+    if bar > 0:
+        return error / bar
+    return 0.0 if error == 0 else float("inf")

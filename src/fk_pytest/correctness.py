@@ -90,6 +90,7 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
     """
     device = torch.device(device)
     names = task.output_names(case)
+    written = task.inplace_outputs(case)  # inputs whose post-call state is also compared
     result = CaseResult(case.id, kind, seed, status.PASSED,
                         case=dict(case.params, dtype=str(case.dtype)) if kind == "fuzz" else None)
     with torch.no_grad():
@@ -97,12 +98,16 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             state = master_state(task, case, seed)
             inputs = task.make_inputs(case, torch.Generator(device=device).manual_seed(seed), device)
             truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
-            truths = as_outputs(truth_module.forward_native(**upcast_inputs(inputs)), names, "truth")
-            for name, t in zip(names, truths):
+            truth_inputs = upcast_inputs(inputs)
+            truths = as_outputs(task.call(truth_module, truth_inputs, "forward_native"), names, "truth") \
+                + [truth_inputs[w] for w in written]
+            for name, t in zip(names + written, truths):
                 check_discriminating(name, t)
             reference = instantiate(task.reference, task, case, state, device, case.dtype)
             with poisoned_allocations():
-                refs = [as_outputs(reference(**clone_inputs(inputs)), names, "reference")]
+                ref_inputs = clone_inputs(inputs)
+                refs = [as_outputs(task.call(reference, ref_inputs), names, "reference")
+                        + [ref_inputs[w] for w in written]]
             synchronize(device)
         except TaskDefinitionError:
             raise
@@ -116,7 +121,7 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             result.swapped = candidate.fk_swapped
             cand_inputs = clone_inputs(inputs)
             with poisoned_allocations(), interpreted_launches() as launches, tracer:
-                raw = candidate(**cand_inputs)
+                raw = task.call(candidate, cand_inputs)
                 # Snapshot in stream order, before any synchronisation: work the candidate left
                 # running elsewhere (another stream, a thread) has not landed in it yet.
                 snapshot = [o.clone() if isinstance(o, torch.Tensor) else o
@@ -134,13 +139,14 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             result.status, result.message = problem
             return result
         try:
-            cands = as_outputs(raw, names, candidate_cls.__name__)
+            cands = as_outputs(raw, names, candidate_cls.__name__) + [cand_inputs[w] for w in written]
         except CandidateError as exc:
             return dataclasses.replace(result, status=exc.status, message=exc.message)
 
+        names = names + written
         problem = _structural_problem(task.mutable_inputs(case), names, inputs, cand_inputs, refs[0], cands)
         if problem is None:
-            problem = _nonfinite_problem(names, cands, truths, candidate, inputs, device)
+            problem = _nonfinite_problem(task, case, names, cands, truths, candidate, inputs, device)
         if problem is None:
             problem = _constant_problem(names, cands, truths)
         if problem is not None:
@@ -150,7 +156,9 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
         interpreted = bool(launches["n"]) and _interpreted_bf16(reference, case, device)
         if interpreted:
             with poisoned_allocations():
-                refs.append(as_outputs(reference.forward_triton(**clone_inputs(inputs)), names, "reference"))
+                triton_inputs = clone_inputs(inputs)
+                refs.append(as_outputs(task.call(reference, triton_inputs, "forward_triton"),
+                                       task.output_names(case), "reference") + [triton_inputs[w] for w in written])
         result.errors = [output_error(n, truths[i], [r[i] for r in refs], cands[i], case.dtype, interpreted)
                          for i, n in enumerate(names)]
         digest = _digest(cands)
@@ -257,7 +265,7 @@ def _structural_problem(mutable, names, inputs, cand_inputs, refs, cands):
     return None
 
 
-def _nonfinite_problem(names, cands, truths, candidate, inputs, device):
+def _nonfinite_problem(task, case, names, cands, truths, candidate, inputs, device):
     for i, (name, c, t) in enumerate(zip(names, cands, truths)):
         if not c.is_floating_point():
             continue
@@ -269,7 +277,9 @@ def _nonfinite_problem(names, cands, truths, candidate, inputs, device):
         # NaN poison and hold the sentinel now were never written by the candidate.
         try:
             with sentinel_allocations():
-                rerun = as_outputs(candidate(**clone_inputs(inputs)), names, "candidate")[i]
+                rerun_inputs = clone_inputs(inputs)
+                rerun = (as_outputs(task.call(candidate, rerun_inputs), task.output_names(case), "candidate")
+                         + [rerun_inputs[w] for w in task.inplace_outputs(case)])[i]
             synchronize(device)
             unwritten = int((bad & (rerun == SENTINEL)).sum())
         except Exception:

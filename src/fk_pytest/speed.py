@@ -55,7 +55,7 @@ def measure_speed(task: Task, case: Case, candidate_cls: type, device, seed: int
     candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype, compose)
     sets = [task.make_inputs(case, torch.Generator(device=device).manual_seed(seed + i), device)
             for i in range(input_sets if device.type == "cuda" else 2)]
-    runners = make_runners(candidate, reference, sets, device)
+    runners = make_runners(candidate, reference, sets, device, task.call)
     if device.type == "cuda":
         timings = time_pair_cuda(runners, flusher or L2Flusher(device))
     else:
@@ -78,7 +78,8 @@ def _check_after_timing(task, case, state, runners, sets, device) -> None:
     values = sets[1 % len(sets)]
     with torch.no_grad():
         truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
-        truths = as_outputs(truth_module.forward_native(**upcast_inputs(values)), task.output_names(case), "truth")
+        truths = as_outputs(task.call(truth_module, upcast_inputs(values), "forward_native"),
+                            task.output_names(case), "truth")
     ref_out = runners["reference"].verify(0, values)
     cand_out = runners["candidate"].verify(0, values)
     if len(cand_out) != len(truths) or any(c.shape != t.shape for c, t in zip(cand_out, truths)):

@@ -72,6 +72,19 @@ class Task:
     def output_names(self, case: Case) -> Tuple[str, ...]:
         return ("out",)
 
+    def call(self, module: torch.nn.Module, inputs: Dict[str, Any], method: Optional[str] = None):
+        """Run ``module`` (or its ``method``, e.g. ``forward_native``) on one input set.
+
+        Tasks whose modules read state production passes outside the arguments (the attention
+        metadata in the forward context, the layer's bound KV cache) set it up here.
+        """
+        fn = getattr(module, method) if method else module
+        return fn(**inputs)
+
+    def inplace_outputs(self, case: Case) -> Tuple[str, ...]:
+        """Inputs whose state after the call is an output (e.g. the KV cache a layer writes)."""
+        return ()
+
     def mutable_inputs(self, case: Case) -> Tuple[str, ...]:
         """Inputs this case may write in place; every other input must come back unchanged."""
         return self.may_mutate

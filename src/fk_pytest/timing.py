@@ -40,8 +40,10 @@ def _summary(samples_us: List[float], mode: str, note: str = "") -> Timing:
 class _GpuRunner:
     """One implementation over its own rotated input sets, as graph replays when possible."""
 
-    def __init__(self, module: torch.nn.Module, input_sets: Sequence[Mapping[str, Any]], use_graphs: bool):
+    def __init__(self, module: torch.nn.Module, input_sets: Sequence[Mapping[str, Any]], use_graphs: bool,
+                 call: Callable = None):
         self.module = module
+        self.call = call or (lambda m, s: m(**s))
         self.sets = [clone_inputs(s) for s in input_sets]
         self.graphs: Optional[List[torch.cuda.CUDAGraph]] = None
         self.keep: List[Any] = []
@@ -51,7 +53,7 @@ class _GpuRunner:
         with torch.cuda.stream(side), torch.no_grad():
             for _ in range(2):  # compilation, autotuning and lazy tables happen here
                 for s in self.sets:
-                    module(**s)
+                    self.call(module, s)
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         if use_graphs:
@@ -60,7 +62,7 @@ class _GpuRunner:
                 for s in self.sets:
                     g = torch.cuda.CUDAGraph()
                     with torch.no_grad(), torch.cuda.graph(g):
-                        self.keep.append(module(**s))
+                        self.keep.append(self.call(module, s))
                     graphs.append(g)
                 self.graphs = graphs
             except Exception as exc:  # not capturable: time eager launches instead
@@ -74,7 +76,7 @@ class _GpuRunner:
             self.graphs[i % len(self.graphs)].replay()
             return self.keep[i % len(self.graphs)]
         with torch.no_grad():
-            return self.module(**self.sets[i % len(self.sets)])
+            return self.call(self.module, self.sets[i % len(self.sets)])
 
     def verify(self, i: int, values: Mapping[str, Any]):
         """Put new values into set ``i``'s buffers, run the timed path once, return its outputs.
@@ -98,13 +100,14 @@ class L2Flusher:
 class _CpuRunner:
     mode, note = "cpu-wall", "host clock on the CPU: informational only"
 
-    def __init__(self, module: torch.nn.Module, input_sets: Sequence[Mapping[str, Any]]):
+    def __init__(self, module: torch.nn.Module, input_sets: Sequence[Mapping[str, Any]], call: Callable = None):
         self.module = module
+        self.call = call or (lambda m, s: m(**s))
         self.sets = [clone_inputs(s) for s in input_sets]
 
     def launch(self, i: int):
         with torch.no_grad():
-            return self.module(**self.sets[i % len(self.sets)])
+            return self.call(self.module, self.sets[i % len(self.sets)])
 
     def verify(self, i: int, values: Mapping[str, Any]):
         return _verify_launch(self, i, values)
@@ -123,11 +126,11 @@ def _verify_launch(runner, i: int, values: Mapping[str, Any]):
     return copies
 
 
-def make_runners(candidate, reference, input_sets, device) -> Dict[str, Any]:
+def make_runners(candidate, reference, input_sets, device, call: Callable = None) -> Dict[str, Any]:
     if torch.device(device).type == "cuda":
-        return {"candidate": _GpuRunner(candidate, input_sets, True),
-                "reference": _GpuRunner(reference, input_sets, True)}
-    return {"candidate": _CpuRunner(candidate, input_sets), "reference": _CpuRunner(reference, input_sets)}
+        return {"candidate": _GpuRunner(candidate, input_sets, True, call),
+                "reference": _GpuRunner(reference, input_sets, True, call)}
+    return {"candidate": _CpuRunner(candidate, input_sets, call), "reference": _CpuRunner(reference, input_sets, call)}
 
 
 def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s: float = 0.5,

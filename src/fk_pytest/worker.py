@@ -50,7 +50,8 @@ class WorkerClient:
     def _start(self) -> None:
         parent_sock, child_sock = socket.socketpair()
         fd = child_sock.fileno()
-        self.proc = subprocess.Popen([sys.executable, "-m", "fk_pytest.worker", str(fd)], pass_fds=(fd,))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", f"from fk_pytest.worker import serve; serve({fd})"], pass_fds=(fd,))
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
         self.conn.send({"sys_path": list(sys.path), "candidate": self.candidate, "device": self.device,
@@ -152,6 +153,3 @@ def serve(fd: int) -> None:
             conn.close()
             os._exit(0)
 
-
-if __name__ == "__main__":
-    serve(int(sys.argv[1]))

@@ -1,0 +1,60 @@
+"""LlamaForCausalLM (L4) for Llama-3.1-8B, Qwen3-8B, Mistral-7B-v0.3, Qwen2.5-7B (CPU: Qwen3-0.6B,
+Qwen2.5-0.5B): token ids and positions in, final hidden states out, over the paged cache.
+
+Depth is truncated to ``LAYERS`` layers (every layer is the same code; the whole-depth model is
+scored end to end by the engine tasks); the CPU profile also shards the vocabulary by 64.
+"""
+from fk_pytest import standard_tests
+from kernels_reference.L4.llama import LlamaForCausalLM
+
+from ..dense import DenseTask
+from ..paged import PagedTask, arch_config
+
+LAYERS = 2
+
+
+class LlamaModelTask(PagedTask):
+    name = "llama_for_causal_lm"
+    level = 4
+    family = "model"
+    module_path = "L4/llama.py"
+    reference = LlamaForCausalLM
+    layers = LAYERS
+    init_weights = DenseTask.init_weights
+    models = {"cpu": ("qwen3-0.6b", "qwen2.5-0.5b"),
+              "full": ("llama-3.1-8b", "qwen3-8b", "mistral-7b-v0.3", "qwen2.5-7b")}
+
+    def cases(self, profile):
+        shard = 64 if profile == "cpu" else 1
+        cases = self.batch_cases(profile, lambda model: {"vocab_shard": shard})
+        return cases if profile == "cpu" else [c for c in cases if "B32" in c.id or "Q2048" in c.id]
+
+    def init_args(self, case):
+        return {"config": arch_config(case["model"], LAYERS, case["vocab_shard"])}
+
+    def make_inputs(self, case, gen, device):
+        import torch
+
+        inputs = self.metadata_and_caches(case, gen, device)
+        vocab = arch_config(case["model"], LAYERS, case["vocab_shard"]).vocab_size
+        inputs["positions"] = inputs["metadata"].positions()
+        inputs["input_ids"] = torch.randint(0, vocab, (sum(case["query"]),), generator=gen, device=device)
+        return inputs
+
+    def output_names(self, case):
+        return ("hidden_states",)
+
+    def io_bytes(self, case):
+        c = arch_config(case["model"], LAYERS, case["vocab_shard"])
+        attn_w = c.hidden_size * (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
+        return self.attention_io(case) + LAYERS * (attn_w + 3 * c.hidden_size * c.intermediate_size) * 2
+
+    def flops(self, case):
+        c = arch_config(case["model"], LAYERS, case["vocab_shard"])
+        t = sum(case["query"])
+        attn_w = c.hidden_size * (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
+        return self.attention_flops(case) + 2 * t * LAYERS * (attn_w + 3 * c.hidden_size * c.intermediate_size)
+
+
+TASK = LlamaModelTask()
+test_correctness, test_fuzz, test_speed = standard_tests(TASK)
