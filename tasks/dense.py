@@ -56,11 +56,11 @@ class DenseTask(Task):
         with torch.no_grad():
             for name, p in module.named_parameters():
                 if p.dim() == 2:
-                    p.copy_(torch.randn(p.shape, generator=gen) * p.shape[1] ** -0.5)
+                    p.copy_(torch.randn(p.shape, generator=gen, device=p.device) * p.shape[1] ** -0.5)
                 elif name.endswith("bias"):
-                    p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+                    p.copy_(0.1 * torch.randn(p.shape, generator=gen, device=p.device))
                 else:  # norm weights
-                    p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+                    p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen, device=p.device))
 
     def make_inputs(self, case, gen, device):
         t, fan_in, pad = case["tokens"], case["fan_in"], case["pad"]

@@ -95,7 +95,7 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
                         case=dict(case.params, dtype=str(case.dtype)) if kind == "fuzz" else None)
     with torch.no_grad():
         try:  # everything before the candidate runs is the task's doing, not the candidate's
-            state = master_state(task, case, seed)
+            state = master_state(task, case, seed, device)
             inputs = task.make_inputs(case, torch.Generator(device=device).manual_seed(seed), device)
             truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
             truth_inputs = upcast_inputs(inputs)

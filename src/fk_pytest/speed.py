@@ -50,7 +50,7 @@ def measure_speed(task: Task, case: Case, candidate_cls: type, device, seed: int
                   roofline: Optional[Dict[str, float]] = None, flusher: Optional[L2Flusher] = None,
                   input_sets: int = 4, compose=None) -> SpeedResult:
     device = torch.device(device)
-    state = master_state(task, case, seed)
+    state = master_state(task, case, seed, device)
     reference = instantiate(task.reference, task, case, state, device, case.dtype)
     candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype, compose)
     sets = [task.make_inputs(case, torch.Generator(device=device).manual_seed(seed + i), device)

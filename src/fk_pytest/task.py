@@ -64,7 +64,7 @@ class Task:
         """Fill parameters with realistic values (never the constructor's ones/zeros)."""
         with torch.no_grad():
             for p in module.parameters():
-                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen, device=p.device))
 
     def make_inputs(self, case: Case, gen: torch.Generator, device: torch.device) -> Dict[str, Any]:
         raise NotImplementedError

@@ -42,7 +42,7 @@ class EmbeddingTask(DenseTask):
 
     def init_weights(self, module, gen):
         with torch.no_grad():
-            module.weight.copy_(torch.randn(module.weight.shape, generator=gen) * 0.02 + 0.01)
+            module.weight.copy_(torch.randn(module.weight.shape, generator=gen, device=module.weight.device) * 0.02 + 0.01)
 
     def make_inputs(self, case, gen, device):
         vocab = case["init"]["num_embeddings"]

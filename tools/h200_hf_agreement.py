@@ -1,0 +1,103 @@
+"""Full-size Llama-family configs with random bf16 weights: our L4 model against HF transformers.
+
+For each architecture, HF's model is built from the published config with random weights in bf16
+on the GPU; the same weights are loaded into our LlamaForCausalLM through HF checkpoint names.
+Truth is HF's model upcast to float32. For a packed batch of prompts (prefill) and then 8
+teacher-forced decode steps through our paged KV cache, we report the relative L2 error of
+logits against that truth for HF bf16 and for ours; the target is ours <= 2x HF bf16.
+
+    python3 tools/h200_hf_agreement.py > docs/perf/h200-hf-agreement.md   (device machine, repo root)
+"""
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "src")]
+from kernels_reference.forward_context import AttentionMetadata, set_forward_context  # noqa: E402
+from kernels_reference.L4.llama import model_for  # noqa: E402
+
+MODELS = {"llama-3.1-8b": transformers.LlamaConfig, "qwen3-8b": transformers.Qwen3Config,
+          "mistral-7b-v0.3": transformers.MistralConfig, "qwen2.5-7b": transformers.Qwen2Config}
+PROMPTS, DECODE, BLOCK = (37, 300, 5, 128), 8, 16
+
+
+TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=500, head_dim=16)
+
+
+def hf_config(name, cls, tiny=False):
+    cfg = {k: v for k, v in json.loads((Path("tasks/configs") / f"{name}.json").read_text()).items()
+           if not k.startswith("_") and k not in ("torch_dtype", "qk_norm")}
+    if tiny:  # a quick check of this script on a CPU, not a measurement
+        cfg.update(TINY)
+    return cls(**cfg)
+
+
+def rel(x, truth):
+    return float((x.float() - truth).norm() / truth.norm())
+
+
+def main():
+    tiny = "--tiny-cpu" in sys.argv
+    dev = torch.device("cpu" if tiny else "cuda")
+    torch.manual_seed(0)
+    print("| model | tokens | HF bf16 error vs fp32 | ours bf16 error vs fp32 | ratio (target <= 2) | seconds |")
+    print("|---|---|---|---|---|---|")
+    for name, cls in MODELS.items():
+        t0 = time.time()
+        config = hf_config(name, cls, tiny)
+        with torch.device(dev):
+            hf = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+        with torch.no_grad():
+            for p in hf.parameters():  # random weights at a trained scale (norms near 1)
+                if p.dim() == 2:
+                    p.normal_(0, p.shape[1] ** -0.5)
+                else:
+                    p.copy_(1 + 0.1 * torch.randn_like(p.float()))
+        ours = model_for(config).to(device=dev, dtype=torch.bfloat16).eval()
+        ours.load_weights(hf.state_dict().items())
+        seqs = [torch.randint(0, config.vocab_size, (n + DECODE,)).tolist() for n in PROMPTS]
+        with torch.no_grad():
+            hf_bf16 = [hf(torch.tensor([s], device=dev)).logits[0].float() for s in seqs]
+            hf.float()
+            truth = [hf(torch.tensor([s], device=dev)).logits[0].float() for s in seqs]
+            del hf
+            torch.cuda.empty_cache()
+            ours.allocate_kv_cache(num_blocks=sum(-(-len(s) // BLOCK) for s in seqs) + 1, block_size=BLOCK)
+            tables, at = [], 0
+            for s in seqs:
+                n = -(-len(s) // BLOCK)
+                tables.append(list(range(at, at + n)))
+                at += n
+            rows = [[] for _ in seqs]
+            meta = AttentionMetadata.build([0] * len(seqs), list(PROMPTS), BLOCK, device=dev, block_tables=tables)
+            ids = sum((s[:n] for s, n in zip(seqs, PROMPTS)), [])
+            with set_forward_context(meta):
+                out = ours.compute_logits(ours(torch.tensor(ids, device=dev), meta.positions())).float()
+            at = 0
+            for i, n in enumerate(PROMPTS):
+                rows[i].append(out[at: at + n])
+                at += n
+            for step in range(DECODE):
+                ctx = [n + step for n in PROMPTS]
+                meta = AttentionMetadata.build(ctx, [1] * len(seqs), BLOCK, device=dev, block_tables=tables)
+                ids = [s[c] for s, c in zip(seqs, ctx)]
+                with set_forward_context(meta):
+                    out = ours.compute_logits(ours(torch.tensor(ids, device=dev), meta.positions())).float()
+                for i in range(len(seqs)):
+                    rows[i].append(out[i: i + 1])
+        ours_logits = torch.cat([torch.cat(r) for r in rows])
+        hf_logits, truth_logits = torch.cat(hf_bf16), torch.cat(truth)
+        e_hf, e_ours = rel(hf_logits, truth_logits), rel(ours_logits, truth_logits)
+        print(f"| {name} | {ours_logits.shape[0]} | {e_hf:.4g} | {e_ours:.4g} | {e_ours / e_hf:.3f} | {time.time() - t0:.0f} |",
+              flush=True)
+        del ours
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
