@@ -111,3 +111,20 @@ def test_weight_loading_refuses_a_missing_or_misshapen_weight():
     state["model.norm.weight"] = torch.ones(3)
     with pytest.raises(ValueError, match="shape"):
         ours.load_weights(state.items())
+
+
+def test_loads_an_hf_safetensors_checkpoint(tmp_path):
+    safetensors = pytest.importorskip("safetensors.torch")
+    hf, ours = _hf_and_ours("qwen3")
+    state = {k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight" or not ours.config.tie_word_embeddings}
+    half = len(state) // 2
+    keys = sorted(state)
+    paths = []
+    for i, part in enumerate((keys[:half], keys[half:])):  # a sharded checkpoint, as HF writes them
+        path = tmp_path / f"model-0000{i + 1}-of-00002.safetensors"
+        safetensors.save_file({k: state[k] for k in part}, str(path))
+        paths.append(str(path))
+    fresh = type(ours)(ours.config)
+    fresh.load_safetensors(paths)
+    for (name, a), (_, b) in zip(sorted(fresh.state_dict().items()), sorted(ours.state_dict().items())):
+        assert torch.equal(a, b), name

@@ -112,10 +112,10 @@ class LlamaForCausalLM(RecordsInit, nn.Module):
             raise KeyError(f"weights missing from the checkpoint: {sorted(missing)[:8]}")
 
     def load_safetensors(self, paths: Iterable[str]) -> None:
+        """All shards of a checkpoint in one pass (completeness is checked over the whole set)."""
         from safetensors.torch import load_file
 
-        for path in paths:
-            self.load_weights(load_file(path).items())
+        self.load_weights(item for path in paths for item in load_file(path).items())
 
 
 class Qwen2ForCausalLM(LlamaForCausalLM):

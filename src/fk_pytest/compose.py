@@ -61,6 +61,7 @@ def swap_children(root: torch.nn.Module, lookup: Callable[[type], Optional[type]
                                      f"composing {cand.__name__} in place of {type(child).__name__}: {exc}") from exc
             setattr(root, name, new.eval())
             swapped.append(type(child).__name__)
+            swapped += swap_children(new, lookup)  # a candidate container may hold reference children
         else:
             swapped += swap_children(child, lookup)
     return swapped
