@@ -12,6 +12,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+from . import status
 from .candidates import CandidateSource
 from .compose import candidate_lookup
 from .correctness import CaseResult, evaluate_case
@@ -77,9 +78,14 @@ class Evaluator:
         trace = kind == "workload" and variant not in traced and self.source is not None \
             and cls is not task.reference
         traced.add(variant)
-        return evaluate_case(task, case, seed, cls, self.device, kind,
-                             history=self._history.setdefault(task.name, {}), trace_reference=trace,
-                             compose=self._lookup)
+        result = evaluate_case(task, case, seed, cls, self.device, kind,
+                               history=self._history.setdefault(task.name, {}), trace_reference=trace,
+                               compose=self._lookup)
+        if self.source is not None and cls is task.reference and not result.swapped:
+            # Composed mode found no candidate class anywhere inside this task's module.
+            result.status = status.NOT_ATTEMPTED
+            result.message = "composed mode: no module of the candidate tree is used inside this task"
+        return result
 
     def speed(self, ref: TaskRef, case: Case, seed: int) -> Tuple[SpeedResult, Optional[dict]]:
         task = resolve_task(ref)

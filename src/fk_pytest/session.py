@@ -74,6 +74,11 @@ class FKSession:
         if problem is not None:
             raise problem
 
+    def mark_not_attempted(self, task: Task, message: str) -> None:
+        """The evaluator found the task untouched by the candidate (composed mode, no swap)."""
+        self.results.record_candidate_problem(task, status.NOT_ATTEMPTED, message)
+        self._checked[task.name] = NotAttempted(message)
+
     def _guarded(self, task: Task, op: str, *args):
         """Call the evaluator; after a crash or a hang, the task's remaining work is not run."""
         if task.name in self._dead:

@@ -37,6 +37,9 @@ def check_case(session, task: Task, case, kind: str, seeds: int) -> list:
         except TaskDefinitionError as exc:
             session.results.record_task_error(task, f"[{case.id}] {exc}")
             raise
+        if result.status == status.NOT_ATTEMPTED:
+            session.mark_not_attempted(task, result.message)
+            pytest.skip(f"not attempted: {result.message}")
         session.results.record_case(task, result)
         if not result.passed:
             failures.append(result)

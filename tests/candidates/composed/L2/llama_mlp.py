@@ -1,5 +1,6 @@
 # HONEST L2 candidate built on the reference L1 modules (its own forward, reference children).
-# With the wrong L1 SiluAndMul beside it, composed mode must fail it and independent mode pass it.
+# tests/test_composed.py puts the wrong L1 SiluAndMul (silu_swapped) beside it: composed mode
+# must fail it, independent mode pass it.
 from torch import nn
 
 from kernels_reference.L1.linear import MergedColumnParallelLinear, RowParallelLinear
