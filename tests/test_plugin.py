@@ -4,7 +4,7 @@ import textwrap
 
 from conftest import CANDIDATES, ROOT
 
-FAST = ["-k", "T1-bf16 and not fuzz"]  # one small real case per task and test kind
+FAST = ["-k", "(rms or silu or rotary) and T1-bf16 and not fuzz"]  # one small real case per L1 task and kind
 
 
 def write_tree(root, files):

@@ -46,16 +46,20 @@ class Evaluator:
         self._flusher = None
 
     def _class(self, task: Task) -> type:
+        return self._resolve(task)[0]
+
+    def _resolve(self, task: Task):
+        """(class to score, whether it is the candidate's own class for this task)."""
         if not self.source:
-            return task.reference
+            return task.reference, False
         try:
-            return self.source.load_class(task)
+            return self.source.load_class(task), True
         except NotAttempted:
             # Composed mode scores lower-level candidates inside a reference container.
             lower = [p for p in self.source.module_paths() if int(p[1]) < task.level]
             if self._lookup is None or task.level == 1 or not lower:
                 raise
-            return task.reference
+            return task.reference, False
 
     def load(self, ref: TaskRef) -> Tuple[str, str]:
         """("ok", "") | ("not_attempted", why) | (status, message) for a candidate problem."""
@@ -72,16 +76,15 @@ class Evaluator:
         task = resolve_task(ref)
         # Delegation is a property of the code path; tracing costs a lot under the interpreter,
         # so trace the first workload case of each output structure once.
-        cls = self._class(task)
+        cls, own = self._resolve(task)
         variant = (kind, task.output_names(case), case.dtype)
         traced = self._traced.setdefault(task.name, set())
-        trace = kind == "workload" and variant not in traced and self.source is not None \
-            and cls is not task.reference
+        trace = kind == "workload" and variant not in traced and own
         traced.add(variant)
         result = evaluate_case(task, case, seed, cls, self.device, kind,
                                history=self._history.setdefault(task.name, {}), trace_reference=trace,
                                compose=self._lookup)
-        if self.source is not None and cls is task.reference and not result.swapped:
+        if self.source is not None and not own and not result.swapped:
             # Composed mode found no candidate class anywhere inside this task's module.
             result.status = status.NOT_ATTEMPTED
             result.message = "composed mode: no module of the candidate tree is used inside this task"
