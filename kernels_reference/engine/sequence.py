@@ -1,0 +1,35 @@
+"""One request as the engine tracks it."""
+import dataclasses
+import enum
+from typing import List
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclasses.dataclass
+class Sequence:
+    seq_id: int
+    token_ids: List[int]  # prompt followed by generated tokens
+    prompt_len: int
+    max_tokens: int
+    temperature: float = 0.0
+    num_cached: int = 0  # tokens whose keys/values are in the cache
+    block_table: List[int] = dataclasses.field(default_factory=list)
+    status: Status = Status.WAITING
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.token_ids) - self.prompt_len
+
+    @property
+    def output_ids(self) -> List[int]:
+        return self.token_ids[self.prompt_len:]
+
+    @property
+    def num_pending(self) -> int:
+        """Tokens not yet through the model (the rest of the prompt, or the last sampled token)."""
+        return len(self.token_ids) - self.num_cached
