@@ -48,7 +48,7 @@ def test_composed_mode_scores_l1_candidates_inside_a_reference_container(suite_r
     tree.mkdir(parents=True)
     (tree / "silu_and_mul.py").write_text((CANDIDATES / "silu_swapped/L1/silu_and_mul.py").read_text())
     report = tmp_path / "r.json"
-    result = suite_run(*SELECT, f"--fk-candidate={tree.parent}", "--fk-mode=composed", f"--fk-report={report}")
+    suite_run(*SELECT, f"--fk-candidate={tree.parent}", "--fk-mode=composed", f"--fk-report={report}")
     tasks = {t["name"]: t for t in json.loads(report.read_text())["tasks"]}
     assert tasks["llama_mlp"]["status"] == "WRONG_RESULT"
     assert tasks["llama_mlp"]["swapped_modules"] == ["SiluAndMul"]

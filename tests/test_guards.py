@@ -7,8 +7,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from conftest import CANDIDATES, EXAMPLES, ROOT
 
 ONE_CASE = ["-k", "(rms or silu or rotary) and (llama-3.1-8b-decode-T1-bf16 or "

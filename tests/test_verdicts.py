@@ -5,6 +5,8 @@ These drive the same `evaluate_case` the standard tests use, over each task's CP
 """
 from collections import Counter
 
+import torch
+
 import pytest
 
 from fk_pytest import status
@@ -56,7 +58,7 @@ def test_width_4096_passes_where_it_happens_to_be_right():
     cls = load(CANDIDATES / "rms_width_4096", "rms_norm")
     task = get_task("rms_norm")
     llama = [c for c in task.cases("cpu") if c.model == "llama-3.1-8b" and c.dtype.is_floating_point
-             and c["layout"] == "contiguous" and c.dtype != __import__("torch").float32]
+             and c["layout"] == "contiguous" and c.dtype != torch.float32]
     counts, _ = verdicts("rms_norm", cls, llama)
     assert counts == {status.PASSED: len(llama)}
 

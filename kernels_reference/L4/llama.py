@@ -5,7 +5,7 @@ attention metadata is in the forward context; ``compute_logits(hidden_states) ->
 ``load_weights`` takes HF checkpoint names (safetensors or an HF state_dict) and packs q/k/v into
 ``qkv_proj`` and gate/up into ``gate_up_proj``.
 """
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, Tuple
 
 import torch
 from torch import nn

@@ -4,8 +4,6 @@ from __future__ import annotations
 import zlib
 from typing import Dict, Optional
 
-import torch
-
 from . import status
 from .candidates import CandidateSource
 from .correctness import CaseResult
@@ -57,7 +55,7 @@ class FKSession:
     def check_candidate(self, task: Task) -> None:
         """Raise NotAttempted / CandidateError if the candidate cannot be scored on ``task``."""
         if task.name not in self._checked:
-            rec = self.results.register(task)
+            self.results.register(task)
             try:
                 outcome, message = self.evaluator.load(task_ref(task))
             except WorkerFailure as exc:

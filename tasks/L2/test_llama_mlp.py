@@ -1,4 +1,6 @@
 """LlamaMLP (L2): gate_up_proj -> SiluAndMul -> down_proj, the layer's biggest GEMMs."""
+import torch
+
 from fk_pytest import standard_tests
 from kernels_reference.L2.llama_mlp import LlamaMLP
 
@@ -18,7 +20,7 @@ class LlamaMLPTask(DenseTask):
 
     def io_bytes(self, case):
         t, h, i = case["tokens"], case["init"]["hidden_size"], case["init"]["intermediate_size"]
-        return (2 * t * h + 3 * h * i) * 2 if case.dtype != __import__("torch").float32 else (2 * t * h + 3 * h * i) * 4
+        return (2 * t * h + 3 * h * i) * torch.finfo(case.dtype).bits // 8
 
     def flops(self, case):
         t, h, i = case["tokens"], case["init"]["hidden_size"], case["init"]["intermediate_size"]

@@ -1,5 +1,4 @@
 # WRONG: applies silu to the second half (the "up" projection) instead of the first.
-import torch
 import torch.nn.functional as F
 from torch import nn
 
