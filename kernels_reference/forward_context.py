@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -23,6 +23,11 @@ class AttentionMetadata:
     block_size: int
     max_query_len: int
     max_seq_len: int
+    # Host copies of the per-sequence lengths (vLLM keeps ``seq_lens_cpu`` for the same reason):
+    # code that plans work per sequence reads these instead of syncing with the device, which also
+    # keeps it legal inside CUDA-graph capture and on the meta device.
+    query_lens_cpu: Tuple[int, ...] = ()
+    seq_lens_cpu: Tuple[int, ...] = ()
 
     @property
     def num_seqs(self) -> int:
@@ -55,15 +60,12 @@ class AttentionMetadata:
             query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
             block_tables=tables.to(device), slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-            block_size=block_size, max_query_len=max(query_lens, default=0), max_seq_len=max(seq_lens, default=0))
+            block_size=block_size, max_query_len=max(query_lens, default=0), max_seq_len=max(seq_lens, default=0),
+            query_lens_cpu=tuple(query_lens), seq_lens_cpu=tuple(seq_lens))
 
     def positions(self) -> torch.Tensor:
         """Absolute position of each query token (its index in its sequence)."""
-        out = []
-        starts = self.query_start_loc.tolist()
-        for i, n in enumerate(self.seq_lens.tolist()):
-            q = starts[i + 1] - starts[i]
-            out.append(torch.arange(n - q, n))
+        out = [torch.arange(n - q, n) for q, n in zip(self.query_lens_cpu, self.seq_lens_cpu)]
         return torch.cat(out).to(self.seq_lens.device) if out else torch.zeros(0, dtype=torch.long)
 
 

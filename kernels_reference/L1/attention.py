@@ -76,10 +76,10 @@ class Attention(RecordsInit, nn.Module):
         if cache is not None:
             store_kv_cache(k, v, cache[0], cache[1], meta.slot_mapping)
         out = torch.empty_like(q)
-        starts, lens = meta.query_start_loc.tolist(), meta.seq_lens.tolist()
-        for i, n in enumerate(lens):
-            a, b = starts[i], starts[i + 1]
-            context = n - (b - a)
+        a = 0
+        for i, (q_len, n) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu)):
+            b = a + q_len
+            context = n - q_len
             if cache is not None:
                 ks = gather_kv(cache[0], meta.block_tables[i], n)
                 vs = gather_kv(cache[1], meta.block_tables[i], n)
@@ -88,4 +88,5 @@ class Attention(RecordsInit, nn.Module):
             else:
                 raise ValueError("a sequence with cached context needs the layer's kv_cache")
             out[a:b] = causal_attention(q[a:b], ks, vs, context, self.scale)
+            a = b
         return out.reshape(t, -1)
