@@ -5,7 +5,7 @@ Models: any ``kernels_reference.L4`` causal LM (``allocate_kv_cache``, ``forward
 (or loads HF safetensors when paths are given).
 """
 import dataclasses
-from typing import List, Optional, Sequence as Seq
+from typing import List, Optional, Sequence as Seq, Union
 
 import torch
 
@@ -22,6 +22,29 @@ class SamplingParams:
     seed: Optional[int] = None
 
 
+class Sampler:
+    """Greedy (temperature 0) or seeded temperature sampling of one row of logits."""
+
+    def __init__(self, device):
+        self.device = device
+        self.generators = {}
+
+    def reset(self) -> None:
+        self.generators.clear()
+
+    def __call__(self, logits: torch.Tensor, params: SamplingParams) -> int:
+        if params.temperature <= 0:
+            return int(logits.argmax())
+        key = id(params)
+        if key not in self.generators:  # one stream per request's params: reproducible per seed
+            gen = torch.Generator(device=self.device)
+            if params.seed is not None:
+                gen.manual_seed(params.seed)
+            self.generators[key] = gen
+        probs = torch.softmax(logits / params.temperature, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=self.generators[key]))
+
+
 class LLM:
     def __init__(self, model, num_blocks: int = 256, block_size: int = 16, max_num_seqs: int = 64,
                  max_num_batched_tokens: int = 2048, chunked_prefill: bool = True):
@@ -29,6 +52,7 @@ class LLM:
         self.blocks = BlockManager(num_blocks, block_size)
         self.scheduler = Scheduler(self.blocks, max_num_seqs, max_num_batched_tokens, chunked_prefill)
         self.runner = ModelRunner(model, num_blocks, block_size)
+        self.sampler = Sampler(self.runner.device)  # replaceable, e.g. by a shape-only run's
         self._next_id = 0
 
     @staticmethod
@@ -47,32 +71,28 @@ class LLM:
                     p.copy_(torch.randn_like(p) * p.shape[1] ** -0.5 if p.dim() == 2 else 1 + 0.1 * torch.randn_like(p))
         return LLM(model.to(dtype), **engine_args)
 
-    def generate(self, prompts: List[List[int]], params: SamplingParams = SamplingParams()) -> List[List[int]]:
-        gen = torch.Generator(device=self.runner.device)
-        if params.seed is not None:
-            gen.manual_seed(params.seed)
+    def generate(self, prompts: List[List[int]],
+                 params: Union[SamplingParams, Seq[SamplingParams]] = SamplingParams()) -> List[List[int]]:
+        """Output token ids per prompt; ``params`` is one for all prompts or one per prompt."""
+        per_prompt = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(per_prompt) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(per_prompt)} SamplingParams")
         seqs = []
-        for prompt in prompts:
+        for prompt, p in zip(prompts, per_prompt):
             if not prompt:
                 raise ValueError("empty prompt")
-            seq = Sequence(self._next_id, list(prompt), len(prompt), params.max_tokens, params.temperature)
+            seq = Sequence(self._next_id, list(prompt), len(prompt), p.max_tokens, p)
             self._next_id += 1
             seqs.append(seq)
             self.scheduler.add(seq)
+        self.sampler.reset()
         while self.scheduler.has_work():
             batch = self.scheduler.schedule()
             logits = self.runner.run(batch)
             for (seq, _), row in zip(batch, logits):
                 if seq.num_cached < len(seq.token_ids):  # a prompt chunk: nothing to sample yet
                     continue
-                seq.token_ids.append(self._sample(row, seq.temperature, gen))
+                seq.token_ids.append(self.sampler(row, seq.params))
                 if seq.num_generated >= seq.max_tokens:
                     self.scheduler.finish(seq)
         return [s.output_ids for s in seqs]
-
-    @staticmethod
-    def _sample(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
-        if temperature <= 0:
-            return int(logits.argmax())
-        probs = torch.softmax(logits / temperature, dim=-1)
-        return int(torch.multinomial(probs, 1, generator=gen))

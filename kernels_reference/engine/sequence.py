@@ -1,7 +1,7 @@
 """One request as the engine tracks it."""
 import dataclasses
 import enum
-from typing import List
+from typing import Any, List
 
 
 class Status(enum.Enum):
@@ -16,7 +16,7 @@ class Sequence:
     token_ids: List[int]  # prompt followed by generated tokens
     prompt_len: int
     max_tokens: int
-    temperature: float = 0.0
+    params: Any = None  # the request's SamplingParams
     num_cached: int = 0  # tokens whose keys/values are in the cache
     block_table: List[int] = dataclasses.field(default_factory=list)
     status: Status = Status.WAITING
