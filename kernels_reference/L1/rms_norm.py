@@ -57,12 +57,16 @@ class RMSNorm(RecordsInit, nn.Module):
         if rows.n_rows == 0:
             return out if residual is None else (out, res_out)
         block = triton.next_power_of_2(self.hidden_size)
-        _rms_norm_kernel[(rows.n_rows,)](
+        # Narrow rows (Qwen3's per-head q/k norm: 128 wide, 32 heads per token) would leave each
+        # program a few hundred bytes of work; several rows per program keep loads in flight.
+        rows_per_program = max(1, 2048 // block)
+        _rms_norm_kernel[(triton.cdiv(rows.n_rows, rows_per_program),)](
             rows.tensor, res.tensor, self.weight, out, res_out,
-            rows.n_inner, rows.stride_outer, rows.stride_inner,
+            rows.n_rows, rows.n_inner, rows.stride_outer, rows.stride_inner,
             res.n_inner, res.stride_outer, res.stride_inner,
             self.hidden_size, self.variance_epsilon,
-            HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=warps_for(block),
+            HAS_RESIDUAL=residual is not None, ROWS=rows_per_program, BLOCK=block,
+            num_warps=warps_for(block * rows_per_program),
         )
         return out if residual is None else (out, res_out)
 
@@ -72,20 +76,21 @@ if triton is not None:
     @triton.jit
     def _rms_norm_kernel(
         x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
-        x_inner, x_s_outer, x_s_inner, r_inner, r_s_outer, r_s_inner,
+        n_rows, x_inner, x_s_outer, x_s_inner, r_inner, r_s_outer, r_s_inner,
         width, eps,
-        HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+        HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
     ):
-        row = tl.program_id(0).to(tl.int64)
+        row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
         cols = tl.arange(0, BLOCK)
-        mask = cols < width
+        mask = (row < n_rows)[:, None] & (cols < width)[None, :]
         x_off = (row // x_inner) * x_s_outer + (row % x_inner) * x_s_inner
-        x = tl.load(x_ptr + x_off + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + x_off[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        out_off = row[:, None] * width + cols[None, :]
         if HAS_RESIDUAL:
             r_off = (row // r_inner) * r_s_outer + (row % r_inner) * r_s_inner
-            x += tl.load(res_ptr + r_off + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(res_out_ptr + row * width + cols, x.to(res_out_ptr.dtype.element_ty), mask=mask)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / width + eps)
-        y = (x * rstd).to(out_ptr.dtype.element_ty).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(out_ptr + row * width + cols, (y * w).to(out_ptr.dtype.element_ty), mask=mask)
+            x += tl.load(res_ptr + r_off[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            tl.store(res_out_ptr + out_off, x.to(res_out_ptr.dtype.element_ty), mask=mask)
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / width + eps)
+        y = (x * rstd[:, None]).to(out_ptr.dtype.element_ty).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < width, other=0.0).to(tl.float32)
+        tl.store(out_ptr + out_off, (y * w[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
