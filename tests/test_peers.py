@@ -1,0 +1,181 @@
+"""The peer benchmark (fk-peers) on the CPU: JSON structure, wrong peers excluded, the ratio math,
+case selection, attention peers around the paged cache, and the command line."""
+import dataclasses
+import io
+import json
+import math
+
+import pytest
+import torch
+
+from fk_pytest import get_task
+from fk_pytest.peers import (REFERENCE, SCHEMA, Options, Peer, Target, benchmark, case_verdict, main, op_summary,
+                             select_cases, suite_ops, suite_peers_module, to_markdown)
+
+
+@pytest.fixture(autouse=True)
+def no_interpreter(monkeypatch):
+    # Liger's kernels would otherwise run in Triton's interpreter (the plugin turns it on for CPU
+    # runs); these tests want them skipped, deterministically.
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+
+def _cpu(**kw):
+    return Options(device=torch.device("cpu"), profile="cpu", compile=False, **kw)
+
+
+def _one_percent_off(ctx):
+    module, task = ctx.reference, ctx.task
+
+    def wrong(inputs):
+        out = task.call(module, inputs, "forward_native")
+        return (out[0] * 1.01, out[1]) if isinstance(out, tuple) else out * 1.01
+
+    return wrong
+
+
+def test_cpu_run_structure_and_a_wrong_peer_is_excluded(tmp_path):
+    spec = suite_ops()["rms_norm"]
+    ops = {"rms_norm": dataclasses.replace(spec, peers=spec.peers + (Peer("off", "1% too large", _one_percent_off),))}
+    path = tmp_path / "peers.json"
+    progress = io.StringIO()
+    doc = benchmark(_cpu(), ["rms_norm"], keyword="llama and T7 and fused", max_cases=1, ops=ops,
+                    json_path=str(path), progress=progress)
+
+    assert doc["schema"] == SCHEMA and doc["complete"] is True
+    assert json.loads(path.read_text())["ops"][0]["cases"][0]["case"] == doc["ops"][0]["cases"][0]["case"]
+    assert doc["environment"]["torch"] == torch.__version__ and doc["run"]["device"] == "cpu"
+    (op,) = doc["ops"]
+    assert op["op"] == "rms_norm" and [p["name"] for p in op["peers"]] == ["eager", "compile", "liger", "off"]
+    (case,) = op["cases"]
+    assert case["case"] == "llama-3.1-8b-decode-T7-fused-add-bf16"
+    assert case["same_as"] == ["mistral-7b-v0.3-decode-T7-fused-add-bf16"]  # identical shape, measured once
+    impls = case["impls"]
+    assert list(impls)[0] == REFERENCE and impls[REFERENCE]["status"] == "ok" and impls[REFERENCE]["us"] > 0
+    assert impls[REFERENCE]["mode"] == "cpu-wall" and impls[REFERENCE]["roofline_frac"] is None
+    assert impls["eager"]["status"] == "ok" and impls["eager"]["us"] > 0 and impls["eager"]["error_ratio"] <= 1.0
+    assert impls["eager"]["tbps"] == pytest.approx(case["bytes"] / impls["eager"]["us"] / 1e6)
+    assert impls["compile"]["status"] == "skipped" and "--no-compile" in impls["compile"]["reason"]
+    assert impls["liger"]["status"] == "skipped" and "GPU" in impls["liger"]["reason"]
+    # The wrong peer is reported, never timed, never best.
+    assert impls["off"]["status"] == "wrong" and "us" not in impls["off"] and impls["off"]["error_ratio"] > 2
+    assert case["best_peer"] == "eager"
+    assert case["ratio"] == pytest.approx(impls["eager"]["us"] / impls[REFERENCE]["us"])
+    s = op["summary"]
+    assert s["geomean_ratio"] == pytest.approx(case["ratio"]) and s["min_ratio_case"] == case["case"]
+    assert s["informational"] is True
+    assert s["targets"][0]["held"] is None and "no case" in s["targets"][0]["note"]  # T7 < 16384 tokens
+    assert "rms_norm llama-3.1-8b-decode-T7-fused-add-bf16" in progress.getvalue()
+
+    md = to_markdown(doc, "fk-peers ...")
+    assert "## rms_norm" in md and "| llama-3.1-8b-decode-T7-fused-add-bf16" in md
+    assert "wrong [" in md and "off: wrong: out: error" in md
+
+
+def test_case_verdict_and_op_summary_math():
+    impls = {REFERENCE: {"status": "ok", "us": 10.0, "bw_frac": 0.9},
+             "eager": {"status": "ok", "us": 12.0},
+             "compile": {"status": "ok", "us": 8.5},
+             "cheat": {"status": "wrong", "us": 1.0},  # fastest, but wrong: never best
+             "liger": {"status": "skipped"}}
+    v = case_verdict(impls)
+    assert v == {"best_peer": "compile", "best_peer_us": 8.5, "ratio": pytest.approx(0.85)}
+    assert case_verdict({REFERENCE: {"status": "ok", "us": 1.0}, "x": {"status": "unsupported"}})["ratio"] is None
+
+    big = Target("bw", 0.85, lambda c: c.params["tokens"] >= 100)
+    mk = lambda cid, tokens: dataclasses.replace(get_task("rms_norm").cases("cpu")[0], id=cid,  # noqa: E731
+                                                 params={"tokens": tokens})
+    cases = {"a": mk("a", 200), "b": mk("b", 1)}
+    records = [{"case": "a", "ratio": 1.2, "impls": {REFERENCE: {"bw_frac": 0.9}}},
+               {"case": "b", "ratio": 0.95, "impls": {REFERENCE: {"bw_frac": 0.1}}}]
+    s = op_summary(records, [big], cases, informational=False)
+    assert s["geomean_ratio"] == pytest.approx(math.sqrt(1.2 * 0.95))
+    assert s["min_ratio"] == 0.95 and s["min_ratio_case"] == "b"
+    assert s["ratio_target"]["held"] is True  # geomean 1.068 >= 1.0, no shape under 0.9
+    assert s["targets"][0] == {"name": "bw", "min_bw_frac": 0.85, "cases": 1, "worst_bw_frac": 0.9,
+                               "worst_case": "a", "held": True, "note": ""}
+    assert s["all_held"] is True
+
+    records[1]["ratio"] = 0.85  # geomean still >= 1 (1.0100), but one shape under 0.9
+    records[0]["impls"][REFERENCE]["bw_frac"] = 0.8
+    s = op_summary(records, [big], cases, informational=False)
+    assert s["geomean_ratio"] > 1.0 and s["ratio_target"]["held"] is False
+    assert s["ratio_target"]["within_noise"] is False  # 0.85 < 0.9 * 0.97
+    records[1]["ratio"] = 0.89
+    assert op_summary(records, [big], cases, informational=False)["ratio_target"] == {
+        "geomean_min": 1.0, "shape_min": 0.9, "held": False, "within_noise": True, "noise": 0.03}
+    records[1]["ratio"] = 0.85
+    assert s["targets"][0]["held"] is False and s["all_held"] is False
+    s = op_summary([], [big], cases, informational=True)
+    assert s["geomean_ratio"] is None and s["ratio_target"]["held"] is None and s["all_held"] is None
+
+
+def test_selection_dedupes_filters_and_puts_target_cases_first():
+    task, spec = get_task("rms_norm"), suite_ops()["rms_norm"]
+    everything = select_cases(task, spec, "full")
+    ids = [s.case.id for s in everything]
+    assert all(s.case.dtype == torch.bfloat16 for s in everything)  # the dtype sweep is not a peer case
+    assert "llama-3.1-8b-prefill-T16384-bf16" in ids and "mistral-7b-v0.3-prefill-T16384-bf16" not in ids
+    merged = next(s for s in everything if s.case.id == "llama-3.1-8b-prefill-T16384-bf16")
+    assert merged.same_as == ["mistral-7b-v0.3-prefill-T16384-bf16"]
+    assert len(ids) == len(set(ids))
+
+    capped = select_cases(task, spec, "full", max_cases=4)
+    assert len(capped) == 4 and spec.targets[0].applies(capped[0].case)
+    assert not all(spec.targets[0].applies(s.case) for s in capped)  # the rest of the range too
+
+    picked = select_cases(task, spec, "full", keyword="qwen3 and T1- and not q-norm and not k-norm")
+    assert {s.case.id for s in picked} == {"qwen3-8b-decode-T1-bf16", "qwen3-8b-decode-T1-fused-add-bf16"}
+
+    attention = select_cases(get_task("attention"), suite_ops()["attention"], "full", max_cases=3)
+    assert [s.case.id for s in attention][:2] == ["llama-3.1-8b-decode-B32-C2048-bf16",
+                                                  "llama-3.1-8b-decode-B1-C8192-bf16"]
+    assert {"qwen3-8b-decode-B1-C8192-bf16", "mistral-7b-v0.3-decode-B1-C8192-bf16"} <= set(attention[1].same_as)
+    assert "qwen2.5" in attention[2].case.id or "prefill" in attention[2].case.id
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_attention_peers_store_gather_and_attend_or_say_why():
+    doc = benchmark(_cpu(), ["attention"], keyword="llama", max_cases=2, progress=io.StringIO())
+    cases = {c["case"]: c for c in doc["ops"][0]["cases"]}
+    assert set(cases) == {"llama-3.1-8b-decode-B3-bf16", "llama-3.1-8b-prefill-B2-chunked-bf16"}
+    for case in cases.values():
+        impls = case["impls"]
+        # The KV cache a step writes is checked like an output: these peers did the whole layer's job.
+        for name in ("eager", "sdpa-flash", "flex"):
+            assert impls[name]["status"] == "ok", (name, impls[name])
+            assert impls[name]["error_ratio"] <= 2.0
+        for name, backend in (("sdpa-efficient", "EFFICIENT"), ("sdpa-cudnn", "CUDNN")):
+            # no such kernel on the CPU: said, not a crash
+            assert impls[name]["status"] == "unsupported" and backend in impls[name]["reason"]
+        assert impls["compile"]["status"] == "skipped"
+        assert case["best_peer"] in ("eager", "sdpa-flash", "flex") and case["ratio"] > 0
+
+
+def test_bottom_right_mask_of_a_continued_chunk():
+    from kernels_reference.forward_context import AttentionMetadata
+    PackedLayout = suite_peers_module().PackedLayout
+
+    meta = AttentionMetadata.build([0, 3], [2, 2], block_size=4)
+    layout = PackedLayout(meta, torch.device("cpu"))
+    assert layout.q_start == [0, 2, 4] and layout.kv_start == [0, 2, 7]
+    assert layout.kv_pos.tolist() == [0, 1, 0, 1, 2, 3, 4] and layout.q_pos.tolist() == [0, 1, 3, 4]
+    assert layout.bottom_right_mask(1).tolist() == [[True, True, True, True, False], [True] * 5]
+    # Slots through the block tables: sequence 1 starts in the block after sequence 0's.
+    assert layout.slots(meta.block_tables).tolist() == [0, 1, 4, 5, 6, 7, 8]
+
+
+def test_command_line(tmp_path, capsys):
+    js, md = tmp_path / "p.json", tmp_path / "p.md"
+    rc = main(["--device", "cpu", "--ops", "silu_and_mul", "-k", "qwen3 and decode-T1-", "--max-cases-per-op", "1",
+               "--no-compile", "--json", str(js), "--md", str(md)])
+    out = capsys.readouterr()
+    assert rc == 0 and "silu_and_mul" in out.out and "ratio = best peer time / reference time" in out.out
+    assert "silu_and_mul qwen3-8b-decode-T1-bf16" in out.err  # one progress line per case
+    assert json.loads(js.read_text())["ops"][0]["cases"][0]["case"] == "qwen3-8b-decode-T1-bf16"
+    assert md.read_text().startswith("# Peer benchmark") and "## silu_and_mul" in md.read_text()
+
+    assert main(["--device", "cpu", "--ops", "no_such_op", "--no-compile"]) == 2
+    assert "no peer definitions for no_such_op" in capsys.readouterr().err
+    assert main(["--list", "--profile", "full", "--ops", "attention", "--max-cases-per-op", "2"]) == 0
+    assert "decode-B32-C2048" in capsys.readouterr().out
