@@ -11,25 +11,38 @@ covers packed varlen prefill, chunked prefill that reads earlier chunks from the
 bound by the model runner. Without a cache (or metadata) the layer attends causally within each
 packed sequence (cu_seqlens) or, with no metadata at all, within the whole batch as one sequence.
 
-The GPU path is the same PyTorch code for now (correct on CUDA; the Triton flash-decoding kernel and
-the library prefill kernel are the production-speed work of a later issue).
+``forward`` picks the path as production does: on CUDA the fast path (:mod:`.attention_fast`:
+Triton KV store, Triton split-K paged decode, SDPA prefill), elsewhere ``forward_native``; under
+``torch.compile`` the layer's work is one opaque custom op, ``fk::paged_attention`` (vLLM wraps its
+attention the same way), whose implementation makes that choice when it runs.
 """
+import re
 from typing import Optional, Tuple
 
 import torch
 from torch import nn
 
-from ..dispatch import compute_dtype
-from ..forward_context import get_forward_context
+from ..dispatch import compute_dtype, use_fast_path
+from ..forward_context import AttentionMetadata, get_forward_context
 from ..records import RecordsInit
+
+try:
+    import triton
+except ImportError:  # the native path still works without Triton
+    triton = None
 
 
 def store_kv_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                    value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Write each token's key/value into its slot (block * block_size + offset), in place."""
+    """Write each token's key/value into its slot (block * block_size + offset), in place.
+
+    A negative slot is "no slot" (a padded token of a CUDA-graph batch): that token is skipped.
+    """
     nk, d = key_cache.shape[-2:]
-    key_cache.view(-1, nk, d)[slot_mapping] = key.reshape(-1, nk, d).to(key_cache.dtype)
-    value_cache.view(-1, nk, d)[slot_mapping] = value.reshape(-1, nk, d).to(value_cache.dtype)
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    key_cache.view(-1, nk, d)[slots] = key.reshape(-1, nk, d)[keep].to(key_cache.dtype)
+    value_cache.view(-1, nk, d)[slots] = value.reshape(-1, nk, d)[keep].to(value_cache.dtype)
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -54,6 +67,47 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context:
     return torch.einsum("hqk,khd->qhd", probs, vc).to(q.dtype)
 
 
+def paged_attention_native(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                           kv_cache: Optional[Tuple[torch.Tensor, torch.Tensor]], meta: AttentionMetadata,
+                           num_heads: int, num_kv_heads: int, head_size: int, scale: float) -> torch.Tensor:
+    """The semantic definition of one step: store the new K/V, then each sequence's queries attend
+    causally to its cached history (float64 in, float64 out: the suite's ground truth)."""
+    t = query.shape[0]
+    q = query.reshape(t, num_heads, head_size)
+    k = key.reshape(t, num_kv_heads, head_size)
+    v = value.reshape(t, num_kv_heads, head_size)
+    if kv_cache is not None:
+        store_kv_cache(k, v, kv_cache[0], kv_cache[1], meta.slot_mapping)
+    out = torch.empty_like(q)
+    a = 0
+    for i, (q_len, n) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu)):
+        b = a + q_len
+        context = n - q_len
+        if kv_cache is not None:
+            ks = gather_kv(kv_cache[0], meta.block_tables[i], n)
+            vs = gather_kv(kv_cache[1], meta.block_tables[i], n)
+        elif context == 0:
+            ks, vs = k[a:b], v[a:b]
+        else:
+            raise ValueError("a sequence with cached context needs the layer's kv_cache")
+        out[a:b] = causal_attention(q[a:b], ks, vs, context, scale)
+        a = b
+    return out.reshape(t, -1)
+
+
+_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # float64 (the truth) stays native
+
+
+def _paged_attention_for_device(query, key, value, kv_cache, meta, num_heads, num_kv_heads, head_size, scale):
+    """The fast path on CUDA (with Triton), the native one elsewhere."""
+    args = (query, key, value, kv_cache, meta, num_heads, num_kv_heads, head_size, scale)
+    if triton is not None and query.dtype in _KERNEL_DTYPES and use_fast_path(query, key, value):
+        from .attention_fast import paged_attention_fast  # imports the Triton kernels
+
+        return paged_attention_fast(*args)
+    return paged_attention_native(*args)
+
+
 class Attention(RecordsInit, nn.Module):
     def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: Optional[int] = None):
         super().__init__()
@@ -62,31 +116,94 @@ class Attention(RecordsInit, nn.Module):
         self.kv_cache: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        return self.forward_native(query, key, value)
+        meta = get_forward_context()
+        if meta is None:  # no metadata: the whole batch is one causal sequence
+            if use_fast_path(query, key, value):
+                from .sdpa_prefill import sdpa_causal
+
+                t = query.shape[0]
+                return sdpa_causal(query.reshape(t, self.num_heads, self.head_size),
+                                   key.reshape(t, self.num_kv_heads, self.head_size),
+                                   value.reshape(t, self.num_kv_heads, self.head_size), 0, self.scale).reshape(t, -1)
+            return self.forward_native(query, key, value)
+        if torch.compiler.is_compiling():
+            # One opaque op: the metadata's per-step host values never become Dynamo guards, so one
+            # graph serves every step; the op's implementation picks the path when it runs.
+            cache = self.kv_cache or (None, None)
+            return paged_attention(
+                query, key, value, cache[0], cache[1], meta.query_start_loc, meta.seq_lens,
+                meta.block_tables, meta.slot_mapping, self.num_heads, self.num_kv_heads, self.head_size,
+                self.scale)
+        return _paged_attention_for_device(query, key, value, self.kv_cache, meta, self.num_heads,
+                                           self.num_kv_heads, self.head_size, self.scale)
+
+    def forward_fast(self, query, key, value):
+        """The CUDA path (Triton store and decode, SDPA prefill); runs on CPU tensors only under
+        ``TRITON_INTERPRET=1``. Needs a forward context."""
+        from .attention_fast import paged_attention_fast
+
+        return paged_attention_fast(query, key, value, self.kv_cache, get_forward_context(), self.num_heads,
+                                    self.num_kv_heads, self.head_size, self.scale)
 
     def forward_native(self, query, key, value):
-        t, d = query.shape[0], self.head_size
-        q = query.reshape(t, self.num_heads, d)
-        k = key.reshape(t, self.num_kv_heads, d)
-        v = value.reshape(t, self.num_kv_heads, d)
         meta = get_forward_context()
         if meta is None:
+            t = query.shape[0]
+            q = query.reshape(t, self.num_heads, self.head_size)
+            k = key.reshape(t, self.num_kv_heads, self.head_size)
+            v = value.reshape(t, self.num_kv_heads, self.head_size)
             return causal_attention(q, k, v, 0, self.scale).reshape(t, -1)
-        cache = self.kv_cache
-        if cache is not None:
-            store_kv_cache(k, v, cache[0], cache[1], meta.slot_mapping)
-        out = torch.empty_like(q)
-        a = 0
-        for i, (q_len, n) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu)):
-            b = a + q_len
-            context = n - q_len
-            if cache is not None:
-                ks = gather_kv(cache[0], meta.block_tables[i], n)
-                vs = gather_kv(cache[1], meta.block_tables[i], n)
-            elif context == 0:
-                ks, vs = k[a:b], v[a:b]
-            else:
-                raise ValueError("a sequence with cached context needs the layer's kv_cache")
-            out[a:b] = causal_attention(q[a:b], ks, vs, context, self.scale)
-            a = b
-        return out.reshape(t, -1)
+        return paged_attention_native(query, key, value, self.kv_cache, meta, self.num_heads, self.num_kv_heads,
+                                      self.head_size, self.scale)
+
+
+# ---- torch.compile: the layer's work as one custom op --------------------------------------------
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same memory seen the same way (a compiled graph may hand the op an alias, not the object)."""
+    return a is b or (a.device == b.device and a.data_ptr() == b.data_ptr() and a.shape == b.shape
+                      and a.stride() == b.stride())
+
+
+def _step_metadata(query_start_loc, seq_lens, block_tables, slot_mapping, block_size) -> AttentionMetadata:
+    """The step's metadata with its host lengths.
+
+    Host values (lengths per sequence, max query length) cannot be op arguments without becoming
+    Dynamo guards (a recompile per step), so the op takes the metadata's tensors and finds their
+    host copies in the forward context that holds those very tensors, as vLLM's attention op reads
+    its forward context. Called outside such a context, it derives them from the device (a sync).
+    """
+    meta = get_forward_context()
+    if (meta is not None and _same_tensor(meta.seq_lens, seq_lens)
+            and _same_tensor(meta.query_start_loc, query_start_loc)):
+        return meta
+    starts = query_start_loc.tolist()
+    query_lens = [b - a for a, b in zip(starts, starts[1:])]
+    lens = seq_lens.tolist()
+    return AttentionMetadata(query_start_loc, seq_lens, block_tables, slot_mapping, block_size,
+                             max(query_lens, default=0), max(lens, default=0), tuple(query_lens), tuple(lens))
+
+
+# A copy of this file imported under another name (a candidate tree that copies the reference, or
+# ``--fk-candidate=kernels_reference``) registers its own op instead of colliding with this one.
+_OP_NAME = "fk::paged_attention" if __name__ == "kernels_reference.L1.attention" else \
+    "fk::paged_attention_" + re.sub(r"\W", "_", __name__)
+
+
+@torch.library.custom_op(_OP_NAME, mutates_args=("key_cache", "value_cache"))
+def paged_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    key_cache: Optional[torch.Tensor], value_cache: Optional[torch.Tensor],
+                    query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor,
+                    slot_mapping: torch.Tensor, num_heads: int, num_kv_heads: int, head_size: int,
+                    scale: float) -> torch.Tensor:
+    """``Attention.forward`` of one layer and step as an op: store K/V into the caches, attend."""
+    kv_cache = None if key_cache is None else (key_cache, value_cache)
+    block_size = key_cache.shape[1] if key_cache is not None else 1
+    meta = _step_metadata(query_start_loc, seq_lens, block_tables, slot_mapping, block_size)
+    return _paged_attention_for_device(query, key, value, kv_cache, meta, num_heads, num_kv_heads, head_size, scale)
+
+
+@paged_attention.register_fake
+def _paged_attention_fake(query, key, value, key_cache, value_cache, query_start_loc, seq_lens, block_tables,
+                          slot_mapping, num_heads, num_kv_heads, head_size, scale):
+    return query.new_empty(query.shape[0], num_heads * head_size)

@@ -1,0 +1,249 @@
+"""Split-K flash-decoding over a paged KV cache, in Triton (the decode half of ``Attention``).
+
+Decode is bound by reading the KV cache once, so the kernel is organised around that read:
+
+* one program per (sequence, kv head, split): all query heads of a GQA group are loaded as one tile
+  and share every K/V block the program reads (K/V are read once per group, not once per head);
+* a sequence's blocks are divided evenly among the splits *on the device* (from its ``seq_len``),
+  several blocks per loop iteration, with an online softmax in float32; splits past the end of a
+  short sequence do no work;
+* with more than one split, each program writes its normalised partial output and log-sum-exp to
+  a workspace and a second small kernel merges the splits.
+
+CUDA-graph contract (the engine captures decode once per batch size and replays it): nothing here
+syncs with the host, and the launch (grid, number of splits, workspace size) is a function of
+tensor *shapes* (number of sequences, ``block_tables.shape[1]``, heads, head size) and module
+constants only, never of metadata values. A sequence with ``seq_len == 0`` (a padded row of a
+graph batch) produces zeros.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Optional
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the native path still works without Triton
+    triton = None
+
+LOG2E = 1.4426950408889634
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+    """Tuning knobs of the decode kernel (tools/gpu_attention.py sweeps them on the H200)."""
+
+    blocks_per_iter: int = 4  # cache blocks (of block_size tokens) per loop iteration
+    num_warps: int = 4
+    num_stages: int = 2
+    programs_per_sm: int = 4  # split a batch until about this many programs per SM are in flight
+    max_splits: int = 64
+
+
+DECODE_CONFIG = DecodeConfig()
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """SMs of a CUDA device; the interpreter on the CPU is given a small fixed machine."""
+    if device.type != "cuda":
+        return 4
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def decode_num_splits(num_seqs: int, num_kv_heads: int, max_blocks: int, num_sms: int,
+                      config: DecodeConfig = DECODE_CONFIG) -> int:
+    """Splits per sequence, from shapes only: enough programs to fill the GPU, never more splits
+    than a full-width block table has loop iterations (so a long sequence never has an idle split
+    for lack of blocks), at least one."""
+    programs = max(num_seqs * num_kv_heads, 1)
+    wanted = -(-config.programs_per_sm * num_sms // programs)
+    iterations = max(-(-max_blocks // config.blocks_per_iter), 1)
+    return max(1, min(wanted, iterations, config.max_splits))
+
+
+def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                 block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+                 out: Optional[torch.Tensor] = None, config: Optional[DecodeConfig] = None,
+                 num_splits: Optional[int] = None) -> torch.Tensor:
+    """Attention of one query token per sequence over its paged history.
+
+    query [B, nq, d] (any strides with a unit last stride: a view of the fused qkv is fine);
+    key_cache / value_cache [num_blocks, block_size, nk, d]; block_tables [B, max_blocks] int32;
+    seq_lens [B] int32 (tokens in the cache, including this step's). Returns ``out`` [B, nq, d]
+    (allocated in the query's dtype when not given). ``num_splits`` overrides the shape-derived
+    choice (tests use it to force uneven partitions).
+    """
+    if triton is None:
+        raise RuntimeError("paged_decode needs Triton")
+    config = config or DECODE_CONFIG
+    if query.dim() != 3 or key_cache.dim() != 4 or key_cache.shape != value_cache.shape:
+        raise ValueError(f"expected query [B, nq, d] and caches [blocks, block_size, nk, d], got "
+                         f"{tuple(query.shape)}, {tuple(key_cache.shape)}, {tuple(value_cache.shape)}")
+    num_seqs, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, cache_dim = key_cache.shape
+    if cache_dim != head_dim or num_heads % num_kv_heads:
+        raise ValueError(f"{num_heads} query heads of size {head_dim} do not fit a cache of "
+                         f"{num_kv_heads} kv heads of size {cache_dim}")
+    if block_tables.dim() != 2 or block_tables.shape[0] != num_seqs or seq_lens.shape != (num_seqs,):
+        raise ValueError(f"block_tables {tuple(block_tables.shape)} / seq_lens {tuple(seq_lens.shape)} "
+                         f"do not describe {num_seqs} sequences")
+    if query.stride(-1) != 1:
+        query = query.contiguous()
+    if key_cache.stride(-1) != 1 or value_cache.stride(-1) != 1:
+        raise ValueError("the KV cache must have a unit stride over the head dimension")
+    if block_tables.stride(-1) != 1:
+        block_tables = block_tables.contiguous()
+    if out is None:
+        out = torch.empty(num_seqs, num_heads, head_dim, dtype=query.dtype, device=query.device)
+    if num_seqs == 0:
+        return out
+
+    group = num_heads // num_kv_heads
+    splits = num_splits or decode_num_splits(num_seqs, num_kv_heads, block_tables.shape[1],
+                                             sm_count(query.device), config)
+    # tl.dot wants every tile dimension >= 16; padded query rows are computed and dropped.
+    group_pad = max(16, triton.next_power_of_2(group))
+    dim_pad = max(16, triton.next_power_of_2(head_dim))
+    tile = config.blocks_per_iter * block_size
+    if tile < 16 or tile & (tile - 1):
+        raise ValueError(f"blocks_per_iter * block_size must be a power of two >= 16, got {tile}")
+    if splits > 1:
+        part_out = torch.empty(num_seqs, num_heads, splits, head_dim, dtype=torch.float32, device=query.device)
+        part_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=query.device)
+    else:  # one split writes the final output directly; the workspace pointers are unused
+        part_out = part_lse = out
+    _paged_decode_kernel[(num_seqs, num_kv_heads, splits)](
+        query, key_cache, value_cache, block_tables, seq_lens, out, part_out, part_lse,
+        scale * LOG2E,
+        query.stride(0), query.stride(1),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+        block_tables.stride(0), out.stride(0), out.stride(1),
+        GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, DIM_PAD=dim_pad,
+        BLOCK_SIZE=block_size, BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=splits > 1,
+        # float32 inputs keep full precision (no TF32); Triton's interpreter multiplies bfloat16
+        # tiles wrongly (it reads their raw bits), so off the GPU half tiles are upcast first.
+        F32_DOT=query.dtype == torch.float32 or not query.is_cuda,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if splits > 1:
+        _merge_splits_kernel[(num_seqs, num_heads)](
+            part_out, part_lse, out, out.stride(0), out.stride(1), splits,
+            HEAD_DIM=head_dim, DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(splits),
+            num_warps=4,
+        )
+    return out
+
+
+def decode_workspace_bytes(num_seqs: int, num_heads: int, head_dim: int, splits: int) -> int:
+    """Bytes of the split workspace (partial outputs + log-sum-exps), for cost accounting."""
+    return 0 if splits <= 1 else num_seqs * num_heads * splits * (head_dim + 1) * 4
+
+
+if triton is not None:
+
+    @triton.jit
+    def _paged_decode_kernel(
+        q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr,
+        scale_log2,
+        q_s_seq, q_s_head,
+        k_s_block, k_s_tok, k_s_head,
+        v_s_block, v_s_tok, v_s_head,
+        bt_s_seq, o_s_seq, o_s_head,
+        GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr, BLOCKS_PER_ITER: tl.constexpr, SPLIT: tl.constexpr, F32_DOT: tl.constexpr,
+    ):
+        seq = tl.program_id(0).to(tl.int64)
+        kv_head = tl.program_id(1)
+        split = tl.program_id(2)
+        num_splits = tl.num_programs(2)
+        TILE: tl.constexpr = BLOCKS_PER_ITER * BLOCK_SIZE
+
+        # This split's share of the sequence, in whole loop iterations (blocks_per_iter blocks each),
+        # so that only the last tile of the sequence is partial.
+        seq_len = tl.load(seq_lens_ptr + seq)
+        num_blocks = tl.cdiv(seq_len, BLOCK_SIZE)
+        per_split = tl.cdiv(tl.cdiv(num_blocks, num_splits), BLOCKS_PER_ITER) * BLOCKS_PER_ITER
+        block_start = split * per_split
+        block_end = tl.minimum(block_start + per_split, num_blocks)
+
+        g = tl.arange(0, GROUP_PAD)
+        d = tl.arange(0, DIM_PAD)
+        heads = kv_head * GROUP + g
+        row_mask = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
+        q = tl.load(q_ptr + seq * q_s_seq + heads[:, None] * q_s_head + d[None, :], mask=row_mask, other=0.0)
+
+        t = tl.arange(0, TILE)
+        offset_in_block = t % BLOCK_SIZE
+        d_mask = (d < HEAD_DIM)[None, :]
+        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)  # running max, in log2 units
+        l = tl.zeros([GROUP_PAD], tl.float32)
+        acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
+        for block in range(block_start, block_end, BLOCKS_PER_ITER):
+            pos = block * BLOCK_SIZE + t
+            valid = pos < seq_len
+            physical = tl.load(block_tables_ptr + seq * bt_s_seq + block + t // BLOCK_SIZE, mask=valid, other=0)
+            physical = physical.to(tl.int64)
+            kv_mask = valid[:, None] & d_mask
+            k = tl.load(k_cache_ptr + physical[:, None] * k_s_block + offset_in_block[:, None] * k_s_tok
+                        + kv_head * k_s_head + d[None, :], mask=kv_mask, other=0.0)
+            if F32_DOT:
+                s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))
+            alpha = tl.exp2(m - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l = l * alpha + tl.sum(p, axis=1)
+            v = tl.load(v_cache_ptr + physical[:, None] * v_s_block + offset_in_block[:, None] * v_s_tok
+                        + kv_head * v_s_head + d[None, :], mask=kv_mask, other=0.0)
+            p_low = p.to(v.dtype)  # P@V takes p at the cache's precision, as on tensor cores
+            if F32_DOT:
+                pv = tl.dot(p_low.to(tl.float32), v.to(tl.float32), input_precision="ieee")
+            else:
+                pv = tl.dot(p_low, v)
+            acc = acc * alpha[:, None] + pv
+            m = m_new
+
+        has_work = l > 0.0  # false for an empty split and for a padded row (seq_len 0)
+        result = acc / tl.where(has_work, l, 1.0)[:, None]
+        if SPLIT:
+            row = (seq * tl.num_programs(1) * GROUP + heads) * num_splits + split
+            tl.store(part_out_ptr + row[:, None] * HEAD_DIM + d[None, :], result, mask=row_mask)
+            lse = tl.where(has_work, m + tl.log2(tl.where(has_work, l, 1.0)), float("-inf"))
+            tl.store(part_lse_ptr + row, lse, mask=g < GROUP)
+        else:
+            tl.store(out_ptr + seq * o_s_seq + heads[:, None] * o_s_head + d[None, :],
+                     result.to(out_ptr.dtype.element_ty), mask=row_mask)
+
+    @triton.jit
+    def _merge_splits_kernel(
+        part_out_ptr, part_lse_ptr, out_ptr, o_s_seq, o_s_head, num_splits,
+        HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    ):
+        seq = tl.program_id(0).to(tl.int64)
+        head = tl.program_id(1)
+        row0 = (seq * tl.num_programs(1) + head) * num_splits
+        s = tl.arange(0, SPLITS_PAD)
+        d = tl.arange(0, DIM_PAD)
+        s_mask = s < num_splits
+        lse = tl.load(part_lse_ptr + row0 + s, mask=s_mask, other=float("-inf"))
+        top = tl.max(lse, axis=0)
+        top = tl.where(top == float("-inf"), 0.0, top)  # every split empty: weights 0, output 0
+        w = tl.exp2(lse - top)
+        total = tl.sum(w, axis=0)
+        parts = tl.load(part_out_ptr + (row0 + s)[:, None] * HEAD_DIM + d[None, :],
+                        mask=s_mask[:, None] & (d < HEAD_DIM)[None, :], other=0.0)
+        merged = tl.sum(parts * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
+        tl.store(out_ptr + seq * o_s_seq + head * o_s_head + d, merged.to(out_ptr.dtype.element_ty),
+                 mask=d < HEAD_DIM)

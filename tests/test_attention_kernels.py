@@ -1,0 +1,223 @@
+"""The attention fast path (Triton KV store, Triton split-K paged decode, SDPA prefill) agrees with
+``forward_native``, and the layer works under ``torch.compile(fullgraph=True)``.
+
+On a CPU the Triton kernels run in the interpreter (the plugin sets ``TRITON_INTERPRET=1`` before
+test modules are imported; it is set here too for a bare ``python -m pytest`` without CUDA).
+"""
+import copy
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+from fk_pytest.compare import output_error  # noqa: E402
+from kernels_reference.L1 import paged_decode as decode_module  # noqa: E402
+from kernels_reference.L1.attention import Attention, paged_attention, store_kv_cache  # noqa: E402
+from kernels_reference.L1.kv_store import store_kv_cache_triton  # noqa: E402
+from kernels_reference.forward_context import AttentionMetadata, set_forward_context  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+BLOCK = 16
+
+
+def _gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def _metadata(context, query, gen, padded_rows=0):
+    """Shuffled block tables (as after block-manager churn); ``padded_rows`` extra decode rows with
+    seq_len 0 and slot -1, as a CUDA-graph batch pads its tail."""
+    need = [-(-(c + q) // BLOCK) for c, q in zip(context, query)]
+    order = torch.randperm(sum(need) + 3, generator=gen).tolist()
+    tables, at = [], 0
+    for n in need:
+        tables.append(order[at: at + n])
+        at += n
+    meta = AttentionMetadata.build(context, query, BLOCK, device=DEVICE, block_tables=tables)
+    if padded_rows:
+        pad_table = torch.zeros(padded_rows, meta.block_tables.shape[1], dtype=torch.int32, device=DEVICE)
+        meta = AttentionMetadata(
+            query_start_loc=torch.arange(meta.num_seqs + padded_rows + 1, dtype=torch.int32, device=DEVICE),
+            seq_lens=torch.cat([meta.seq_lens, torch.zeros(padded_rows, dtype=torch.int32, device=DEVICE)]),
+            block_tables=torch.cat([meta.block_tables, pad_table]),
+            slot_mapping=torch.cat([meta.slot_mapping, torch.full((padded_rows,), -1, device=DEVICE)]),
+            block_size=BLOCK, max_query_len=1, max_seq_len=meta.max_seq_len,
+            query_lens_cpu=meta.query_lens_cpu + (1,) * padded_rows,
+            seq_lens_cpu=meta.seq_lens_cpu + (0,) * padded_rows)
+    return meta, len(order)
+
+
+def _step(nq, nk, d, context, query, dtype, seed=0, padded_rows=0, with_cache=True):
+    gen = _gen(seed)
+    meta, blocks = _metadata(context, query, gen, padded_rows)
+    t = meta.slot_mapping.shape[0]
+    qkv = torch.randn(t, (nq + 2 * nk) * d, generator=gen).to(device=DEVICE, dtype=dtype)
+    q, k, v = qkv[:, : nq * d], qkv[:, nq * d: (nq + nk) * d], qkv[:, (nq + nk) * d:]  # strided views
+    caches = None
+    if with_cache:
+        caches = tuple(torch.randn(blocks, BLOCK, nk, d, generator=gen).to(device=DEVICE, dtype=dtype) for _ in "kv")
+    layer = Attention(nq, d, d ** -0.5, nk)
+    return layer, meta, (q, k, v), caches
+
+
+def _run(layer, meta, qkv, caches, method, upcast=False):
+    """One call on private copies of the caches; returns (output, key cache, value cache)."""
+    layer = copy.deepcopy(layer)
+    conv = (lambda x: x.double()) if upcast else (lambda x: x)
+    layer.kv_cache = None if caches is None else tuple(conv(c.clone()) for c in caches)
+    with set_forward_context(meta), torch.no_grad():
+        out = getattr(layer, method)(*(conv(x) for x in qkv))
+    return (out,) + (layer.kv_cache or ())
+
+
+def _check_fast_path(nq, nk, d, context, query, dtype, **kw):
+    layer, meta, qkv, caches = _step(nq, nk, d, context, query, dtype, **kw)
+    truth = _run(layer, meta, qkv, caches, "forward_native", upcast=True)
+    native = _run(layer, meta, qkv, caches, "forward_native")
+    fast = _run(layer, meta, qkv, caches, "forward_fast")
+    assert fast[0].shape == native[0].shape and fast[0].dtype == native[0].dtype
+    assert torch.isfinite(fast[0]).all()
+    # Interpreted Triton truncates to bf16: allow for it as the suite does (truncating floor).
+    err = output_error("out", truth[0], [native[0]], fast[0], dtype, truncating=True)
+    assert err.passed(3.0), err
+    for got, want in zip(fast[1:], native[1:]):  # the store is a copy: bit-exact
+        assert torch.equal(got, want)
+    return fast, native
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads", [(8, 2), (4, 4)], ids=["gqa4", "mha"])
+def test_decode_batch_matches_native(dtype, heads):
+    # contexts not multiples of the block size, one shorter than a block, one spanning many blocks
+    _check_fast_path(*heads, 64, [40, 17, 63, 3, 100], [1] * 5, dtype)
+
+
+def test_decode_head_dim_128_grouped_query_7():
+    _check_fast_path(28, 4, 128, [70, 33], [1, 1], torch.bfloat16)  # Qwen2.5-7B's 28/4 heads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_padded_decode_row_gives_zeros_and_stores_nothing(dtype):
+    fast, native = _check_fast_path(8, 2, 64, [40, 17], [1, 1], dtype, padded_rows=2)
+    assert torch.count_nonzero(fast[0][2:]) == 0
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 5, 8])
+def test_decode_splits_agree_with_uneven_partitions(splits):
+    # 100 tokens = 7 blocks: uneven shares; 3 tokens: one block, most splits empty; 0: no work at all
+    gen = _gen(1)
+    nq, nk, d, lens = 8, 2, 32, [100, 3, 0, 49]
+    tables = torch.randperm(40, generator=gen)[:4 * 8].view(4, 8).to(torch.int32)
+    k_cache, v_cache = (torch.randn(40, BLOCK, nk, d, generator=gen) for _ in "kv")
+    q = torch.randn(4, nq, d, generator=gen)
+    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    ones = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, num_splits=1)
+    split = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, num_splits=splits)
+    assert torch.isfinite(split).all() and torch.count_nonzero(split[2]) == 0
+    torch.testing.assert_close(split, ones, rtol=1e-5, atol=1e-6)
+    for i, n in enumerate(lens[:2]):  # against a direct float64 evaluation
+        blocks = tables[i, : -(-n // BLOCK)].long()
+        ks = k_cache[blocks].flatten(0, 1)[:n].double().repeat_interleave(nq // nk, 1)
+        vs = v_cache[blocks].flatten(0, 1)[:n].double().repeat_interleave(nq // nk, 1)
+        probs = torch.softmax(torch.einsum("hd,khd->hk", q[i].double(), ks) * 0.3, -1)
+        torch.testing.assert_close(split[i].double(), torch.einsum("hk,khd->hd", probs, vs), rtol=1e-5, atol=1e-6)
+
+
+def test_decode_launch_depends_on_shapes_not_metadata_values(monkeypatch):
+    """The CUDA-graph contract: same shapes, different seq_lens -> the same grid and workspace."""
+    grids = []
+    kernel = decode_module._paged_decode_kernel
+
+    class Recorder:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return kernel[grid]
+
+    monkeypatch.setattr(decode_module, "_paged_decode_kernel", Recorder())
+    gen = _gen(2)
+    tables = torch.randperm(64, generator=gen)[:2 * 16].view(2, 16).to(torch.int32)
+    k_cache, v_cache = (torch.randn(64, BLOCK, 2, 32, generator=gen) for _ in "kv")
+    q = torch.randn(2, 4, 32, generator=gen)
+    for lens in ([256, 1], [5, 0], [130, 200]):
+        decode_module.paged_decode(q, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32), 0.2)
+    assert len(set(grids)) == 1 and grids[0][2] > 1, grids
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("batch", ["prefill", "chunked", "mixed"])
+def test_prefill_chunked_and_mixed_batches_match_native(dtype, batch):
+    context, query = {"prefill": ([0, 0], [12, 5]), "chunked": ([33], [17]),
+                      "mixed": ([0, 21, 30, 7], [9, 6, 1, 1])}[batch]
+    _check_fast_path(8, 2, 64, context, query, dtype)
+
+
+def test_packed_prefill_without_a_cache():
+    _check_fast_path(4, 2, 32, [0, 0], [7, 3], torch.float32, with_cache=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_store_skips_negative_slots_and_reads_strided_rows(dtype):
+    gen = _gen(3)
+    nk, d = 2, 64
+    qkv = torch.randn(5, (4 + 2 * nk) * d, generator=gen).to(dtype)
+    k, v = qkv[:, 4 * d: (4 + nk) * d], qkv[:, (4 + nk) * d:]
+    caches = [torch.randn(6, BLOCK, nk, d, generator=gen).to(dtype) for _ in range(2)]
+    caches += [c.clone() for c in caches]
+    slots = torch.tensor([3, 17, -1, 95, 40])
+    store_kv_cache(k, v, caches[0], caches[1], slots)
+    store_kv_cache_triton(k, v, caches[2], caches[3], slots)
+    assert torch.equal(caches[2], caches[0]) and torch.equal(caches[3], caches[1])
+    assert torch.equal(caches[0].view(-1, nk, d)[95], k[3].view(nk, d))
+
+
+def test_compiled_layer_uses_one_graph_across_steps():
+    """torch.compile(fullgraph=True): the layer is one opaque op, metadata values are no guards."""
+    torch._dynamo.reset()
+    compiled_graphs = []
+
+    def backend(gm, example_inputs):
+        compiled_graphs.append(gm)
+        return gm.forward
+
+    layer, meta, qkv, caches = _step(8, 2, 32, [40, 17, 63], [1, 1, 1], torch.float32)
+    compiled = torch.compile(layer, fullgraph=True, backend=backend)
+    graphs_after = {}
+    # steps 0 and 1: the same shapes, other lengths and block tables; step 2: new shapes
+    for seed, context in enumerate(([40, 17, 63], [41, 18, 62], [90, 2, 30])):
+        _, meta, qkv, caches = _step(8, 2, 32, context, [1, 1, 1], torch.float32, seed=seed)
+        want = _run(layer, meta, qkv, caches, "forward_native")
+        layer.kv_cache = tuple(c.clone() for c in caches)
+        with set_forward_context(meta), torch.no_grad():
+            got = compiled(*qkv)
+        torch.testing.assert_close(got, want[0])
+        assert torch.equal(layer.kv_cache[0], want[1]) and torch.equal(layer.kv_cache[1], want[2])
+        graphs_after[seed] = len(compiled_graphs)
+    assert graphs_after[1] == 1  # new metadata values: no recompile
+    assert graphs_after[2] <= 2  # new shapes: at most the one dynamic-shape recompile
+    assert any("paged_attention" in str(n.target) for n in compiled_graphs[0].graph.nodes)
+
+
+def test_compiled_with_inductor_prefill_step():
+    torch._dynamo.reset()
+    layer, meta, qkv, caches = _step(4, 2, 32, [0, 21], [9, 6], torch.float32)
+    want = _run(layer, meta, qkv, caches, "forward_native")
+    compiled = torch.compile(layer, fullgraph=True)
+    layer.kv_cache = tuple(c.clone() for c in caches)
+    with set_forward_context(meta), torch.no_grad():
+        got = compiled(*qkv)
+    torch.testing.assert_close(got, want[0])
+    assert torch.equal(layer.kv_cache[0], want[1])
+
+
+def test_op_outside_a_forward_context_derives_host_lengths():
+    layer, meta, (q, k, v), caches = _step(4, 2, 32, [5, 0], [1, 3], torch.float32)
+    want = _run(layer, meta, (q, k, v), caches, "forward_native")
+    kc, vc = (c.clone() for c in caches)
+    got = paged_attention(q, k, v, kc, vc, meta.query_start_loc, meta.seq_lens, meta.block_tables,
+                          meta.slot_mapping, 4, 2, 32, 32 ** -0.5)
+    torch.testing.assert_close(got, want[0])
+    assert torch.equal(kc, want[1])
