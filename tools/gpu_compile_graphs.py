@@ -24,13 +24,16 @@ def _outputs(out):
 
 
 def _agree(a_list, b_list):
+    """Normwise relative difference: compiled code may fuse and round differently in bf16, which
+    moves single elements by an ulp of large values but not the tensor as a whole."""
     worst = 0.0
     for a, b in zip(a_list, b_list):
         if a.shape != b.shape:
             return False, f"shape {tuple(a.shape)} != {tuple(b.shape)}"
-        err = ((a.float() - b.float()).abs() / (b.float().abs() + 1)).max().item() if a.numel() else 0.0
-        worst = max(worst, err)
-    return worst < 5e-2, f"max rel err {worst:.2e}"
+        if a.numel():
+            diff = (a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)
+            worst = max(worst, diff.item())
+    return worst < 1e-2, f"normwise rel diff {worst:.2e}"
 
 
 def _graph_run(task, module, inputs):
