@@ -5,6 +5,8 @@ On a CPU the Triton kernels run in the interpreter (the plugin sets ``TRITON_INT
 test modules are imported; it is set here too for a bare ``python -m pytest`` without CUDA).
 """
 import copy
+import dataclasses
+import functools
 import os
 
 import pytest
@@ -106,9 +108,12 @@ def test_padded_decode_row_gives_zeros_and_stores_nothing(dtype):
     assert torch.count_nonzero(fast[0][2:]) == 0
 
 
+@pytest.mark.parametrize("fused_merge", [False, True], ids=["merge-kernel", "fused-merge"])
 @pytest.mark.parametrize("splits", [1, 2, 3, 5, 8])
-def test_decode_splits_agree_with_uneven_partitions(splits):
-    # 100 tokens = 7 blocks: uneven shares; 3 tokens: one block, most splits empty; 0: no work at all
+def test_decode_splits_agree_with_uneven_partitions(splits, fused_merge):
+    # 100 tokens = 7 blocks: uneven shares; 3 tokens: one block, most splits empty; 0: no work at all;
+    # one block per iteration so a split runs several iterations (the table prefetch is exercised)
+    config = dataclasses.replace(decode_module.DECODE_CONFIG, blocks_per_iter=1, fused_merge=fused_merge)
     gen = _gen(1)
     nq, nk, d, lens = 8, 2, 32, [100, 3, 0, 49]
     tables = torch.randperm(40, generator=gen)[:4 * 8].view(4, 8).to(torch.int32)
@@ -116,8 +121,12 @@ def test_decode_splits_agree_with_uneven_partitions(splits):
     q = torch.randn(4, nq, d, generator=gen)
     seq_lens = torch.tensor(lens, dtype=torch.int32)
     ones = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, num_splits=1)
-    split = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, num_splits=splits)
-    assert torch.isfinite(split).all() and torch.count_nonzero(split[2]) == 0
+    for _ in range(2):  # twice: the fused merge must leave its counters at zero for the next launch
+        split = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, config=config,
+                                           num_splits=splits)
+        assert torch.isfinite(split).all() and torch.count_nonzero(split[2]) == 0
+    if fused_merge and splits > 1:
+        assert torch.count_nonzero(decode_module._COUNTERS[split.device]) == 0
     torch.testing.assert_close(split, ones, rtol=1e-5, atol=1e-6)
     for i, n in enumerate(lens[:2]):  # against a direct float64 evaluation
         blocks = tables[i, : -(-n // BLOCK)].long()
@@ -145,6 +154,19 @@ def test_decode_launch_depends_on_shapes_not_metadata_values(monkeypatch):
     for lens in ([256, 1], [5, 0], [130, 200]):
         decode_module.paged_decode(q, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32), 0.2)
     assert len(set(grids)) == 1 and grids[0][2] > 1, grids
+
+
+def test_decode_splits_favour_small_batches():
+    """Few (sequence, kv head) pairs: more, shorter splits; a batch that fills the SMs: fewer;
+    never more splits than a full table has loop iterations, nor than max_splits."""
+    config = decode_module.DecodeConfig(blocks_per_iter=4, programs_per_sm=2, small_batch_programs_per_sm=4,
+                                        max_splits=128)
+    splits = functools.partial(decode_module.decode_num_splits, num_kv_heads=8, num_sms=132, config=config)
+    assert splits(1, max_blocks=512) == 66  # 4 * 132 / 8 programs
+    assert splits(32, max_blocks=128) == 2  # 256 programs: 2 * 132 / 256 rounded up
+    assert splits(256, max_blocks=32) == 1
+    assert splits(1, max_blocks=8) == 2  # 8 blocks = 2 iterations of 4
+    assert decode_module.decode_num_splits(1, 1, 10 ** 6, 132, dataclasses.replace(config, max_splits=16)) == 16
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -6,9 +6,15 @@
 1. Checks (float32, and bfloat16 calibrated against a float64 truth): decode (with splits and a
    padded row), prefill, chunked prefill, a mixed batch; decode replayed from a CUDA graph after the
    metadata contents changed; one decode step under torch.compile(fullgraph=True).
-2. Copy bandwidth (a large ``copy_``), the roofline every fraction below refers to.
+2. Roofline: the suite's own ``fk_pytest.timing.measure_roofline`` copy bandwidth (so every "frac"
+   below agrees with the suite's reports), and the timing floor: a CUDA graph of one trivial kernel
+   timed exactly like the kernels (L2 flush, events around a replay). A kernel's time includes that
+   floor, so decode reports both ``frac`` = bytes / t / copy and ``frac_kernel`` = bytes /
+   (t - floor) / copy: the part of the gap that is method overhead rather than the kernel.
 3. KV store at 16384 / 65536 tokens; paged decode (32/8 heads, d=128, block 16, shuffled blocks) at
-   B1 C8192, B32 C2048, B64 C4096, B128 C1024, B256 C512, sweeping the DecodeConfig knobs.
+   B1 C8192, B32 C2048, B64 C4096, B128 C1024, B256 C512: the default DecodeConfig, the previous
+   default, and a sweep of the knobs (fused merge included). Configs that launch the same kernel
+   with the same split count for a shape are timed once. A variant that fails is recorded, not fatal.
 4. SDPA prefill backends (forced one at a time; GQA via enable_gqa or expanded K/V) at T=2048/8192/
    16384, a varlen batch of 4 sequences, and a chunk over cached context (bottom-right causal).
 
@@ -38,7 +44,11 @@ STORE_TOKENS = [16384, 65536]
 PREFILL_TOKENS = [2048, 8192, 16384]
 VARLEN = [700, 129, 1024, 33]
 CHUNK = (3072, 1024)  # (cached context, new tokens)
-SWEEP = {"blocks_per_iter": [2, 4, 8], "num_warps": [4, 8], "programs_per_sm": [2, 4, 8], "max_splits": [32, 64, 128]}
+SWEEP = {"blocks_per_iter": [2, 4, 8], "num_warps": [4, 8], "programs_per_sm": [1, 2, 4],
+         "small_batch_programs_per_sm": [4, 8], "max_splits": [64, 128], "fused_merge": [False, True]}
+EXTRA_DECODE = [{"num_stages": 1}, {"num_stages": 3}, {"fused_merge": True}]  # changes to the default
+PREVIOUS_DEFAULT = {"blocks_per_iter": 4, "num_warps": 4, "num_stages": 2, "programs_per_sm": 4,
+                    "small_batch_programs_per_sm": 4, "max_splits": 64, "fused_merge": False}
 STORE_WARPS = [2, 4, 8]
 PREFILL_VARIANTS = [  # (name, forced backend or None for torch's choice, expand K/V)
     ("auto+gqa", None, False), ("cudnn+gqa", "cudnn", False), ("cudnn+expand", "cudnn", True),
@@ -76,7 +86,8 @@ if ARGS.cpu_smoke:  # tiny stand-ins for every shape above
     PREFILL_TOKENS = [48]
     VARLEN = [20, 3, 9]
     CHUNK = (40, 12)
-    SWEEP = {"blocks_per_iter": [1, 2], "num_warps": [4], "programs_per_sm": [4], "max_splits": [64]}
+    SWEEP = {"blocks_per_iter": [1, 2], "num_warps": [4], "programs_per_sm": [2], "small_batch_programs_per_sm": [4],
+             "max_splits": [64], "fused_merge": [False, True]}
     STORE_WARPS = [4]
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -134,11 +145,19 @@ class Timer:
 
 
 def copy_bandwidth_tbps(timer: Timer) -> float:
-    n = (1 << 30) if timer.cuda else (1 << 20)
-    src = torch.empty(n, dtype=torch.int8, device=DEVICE).random_()
+    """The suite's roofline on a GPU; on the CPU smoke run, a stand-in copy so the tables fill."""
+    if timer.cuda:
+        from fk_pytest.timing import measure_roofline
+        return measure_roofline(DEVICE)["copy_tbps"]
+    src = torch.empty(1 << 20, dtype=torch.int8, device=DEVICE).random_()
     dst = torch.empty_like(src)
-    t = timer(lambda: dst.copy_(src))
-    return 2 * n / (t["us"] * 1e-6) / 1e12
+    return 2 * src.numel() / (timer(lambda: dst.copy_(src))["us"] * 1e-6) / 1e12
+
+
+def timing_floor_us(timer: Timer) -> float:
+    """What the method alone costs: one trivial kernel, captured and timed like every kernel here."""
+    tiny = torch.zeros(1, device=DEVICE)
+    return timer(lambda: tiny.add_(1.0))["us"]
 
 
 # ---- inputs ---------------------------------------------------------------------------------------
@@ -279,8 +298,33 @@ def check_compile():
     return {"check": "decode-torch.compile-fullgraph", "ok": worst < 1e-4 and stored, "max_abs_fast_vs_native": worst}
 
 
+def check_fused_merge_graph():
+    """The fused merge replayed from a CUDA graph: each replay equals the two-kernel merge and
+    leaves the split counters at zero (the merging program resets them)."""
+    batch, context = (2, 3000) if DEVICE.type == "cuda" else (2, 90)
+    q, (kc, vc), bt, seq_lens = decode_inputs(batch, context, seed=5)
+    seq_lens[1] = context // 3  # uneven: some splits of row 1 are empty
+    fused = dataclasses.replace(decode_mod.DECODE_CONFIG, fused_merge=True)
+    want = decode_mod.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, num_splits=8)
+    out = torch.zeros_like(want)
+    decode_mod.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, out=out, config=fused, num_splits=8)
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            decode_mod.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, out=out, config=fused, num_splits=8)
+        for _ in range(3):
+            out.zero_()
+            graph.replay()
+        torch.cuda.synchronize()
+    err = float((out.float() - want.float()).abs().max())
+    counters_zero = all(int(torch.count_nonzero(c)) == 0 for c in decode_mod._COUNTERS.values())
+    return {"check": "decode-fused-merge-graph-replays", "ok": err < 2e-2 and counters_zero,
+            "max_abs_fast_vs_native": err}
+
+
 def run_checks():
-    rows = []
+    rows = [check_fused_merge_graph()]
     for name, (ctx, q) in CHECK_BATCHES.items():
         rows += check_batch(name, ctx, q)
     rows.append(check_padded_graph_replay())
@@ -323,34 +367,55 @@ def decode_bytes(batch, context):
     return (batch * context * NK * HD * 2 + 2 * batch * NQ * HD) * 2  # KV once, q in + out, bf16
 
 
-def time_decode(timer, copy_tbps):
-    configs = [decode_mod.DECODE_CONFIG]
+def decode_configs():
+    """(label, config): the default, the previous default, single-knob changes, then the sweep."""
+    base = decode_mod.DECODE_CONFIG
+    out = [("default", base), ("previous-default", dataclasses.replace(base, **PREVIOUS_DEFAULT))]
     if not ARGS.no_sweep:
+        out += [("default+" + ",".join(f"{k}={v}" for k, v in change.items()), dataclasses.replace(base, **change))
+                for change in EXTRA_DECODE]
         keys = list(SWEEP)
-        for values in itertools.product(*(SWEEP[k] for k in keys)):
-            cfg = dataclasses.replace(decode_mod.DECODE_CONFIG, **dict(zip(keys, values)))
-            if cfg not in configs:
-                configs.append(cfg)
+        out += [("sweep", dataclasses.replace(base, **dict(zip(keys, values))))
+                for values in itertools.product(*(SWEEP[k] for k in keys))]
+    seen, unique = set(), []
+    for label, cfg in out:
+        if cfg not in seen:
+            seen.add(cfg)
+            unique.append((label, cfg))
+    return unique
+
+
+def time_decode(timer, copy_tbps, floor_us):
     rows = []
     for batch, context in DECODE_SHAPES:
         q, (kc, vc), bt, seq_lens = decode_inputs(batch, context)
         baseline = decode_mod.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5)
-        for cfg in configs:
-            out = torch.empty(batch, NQ, HD, dtype=q.dtype, device=DEVICE)
-            def fn(cfg=cfg, out=out):
-                return decode_mod.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, out=out, config=cfg)
-            try:
-                t = timer(fn)
-                diff = float((out.float() - baseline.float()).abs().max())
-            except Exception as exc:  # noqa: BLE001 - a knob setting the compiler rejects
-                rows.append({"batch": batch, "context": context, "config": dataclasses.asdict(cfg),
-                             "error": f"{type(exc).__name__}: {exc}"[:200]})
-                continue
+        nbytes = decode_bytes(batch, context)
+        timed = {}  # launch key -> timing, so configs that launch the same thing are timed once
+        for label, cfg in decode_configs():
             splits = decode_mod.decode_num_splits(batch, NK, bt.shape[1], decode_mod.sm_count(DEVICE), cfg)
-            tbps = decode_bytes(batch, context) / (t["us"] * 1e-6) / 1e12
-            rows.append({"batch": batch, "context": context, "config": dataclasses.asdict(cfg),
-                         "default": cfg == decode_mod.DECODE_CONFIG, "splits": splits, **t, "tbps": tbps,
-                         "frac_copy": tbps / copy_tbps, "max_abs_vs_default": diff})
+            key = (cfg.blocks_per_iter, cfg.num_warps, cfg.num_stages, cfg.fused_merge and splits > 1, splits)
+            row = {"batch": batch, "context": context, "label": label, "config": dataclasses.asdict(cfg),
+                   "default": cfg == decode_mod.DECODE_CONFIG, "splits": splits}
+            if key not in timed:
+                out = torch.zeros(batch, NQ, HD, dtype=q.dtype, device=DEVICE)
+
+                def fn(cfg=cfg, out=out):
+                    return decode_mod.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, out=out, config=cfg)
+                try:
+                    t = timer(fn, budget_s=0.08)
+                    t["max_abs_vs_default"] = float((out.float() - baseline.float()).abs().max())
+                except Exception as exc:  # noqa: BLE001 - a knob setting the compiler rejects
+                    t = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                    if timer.cuda:
+                        torch.cuda.synchronize()
+                timed[key] = t
+            t = timed[key]
+            if "error" not in t:
+                kernel_us = max(t["us"] - floor_us, 1e-3)
+                t = {**t, "tbps": nbytes / (t["us"] * 1e-6) / 1e12, "frac_copy": nbytes / (t["us"] * 1e-6) / 1e12 / copy_tbps,
+                     "frac_kernel": nbytes / (kernel_us * 1e-6) / 1e12 / copy_tbps}
+            rows.append({**row, **t})
     return rows
 
 
@@ -411,9 +476,51 @@ def time_prefill(timer):
 
 # ---- report -----------------------------------------------------------------------------------------
 
+def knobs(c):
+    return (f"{c['blocks_per_iter']}/{c['num_warps']}/{c['num_stages']}/{c['programs_per_sm']}/"
+            f"{c['small_batch_programs_per_sm']}/{c['max_splits']}/{'F' if c['fused_merge'] else '-'}")
+
+
+def decode_table(result):
+    """Per shape: default vs previous default vs best (raw and kernel-only fractions of the
+    roofline), best with and without the fused merge; then the best single config over all shapes."""
+    fmt = lambda r: f"{r['us']:.1f} | {r['frac_copy']:.2f} | {r['frac_kernel']:.2f}" if r else "- | - | -"
+    lines = ["", f"timing floor (graph of one trivial kernel, flush + events): {result['floor_us']:.1f} us; "
+             f"frac = bytes/t/copy, kern = bytes/(t-floor)/copy; knobs = bpi/warps/stages/pps/small_pps/max_splits/fused",
+             "| decode | splits | default us | frac | kern | previous us | frac | kern | best knobs | best us | frac | "
+             "kern | best unfused us | best fused us |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [r for r in result["decode"] if "us" in r]
+    for batch, context in DECODE_SHAPES:
+        rs = [r for r in rows if r["batch"] == batch and r["context"] == context]
+        errors = sum(1 for r in result["decode"] if r["batch"] == batch and r["context"] == context and "error" in r)
+        if not rs:
+            lines.append(f"| B{batch} C{context} | all {errors} variants failed |" + " |" * 12)
+            continue
+        default = next((r for r in rs if r["default"]), None)
+        previous = next((r for r in rs if r["label"] == "previous-default"), None)
+        best = min(rs, key=lambda r: r["us"])
+        unfused = min((r["us"] for r in rs if not (r["config"]["fused_merge"] and r["splits"] > 1)), default=float("nan"))
+        fused = min((r["us"] for r in rs if r["config"]["fused_merge"] and r["splits"] > 1), default=float("nan"))
+        lines.append(f"| B{batch} C{context} | {default['splits'] if default else '-'} | {fmt(default)} | {fmt(previous)} | "
+                     f"{knobs(best['config'])} | {fmt(best)} | {unfused:.1f} | {fused:.1f} |"
+                     + (f" ({errors} variants failed)" if errors else ""))
+    by_cfg = {}
+    for r in rows:
+        by_cfg.setdefault(json.dumps(r["config"], sort_keys=True), []).append(r["frac_copy"])
+    full = {k: v for k, v in by_cfg.items() if len(v) == len(DECODE_SHAPES)}
+    if full:
+        geo = {k: math.exp(math.fsum(map(math.log, v)) / len(v)) for k, v in full.items()}
+        best_cfg = max(geo, key=geo.get)
+        default_key = json.dumps(dataclasses.asdict(decode_mod.DECODE_CONFIG), sort_keys=True)
+        result["decode_best_config"] = json.loads(best_cfg)
+        lines.append(f"best single decode config over all shapes: geomean frac {geo[best_cfg]:.3f} "
+                     f"(default {geo.get(default_key, float('nan')):.3f}): {knobs(json.loads(best_cfg))}")
+    return lines
+
+
 def tables(result):
     lines = [f"device: {result['device']}  torch {result['torch']}  triton {result['triton']}  "
-             f"copy {result['copy_tbps']:.2f} TB/s", "",
+             f"copy {result['copy_tbps']:.2f} TB/s (fk_pytest.timing.measure_roofline)", "",
              "| check | ok | max abs fast-native | ratio |", "|---|---|---|---|"]
     for r in result["checks"]:
         lines.append(f"| {r['check']} | {r['ok']} | {r.get('max_abs_fast_vs_native', float('nan')):.2e} | "
@@ -422,30 +529,7 @@ def tables(result):
     for r in result["store"]:
         lines.append(f"| {r['tokens']} | {r['num_warps']} | {r['us']:.1f} | {r['tbps']:.2f} | "
                      f"{r['frac_copy']:.2f} |")
-    lines += ["", "| decode | default us | TB/s | frac | splits | best config (bpi/warps/pps/max_splits) | "
-              "best us | best frac |", "|---|---|---|---|---|---|---|---|"]
-    for batch, context in DECODE_SHAPES:
-        rs = [r for r in result["decode"] if r["batch"] == batch and r["context"] == context and "us" in r]
-        if not rs:
-            lines.append(f"| B{batch} C{context} | error | | | | | | |")
-            continue
-        default = next((r for r in rs if r["default"]), rs[0])
-        best = min(rs, key=lambda r: r["us"])
-        c = best["config"]
-        knobs = f"{c['blocks_per_iter']}/{c['num_warps']}/{c['programs_per_sm']}/{c['max_splits']}"
-        lines.append(f"| B{batch} C{context} | {default['us']:.1f} | {default['tbps']:.2f} | "
-                     f"{default['frac_copy']:.2f} | {default['splits']} | {knobs} | {best['us']:.1f} | "
-                     f"{best['frac_copy']:.2f} |")
-    by_cfg = {}
-    for r in result["decode"]:
-        if "us" in r:
-            by_cfg.setdefault(json.dumps(r["config"], sort_keys=True), []).append(r["frac_copy"])
-    full = {k: v for k, v in by_cfg.items() if len(v) == len(DECODE_SHAPES)}
-    if full:
-        best_cfg = max(full, key=lambda k: math.fsum(map(math.log, full[k])))
-        result["decode_best_config"] = json.loads(best_cfg)
-        lines.append(f"best decode config over all shapes (geomean frac "
-                     f"{math.exp(math.fsum(map(math.log, full[best_cfg])) / len(DECODE_SHAPES)):.2f}): {best_cfg}")
+    lines += decode_table(result)
     lines += ["", "| prefill case | variant | us | TFLOP/s | max abs vs first | mode |", "|---|---|---|---|---|---|"]
     for r in result["prefill"]:
         if "error" in r:
@@ -463,7 +547,8 @@ def main():
     result = {"device": torch.cuda.get_device_name() if timer.cuda else "cpu (interpreter smoke)",
               "torch": torch.__version__, "triton": triton.__version__,
               "decode_default_config": dataclasses.asdict(decode_mod.DECODE_CONFIG)}
-    sections = [("checks", run_checks), ("copy_tbps", lambda: copy_bandwidth_tbps(timer))]
+    sections = [("checks", run_checks), ("copy_tbps", lambda: copy_bandwidth_tbps(timer)),
+                ("floor_us", lambda: timing_floor_us(timer))]
     for name, fn in sections:
         try:
             result[name] = fn()
@@ -472,7 +557,7 @@ def main():
                 if name == "checks" else float("nan")
             print(traceback.format_exc(), file=sys.stderr)
     for name, fn in [("store", lambda: time_store(timer, result["copy_tbps"])),
-                     ("decode", lambda: time_decode(timer, result["copy_tbps"])),
+                     ("decode", lambda: time_decode(timer, result["copy_tbps"], result["floor_us"])),
                      ("prefill", lambda: time_prefill(timer))]:
         try:
             result[name] = fn()

@@ -7,8 +7,13 @@ Decode is bound by reading the KV cache once, so the kernel is organised around 
 * a sequence's blocks are divided evenly among the splits *on the device* (from its ``seq_len``),
   several blocks per loop iteration, with an online softmax in float32; splits past the end of a
   short sequence do no work;
+* the latency chain of one loop iteration is kept short, because at batch 1 it is the whole cost:
+  the K and V tiles are requested together before the QK dot, and the block-table entries of the
+  next iteration are requested before this iteration's math;
 * with more than one split, each program writes its normalised partial output and log-sum-exp to
-  a workspace and a second small kernel merges the splits.
+  a workspace; the splits are merged either by a second small kernel or (``fused_merge``) by the
+  last program of each (sequence, kv head) to finish, found with an atomic counter that the same
+  program resets to zero (so a replayed CUDA graph finds it zeroed).
 
 CUDA-graph contract (the engine captures decode once per batch size and replays it): nothing here
 syncs with the host, and the launch (grid, number of splits, workspace size) is a function of
@@ -40,8 +45,14 @@ class DecodeConfig:
     blocks_per_iter: int = 4  # cache blocks (of block_size tokens) per loop iteration
     num_warps: int = 4
     num_stages: int = 2
-    programs_per_sm: int = 4  # split a batch until about this many programs per SM are in flight
-    max_splits: int = 64
+    # Split a batch until about this many programs per SM are in flight. A batch whose
+    # (sequence, kv head) pairs do not fill the SMs (batch 1-16 of an 8-kv-head model on an H200)
+    # is latency-bound: more, shorter splits help it; a batch that does fill them only pays for
+    # splitting (workspace traffic, a merge), so it is split just enough to cover the SMs twice.
+    programs_per_sm: int = 2
+    small_batch_programs_per_sm: int = 4
+    max_splits: int = 128
+    fused_merge: bool = False  # merge splits in the decode kernel (atomic counter) instead of a 2nd launch
 
 
 DECODE_CONFIG = DecodeConfig()
@@ -65,7 +76,8 @@ def decode_num_splits(num_seqs: int, num_kv_heads: int, max_blocks: int, num_sms
     than a full-width block table has loop iterations (so a long sequence never has an idle split
     for lack of blocks), at least one."""
     programs = max(num_seqs * num_kv_heads, 1)
-    wanted = -(-config.programs_per_sm * num_sms // programs)
+    per_sm = config.small_batch_programs_per_sm if programs < num_sms else config.programs_per_sm
+    wanted = -(-per_sm * num_sms // programs)
     iterations = max(-(-max_blocks // config.blocks_per_iter), 1)
     return max(1, min(wanted, iterations, config.max_splits))
 
@@ -116,13 +128,15 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
     tile = config.blocks_per_iter * block_size
     if tile < 16 or tile & (tile - 1):
         raise ValueError(f"blocks_per_iter * block_size must be a power of two >= 16, got {tile}")
+    fused_merge = splits > 1 and config.fused_merge
     if splits > 1:
         part_out = torch.empty(num_seqs, num_heads, splits, head_dim, dtype=torch.float32, device=query.device)
         part_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=query.device)
     else:  # one split writes the final output directly; the workspace pointers are unused
         part_out = part_lse = out
+    counters = _split_counters(query.device, num_seqs * num_kv_heads) if fused_merge else seq_lens
     _paged_decode_kernel[(num_seqs, num_kv_heads, splits)](
-        query, key_cache, value_cache, block_tables, seq_lens, out, part_out, part_lse,
+        query, key_cache, value_cache, block_tables, seq_lens, out, part_out, part_lse, counters,
         scale * LOG2E,
         query.stride(0), query.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
@@ -130,18 +144,37 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
         block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, DIM_PAD=dim_pad,
         BLOCK_SIZE=block_size, BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=splits > 1,
+        FUSED_MERGE=fused_merge, SPLITS_PAD=triton.next_power_of_2(splits),
         # float32 inputs keep full precision (no TF32); Triton's interpreter multiplies bfloat16
         # tiles wrongly (it reads their raw bits), so off the GPU half tiles are upcast first.
         F32_DOT=query.dtype == torch.float32 or not query.is_cuda,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    if splits > 1:
+    if splits > 1 and not fused_merge:
         _merge_splits_kernel[(num_seqs, num_heads)](
             part_out, part_lse, out, out.stride(0), out.stride(1), splits,
             HEAD_DIM=head_dim, DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(splits),
             num_warps=4,
         )
     return out
+
+
+_COUNTERS: dict = {}
+
+
+def _split_counters(device: torch.device, needed: int) -> torch.Tensor:
+    """Zeroed int32 counters, one per (sequence, kv head), for the fused merge. Kept per device and
+    reused: every launch leaves them at zero again (the merging program resets its counter). A
+    buffer first needed inside a CUDA-graph capture is not cached: its zero fill is then a node of
+    the graph (it would not have run yet when the capture ends)."""
+    buf = _COUNTERS.get(device)
+    if buf is not None and buf.numel() >= needed:
+        return buf
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    buf = torch.zeros(max(needed, 1024), dtype=torch.int32, device=device)
+    if not capturing:
+        _COUNTERS[device] = buf
+    return buf
 
 
 def decode_workspace_bytes(num_seqs: int, num_heads: int, head_dim: int, splits: int) -> int:
@@ -154,13 +187,14 @@ if triton is not None:
     @triton.jit
     def _paged_decode_kernel(
         q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr,
-        scale_log2,
+        counters_ptr, scale_log2,
         q_s_seq, q_s_head,
         k_s_block, k_s_tok, k_s_head,
         v_s_block, v_s_tok, v_s_head,
         bt_s_seq, o_s_seq, o_s_head,
         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr, BLOCKS_PER_ITER: tl.constexpr, SPLIT: tl.constexpr, F32_DOT: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr, BLOCKS_PER_ITER: tl.constexpr, SPLIT: tl.constexpr,
+        FUSED_MERGE: tl.constexpr, SPLITS_PAD: tl.constexpr, F32_DOT: tl.constexpr,
     ):
         seq = tl.program_id(0).to(tl.int64)
         kv_head = tl.program_id(1)
@@ -183,19 +217,29 @@ if triton is not None:
         q = tl.load(q_ptr + seq * q_s_seq + heads[:, None] * q_s_head + d[None, :], mask=row_mask, other=0.0)
 
         t = tl.arange(0, TILE)
+        block_of_token = t // BLOCK_SIZE
         offset_in_block = t % BLOCK_SIZE
         d_mask = (d < HEAD_DIM)[None, :]
+        table = block_tables_ptr + seq * bt_s_seq
+        # Table entries of the first tile; inside the loop, those of the next tile are requested
+        # before this tile's math, so a K/V load never waits on a table load.
+        physical = tl.load(table + block_start + block_of_token,
+                           mask=block_start * BLOCK_SIZE + t < seq_len, other=0)
         m = tl.full([GROUP_PAD], float("-inf"), tl.float32)  # running max, in log2 units
         l = tl.zeros([GROUP_PAD], tl.float32)
         acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
         for block in range(block_start, block_end, BLOCKS_PER_ITER):
-            pos = block * BLOCK_SIZE + t
-            valid = pos < seq_len
-            physical = tl.load(block_tables_ptr + seq * bt_s_seq + block + t // BLOCK_SIZE, mask=valid, other=0)
-            physical = physical.to(tl.int64)
+            valid = block * BLOCK_SIZE + t < seq_len
             kv_mask = valid[:, None] & d_mask
-            k = tl.load(k_cache_ptr + physical[:, None] * k_s_block + offset_in_block[:, None] * k_s_tok
+            rows = physical.to(tl.int64)[:, None]
+            # K and V requested together: both reads are in flight while the QK dot waits on K.
+            k = tl.load(k_cache_ptr + rows * k_s_block + offset_in_block[:, None] * k_s_tok
                         + kv_head * k_s_head + d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(v_cache_ptr + rows * v_s_block + offset_in_block[:, None] * v_s_tok
+                        + kv_head * v_s_head + d[None, :], mask=kv_mask, other=0.0)
+            next_block = block + BLOCKS_PER_ITER
+            physical = tl.load(table + next_block + block_of_token,
+                               mask=next_block * BLOCK_SIZE + t < tl.minimum(seq_len, block_end * BLOCK_SIZE), other=0)
             if F32_DOT:
                 s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
             else:
@@ -205,8 +249,6 @@ if triton is not None:
             alpha = tl.exp2(m - m_new)
             p = tl.exp2(s - m_new[:, None])
             l = l * alpha + tl.sum(p, axis=1)
-            v = tl.load(v_cache_ptr + physical[:, None] * v_s_block + offset_in_block[:, None] * v_s_tok
-                        + kv_head * v_s_head + d[None, :], mask=kv_mask, other=0.0)
             p_low = p.to(v.dtype)  # P@V takes p at the cache's precision, as on tensor cores
             if F32_DOT:
                 pv = tl.dot(p_low.to(tl.float32), v.to(tl.float32), input_precision="ieee")
@@ -222,9 +264,42 @@ if triton is not None:
             tl.store(part_out_ptr + row[:, None] * HEAD_DIM + d[None, :], result, mask=row_mask)
             lse = tl.where(has_work, m + tl.log2(tl.where(has_work, l, 1.0)), float("-inf"))
             tl.store(part_lse_ptr + row, lse, mask=g < GROUP)
+            if FUSED_MERGE:
+                # Every thread's partial stores happen before the counter's release (barrier, then
+                # an acq_rel atomic at GPU scope); the split that counts last sees all partials.
+                tl.debug_barrier()
+                counter = counters_ptr + seq * tl.num_programs(1) + kv_head
+                finished_before = tl.atomic_add(counter, 1, sem="acq_rel")
+                if finished_before == num_splits - 1:
+                    tl.atomic_xchg(counter, 0)  # zero again for the next launch / graph replay
+                    for h in tl.static_range(GROUP):
+                        head = kv_head * GROUP + h
+                        _merge_one_head(part_out_ptr, part_lse_ptr, out_ptr,
+                                        (seq * tl.num_programs(1) * GROUP + head) * num_splits,
+                                        seq * o_s_seq + head * o_s_head, num_splits,
+                                        HEAD_DIM, DIM_PAD, SPLITS_PAD)
         else:
             tl.store(out_ptr + seq * o_s_seq + heads[:, None] * o_s_head + d[None, :],
                      result.to(out_ptr.dtype.element_ty), mask=row_mask)
+
+    @triton.jit
+    def _merge_one_head(part_out_ptr, part_lse_ptr, out_ptr, row0, out_offset, num_splits,
+                        HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr):
+        """out = sum_s w_s * part_s / sum_s w_s with w_s = 2^(lse_s - max lse), for one head.
+        The partials are read at L2 (``.cg``): other SMs wrote them during this launch."""
+        s = tl.arange(0, SPLITS_PAD)
+        d = tl.arange(0, DIM_PAD)
+        s_mask = s < num_splits
+        # both loads are issued before either is used: the merge costs one memory round trip
+        lse = tl.load(part_lse_ptr + row0 + s, mask=s_mask, other=float("-inf"), cache_modifier=".cg")
+        parts = tl.load(part_out_ptr + (row0 + s)[:, None] * HEAD_DIM + d[None, :],
+                        mask=s_mask[:, None] & (d < HEAD_DIM)[None, :], other=0.0, cache_modifier=".cg")
+        top = tl.max(lse, axis=0)
+        top = tl.where(top == float("-inf"), 0.0, top)  # every split empty: weights 0, output 0
+        w = tl.exp2(lse - top)
+        total = tl.sum(w, axis=0)
+        merged = tl.sum(parts * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
+        tl.store(out_ptr + out_offset + d, merged.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)
 
     @triton.jit
     def _merge_splits_kernel(
@@ -233,17 +308,5 @@ if triton is not None:
     ):
         seq = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
-        row0 = (seq * tl.num_programs(1) + head) * num_splits
-        s = tl.arange(0, SPLITS_PAD)
-        d = tl.arange(0, DIM_PAD)
-        s_mask = s < num_splits
-        lse = tl.load(part_lse_ptr + row0 + s, mask=s_mask, other=float("-inf"))
-        top = tl.max(lse, axis=0)
-        top = tl.where(top == float("-inf"), 0.0, top)  # every split empty: weights 0, output 0
-        w = tl.exp2(lse - top)
-        total = tl.sum(w, axis=0)
-        parts = tl.load(part_out_ptr + (row0 + s)[:, None] * HEAD_DIM + d[None, :],
-                        mask=s_mask[:, None] & (d < HEAD_DIM)[None, :], other=0.0)
-        merged = tl.sum(parts * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
-        tl.store(out_ptr + seq * o_s_seq + head * o_s_head + d, merged.to(out_ptr.dtype.element_ty),
-                 mask=d < HEAD_DIM)
+        _merge_one_head(part_out_ptr, part_lse_ptr, out_ptr, (seq * tl.num_programs(1) + head) * num_splits,
+                        seq * o_s_seq + head * o_s_head, num_splits, HEAD_DIM, DIM_PAD, SPLITS_PAD)
