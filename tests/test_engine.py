@@ -1,5 +1,7 @@
 """The engine on tiny models on the CPU: block manager, scheduler, and greedy tokens that do not
-depend on batching, chunking or preemption, and equal HF transformers' generate."""
+depend on batching, chunking or preemption, and equal HF transformers' generate; the CUDA-graph
+decode path (static buffers padded to a bucket) run eagerly, per-prompt sampling, teacher-forced
+scoring, and torch.compile of the model body."""
 import pytest
 import torch
 
@@ -115,3 +117,173 @@ def test_temperature_sampling_is_seeded():
     b = llm.generate(PROMPTS, SamplingParams(max_tokens=6, temperature=1.0, seed=3))
     greedy = llm.generate(PROMPTS, SamplingParams(max_tokens=6))
     assert a == b and a != greedy
+
+
+# ---- the decode path of CUDA graphs (static buffers padded to a bucket), run eagerly here -------
+
+def test_graph_batch_sizes_and_bucket_choice():
+    from kernels_reference.engine.decode_graphs import bucket_for, graph_batch_sizes
+
+    assert graph_batch_sizes(64) == [1, 2, 4, 8, 16, 32, 48, 64]
+    assert graph_batch_sizes(20) == [1, 2, 4, 8, 16, 20]
+    assert graph_batch_sizes(5) == [1, 2, 4, 5] and graph_batch_sizes(1) == [1]
+    sizes = graph_batch_sizes(64)
+    assert [bucket_for(n, sizes) for n in (1, 2, 3, 5, 8, 9, 17, 33, 49, 64)] == [1, 2, 4, 8, 8, 16, 32, 48, 64, 64]
+    assert bucket_for(65, sizes) is None
+    with pytest.raises(ValueError):
+        graph_batch_sizes(0)
+
+
+def _spy_decoder(llm):
+    """Records (sequences, bucket) of every step that took the padded path."""
+    calls, run = [], llm.runner.decoder.run
+
+    def spy(batch, graphs):
+        calls.append((len(batch), llm.runner.decoder.bucket(len(batch))))
+        return run(batch, graphs)
+
+    llm.runner.decoder.run = spy
+    return calls
+
+
+def _caches(model, num_blocks):
+    return [torch.stack([c[:num_blocks].clone() for c in layer.self_attn.attn.kv_cache])
+            for layer in model.model.layers]
+
+
+@pytest.mark.parametrize("num_prompts", [3, 5])
+def test_padded_decode_path_gives_the_plain_path_tokens_and_cache(num_prompts):
+    _, model = _tiny()
+    prompts = (PROMPTS + [[3, 1, 4, 1, 5], [9, 2, 6]])[:num_prompts]
+    params = SamplingParams(max_tokens=9)
+    plain = LLM(model, num_blocks=64, block_size=4, max_num_batched_tokens=8)
+    want = plain.generate(prompts, params)
+    want_cache = _caches(model, 64)
+    padded = LLM(model, num_blocks=64, block_size=4, max_num_batched_tokens=8, padded_decode=True, max_num_seqs=8)
+    calls = _spy_decoder(padded)
+    assert padded.generate(prompts, params) == want
+    assert any(bucket > n for n, bucket in calls), calls  # padding rows really ran
+    assert sum(n for n, _ in calls) >= num_prompts * params.max_tokens // 2  # most steps decode
+    # Padding rows (slot -1, length 0) left every real block as the plain path wrote it.
+    for got, ref in zip(_caches(model, 64), want_cache):
+        torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_padded_decode_under_preemption_and_a_batch_beyond_the_buckets():
+    _, model = _tiny()
+    params = SamplingParams(max_tokens=10)
+    want = LLM(model, num_blocks=64, block_size=4).generate(PROMPTS, params)
+    tight = LLM(model, num_blocks=9, block_size=4, max_num_batched_tokens=6, padded_decode=True, max_num_seqs=4)
+    assert tight.generate(PROMPTS, params) == want
+    small = LLM(model, num_blocks=64, block_size=4, padded_decode=True, graph_batch_sizes=[1, 2])
+    calls = _spy_decoder(small)
+    assert small.generate(PROMPTS, params) == want  # 4 decoding sequences > bucket 2: eager steps
+    assert all(n <= 2 for n, _ in calls)
+
+
+def test_engine_arguments_are_checked():
+    _, model = _tiny()
+    with pytest.raises(ValueError, match="cuda_graphs=True needs a CUDA model"):
+        LLM(model, cuda_graphs=True)
+    with pytest.raises(ValueError, match="contradicts"):
+        LLM(model, cuda_graphs=True, padded_decode=False)
+    llm = LLM(model, num_blocks=64, block_size=4, max_model_len=12)
+    with pytest.raises(ValueError, match="exceeds max_model_len=12"):
+        llm.generate([[1] * 2, [1] * 8], SamplingParams(max_tokens=5))
+    assert not llm.scheduler.has_work()  # nothing of a refused call stays queued
+    assert len(llm.generate([[1] * 8], SamplingParams(max_tokens=4))[0]) == 4
+    assert LLM(model, num_blocks=10, block_size=4).max_model_len == 40  # what the cache holds
+
+
+def test_per_prompt_sampling_params_in_one_batch():
+    _, model = _tiny()
+    llm = LLM(model, num_blocks=64, block_size=4, padded_decode=True, max_num_seqs=8)
+    greedy = SamplingParams(max_tokens=7)
+    alone = llm.generate(PROMPTS, greedy)
+    hot = [SamplingParams(max_tokens=5, temperature=2.0, seed=s) for s in (1, 2)]
+    mixed = [greedy, hot[0], SamplingParams(max_tokens=3), hot[1]]
+    first, second = llm.generate(PROMPTS, mixed), llm.generate(PROMPTS, mixed)
+    assert first == second  # seeded rows reproduce
+    assert first[0] == alone[0] and first[2] == alone[2][:3]  # greedy rows unaffected by their neighbours
+    assert [len(o) for o in first] == [7, 5, 3, 5]
+    assert (first[1], first[3]) != (alone[1][:5], alone[3][:5])  # temperature 2 on a tiny vocab: not greedy
+    with pytest.raises(ValueError, match="4 prompts but 2 SamplingParams"):
+        llm.generate(PROMPTS, hot)
+
+
+def test_a_per_row_sampler_replacement_still_works():
+    _, model = _tiny()
+    llm = LLM(model, num_blocks=64, block_size=4)
+
+    class Last:  # no sample_batch: the engine calls it once per row
+        def reset(self):
+            pass
+
+        def __call__(self, logits, params):
+            return logits.shape[-1] - 1
+
+    llm.sampler = Last()
+    out = llm.generate(PROMPTS, SamplingParams(max_tokens=3))
+    assert out == [[model.config.vocab_size - 1] * 3] * len(PROMPTS)
+
+
+def test_score_is_teacher_forced_greedy_through_the_engine():
+    _, model = _tiny()
+    outs = LLM(model, num_blocks=64, block_size=4).generate(PROMPTS, SamplingParams(max_tokens=6))
+    seqs = [p + o for p, o in zip(PROMPTS, outs)]
+    lens = [len(p) for p in PROMPTS]
+    # Greedy outputs scored by the model that made them: every prediction is the given token.
+    tight = LLM(model, num_blocks=9, block_size=4, max_num_batched_tokens=5)  # chunks and preemption
+    assert tight.score(seqs, lens) == outs
+    # Changing an earlier output token changes the predictions after it, not those before it.
+    edited = [list(s) for s in seqs]
+    edited[0][lens[0] + 1] = (edited[0][lens[0] + 1] + 1) % model.config.vocab_size
+    got = LLM(model, num_blocks=64, block_size=4).score(edited, lens)
+    assert got[0][:2] == outs[0][:2] and got[1:] == outs[1:]
+    assert LLM(model, num_blocks=64, block_size=4).score([[4, 5, 6]], [3]) == [[]]
+    with pytest.raises(ValueError, match="prompt_len 0 outside"):
+        tight.score([[1, 2]], [0])
+
+
+def test_compile_gives_the_eager_tokens():
+    """torch.compile of the body with the padded decode path (aot_eager backend: Dynamo and AOT
+    tracing as Inductor gets them, without its slow C++ code generation on this CPU)."""
+    _, model = _tiny()
+    params = SamplingParams(max_tokens=5)
+    want = LLM(model, num_blocks=64, block_size=4, max_num_batched_tokens=8).generate(PROMPTS, params)
+    torch._dynamo.reset()
+    llm = LLM(model, num_blocks=64, block_size=4, max_num_batched_tokens=8, padded_decode=True,
+              max_num_seqs=4, compile={"backend": "aot_eager"})
+    try:
+        assert llm.generate(PROMPTS, params) == want
+    finally:
+        torch._dynamo.reset()
+
+
+def test_the_replay_path_and_its_check_against_eager():
+    """CPU stand-ins for CUDA graphs: one replays honestly (runs the step on the static buffers),
+    one ignores them (as a graph whose attention planned work from stale host lengths)."""
+    _, model = _tiny()
+    params = SamplingParams(max_tokens=6)
+    want = LLM(model, num_blocks=64, block_size=4).generate(PROMPTS, params)
+
+    class Graph:
+        def __init__(self, decoder, size, honest):
+            self.decoder, self.size, self.honest = decoder, size, honest
+
+        def replay(self):
+            d = self.decoder
+            lens = d.seq_lens[:self.size].tolist() if self.honest else [0] * self.size
+            d.out_logits[:self.size] = d._run_eager(self.size, lens)
+
+    for honest in (True, False):
+        llm = LLM(model, num_blocks=64, block_size=4, padded_decode=True, max_num_seqs=4)
+        llm.runner.cuda_graphs = True
+        decoder = llm.runner.decoder
+        decoder.graphs = {s: Graph(decoder, s, honest) for s in decoder.sizes}
+        if honest:
+            assert llm.generate(PROMPTS, params) == want
+            assert decoder._checked  # each bucket used was checked once
+        else:
+            with pytest.raises(RuntimeError, match="disagrees with the same step run eagerly"):
+                llm.generate(PROMPTS, params)

@@ -44,14 +44,36 @@ class Sampler:
         probs = torch.softmax(logits / params.temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=self.generators[key]))
 
+    def sample_batch(self, logits: torch.Tensor, params: Seq[SamplingParams]) -> List[int]:
+        """One token per row. Greedy rows share one argmax and one device-to-host copy: a sync
+        per row would cost more host time than a whole decode step at batch 64."""
+        greedy = any(p.temperature <= 0 for p in params)
+        out = logits.argmax(-1).tolist() if greedy else [0] * len(params)
+        for i, p in enumerate(params):
+            if p.temperature > 0:
+                out[i] = self(logits[i], p)
+        return out
+
 
 class LLM:
+    """Engine arguments beyond the scheduler's: ``max_model_len`` (longest prompt + output; the
+    block-table width of the decode graphs; default: what the cache and the model's positions
+    allow), ``cuda_graphs`` (capture pure-decode steps at ``graph_batch_sizes``, default 1, 2, 4, 8,
+    16, 32, ... up to ``max_num_seqs``), ``padded_decode`` (the graphs' padded static-buffer path,
+    run eagerly; on by default with graphs), ``compile`` (``torch.compile`` the model body; a dict
+    gives ``torch.compile`` options)."""
+
     def __init__(self, model, num_blocks: int = 256, block_size: int = 16, max_num_seqs: int = 64,
-                 max_num_batched_tokens: int = 2048, chunked_prefill: bool = True):
+                 max_num_batched_tokens: int = 2048, chunked_prefill: bool = True,
+                 max_model_len: Optional[int] = None, cuda_graphs: bool = False,
+                 padded_decode: Optional[bool] = None, compile: Union[bool, dict] = False,
+                 graph_batch_sizes: Optional[Seq[int]] = None):
         self.model = model.eval()
         self.blocks = BlockManager(num_blocks, block_size)
         self.scheduler = Scheduler(self.blocks, max_num_seqs, max_num_batched_tokens, chunked_prefill)
-        self.runner = ModelRunner(model, num_blocks, block_size)
+        self.runner = ModelRunner(model, num_blocks, block_size, max_num_seqs, max_model_len,
+                                  cuda_graphs, padded_decode, compile, graph_batch_sizes)
+        self.max_model_len = self.runner.max_model_len
         self.sampler = Sampler(self.runner.device)  # replaceable, e.g. by a shape-only run's
         self._next_id = 0
 
@@ -77,22 +99,69 @@ class LLM:
         per_prompt = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         if len(per_prompt) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(per_prompt)} SamplingParams")
-        seqs = []
-        for prompt, p in zip(prompts, per_prompt):
+        for prompt, p in zip(prompts, per_prompt):  # all checked before any is queued
             if not prompt:
                 raise ValueError("empty prompt")
-            seq = Sequence(self._next_id, list(prompt), len(prompt), p.max_tokens, p)
-            self._next_id += 1
-            seqs.append(seq)
-            self.scheduler.add(seq)
+            self._check_length(len(prompt) + p.max_tokens, "prompt + max_tokens")
+        seqs = [self._add(prompt, p.max_tokens, p) for prompt, p in zip(prompts, per_prompt)]
         self.sampler.reset()
         while self.scheduler.has_work():
             batch = self.scheduler.schedule()
             logits = self.runner.run(batch)
-            for (seq, _), row in zip(batch, logits):
-                if seq.num_cached < len(seq.token_ids):  # a prompt chunk: nothing to sample yet
-                    continue
-                seq.token_ids.append(self.sampler(row, seq.params))
+            ready = [i for i, (seq, _) in enumerate(batch) if seq.num_cached == len(seq.token_ids)]
+            if not ready:  # only prompt chunks: nothing to sample yet
+                continue
+            rows = logits if len(ready) == len(batch) else logits[ready]
+            for i, token in zip(ready, self._sample(rows, [batch[i][0].params for i in ready])):
+                seq = batch[i][0]
+                seq.token_ids.append(token)
                 if seq.num_generated >= seq.max_tokens:
                     self.scheduler.finish(seq)
         return [s.output_ids for s in seqs]
+
+    def score(self, sequences: List[List[int]], prompt_lens: List[int]) -> List[List[int]]:
+        """Teacher forcing: per sequence, the greedy top-1 token the model predicts at every
+        position from ``prompt_len - 1`` to ``len - 2`` (its guess of each given output token),
+        through the engine's own path (paged cache, chunked prefill, preemption)."""
+        if len(sequences) != len(prompt_lens):
+            raise ValueError(f"{len(sequences)} sequences but {len(prompt_lens)} prompt lengths")
+        for tokens, prompt_len in zip(sequences, prompt_lens):  # all checked before any is queued
+            if not 1 <= prompt_len <= len(tokens):
+                raise ValueError(f"prompt_len {prompt_len} outside 1..{len(tokens)} (sequence length)")
+            self._check_length(len(tokens), "sequence")
+        first, preds, seqs = {}, {}, []
+        for tokens, prompt_len in zip(sequences, prompt_lens):
+            if prompt_len == len(tokens):  # no output token to predict
+                seqs.append(None)
+                continue
+            # The last token is never an input: what follows it is not being scored.
+            seq = self._add(tokens[:-1], 0, None)
+            first[seq.seq_id], preds[seq.seq_id] = prompt_len - 1, {}
+            seqs.append(seq)
+        while self.scheduler.has_work():
+            batch = self.scheduler.schedule()
+            starts = [seq.num_cached for seq, _ in batch]
+            predicted = self.runner.predict_tokens(batch, [first[seq.seq_id] for seq, _ in batch])
+            for (seq, n), start, tokens in zip(batch, starts, predicted):
+                # Positions are keyed, so a preempted sequence's recomputation just overwrites.
+                preds[seq.seq_id].update(zip(range(start + n - len(tokens), start + n), tokens))
+                if seq.num_cached == len(seq.token_ids):
+                    self.scheduler.finish(seq)
+        return [[] if s is None else [preds[s.seq_id][p] for p in range(first[s.seq_id], len(s.token_ids))]
+                for s in seqs]
+
+    def _add(self, tokens: List[int], max_tokens: int, params) -> Sequence:
+        seq = Sequence(self._next_id, list(tokens), len(tokens), max_tokens, params)
+        self._next_id += 1
+        self.scheduler.add(seq)
+        return seq
+
+    def _check_length(self, n: int, what: str) -> None:
+        if n > self.max_model_len:
+            raise ValueError(f"{what} = {n} tokens exceeds max_model_len={self.max_model_len}")
+
+    def _sample(self, logits: torch.Tensor, params: List[SamplingParams]) -> List[int]:
+        batched = getattr(self.sampler, "sample_batch", None)  # a replacement may be per-row only
+        if batched is not None:
+            return batched(logits, params)
+        return [self.sampler(row, p) for row, p in zip(logits, params)]

@@ -1,0 +1,182 @@
+"""Pure-decode steps on static buffers, padded to a bucket size, replayed from CUDA graphs.
+
+A decode step runs one token per sequence, so its work is fixed by the number of sequences. At
+start-up the model forward (and the logits) is captured once per bucket size; a step pads its
+batch to the next bucket, writes its values into the static buffers the graphs read, and replays.
+Padding rows are inert: token 0 at position 0, cache slot -1 (not stored) and length 0 (nothing
+attended). Mixed and prefill steps never come here; they run eagerly.
+
+The same static-buffer path runs without graphs (``PaddedDecoder.run`` with ``graphs=False``):
+on the CPU that is how tests check the padding, and on CUDA it runs the very kernels (the same
+padded shapes) that the graphs replay, so greedy tokens agree exactly.
+
+The host side is kept lean because at batch 1 the GPU step is only a few milliseconds: per step the
+values are written into pinned host staging buffers through numpy views (no per-element torch
+calls), moved with three asynchronous copies, and one graph is replayed.
+"""
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..forward_context import AttentionMetadata, set_forward_context
+
+
+def graph_batch_sizes(max_num_seqs: int) -> List[int]:
+    """Bucket sizes as vLLM/nano-vllm choose them: 1, 2, 4, 8, then every 16, and the maximum."""
+    if max_num_seqs < 1:
+        raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+    sizes = [s for s in (1, 2, 4, 8) if s < max_num_seqs] + list(range(16, max_num_seqs, 16))
+    return sizes + [max_num_seqs]
+
+
+def bucket_for(num_seqs: int, sizes: Sequence[int]) -> Optional[int]:
+    """Smallest bucket that holds ``num_seqs`` sequences; None when none does (run eagerly)."""
+    return next((s for s in sorted(sizes) if s >= num_seqs), None)
+
+
+class PaddedDecoder:
+    """Static decode buffers for up to ``max(sizes)`` sequences, and one CUDA graph per size.
+
+    ``forward(input_ids, positions) -> hidden`` and ``logits(hidden) -> logits`` are the model's
+    (possibly compiled) body and head. ``max_blocks`` = the block-table width every graph is
+    captured with (ceil(max_model_len / block_size)): attention launches may depend on it.
+    """
+
+    def __init__(self, forward: Callable, logits: Callable, sizes: Sequence[int], block_size: int,
+                 max_blocks: int, vocab_size: int, device: torch.device):
+        if not sizes or min(sizes) < 1:
+            raise ValueError(f"decode bucket sizes must be positive, got {list(sizes)}")
+        self.forward, self.logits = forward, logits
+        self.sizes = sorted(set(sizes))
+        self.block_size, self.max_blocks = block_size, max_blocks
+        self.device = torch.device(device)
+        n = self.sizes[-1]
+        on_cuda = self.device.type == "cuda"
+        # Device buffers the graphs read. Rows 0..2 of ``tokens``: input id, position, cache slot.
+        self.tokens = torch.zeros(3, n, dtype=torch.int64, device=device)
+        self.seq_lens = torch.zeros(n, dtype=torch.int32, device=device)
+        self.block_tables = torch.zeros(n, max_blocks, dtype=torch.int32, device=device)
+        # One query token per row, padding included: the start offsets never change.
+        self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self.out_logits = torch.zeros(n, vocab_size, dtype=torch.float32, device=device)
+        if on_cuda:  # pinned staging, so the copies are asynchronous DMA
+            self._tokens_host = torch.zeros(3, n, dtype=torch.int64, pin_memory=True)
+            self._seq_lens_host = torch.zeros(n, dtype=torch.int32, pin_memory=True)
+            self._tables_host = torch.zeros(n, max_blocks, dtype=torch.int32, pin_memory=True)
+        else:  # on the CPU the device buffers are the host buffers: nothing to copy
+            self._tokens_host, self._seq_lens_host, self._tables_host = self.tokens, self.seq_lens, self.block_tables
+        self._tokens_np = self._tokens_host.numpy()
+        self._seq_lens_np = self._seq_lens_host.numpy()
+        self._tables_np = self._tables_host.numpy()
+        # Recorded after each step's copies: staging is rewritten only once they are done.
+        self._copied = torch.cuda.Event() if on_cuda else None
+        self.graphs: Dict[int, "torch.cuda.CUDAGraph"] = {}
+        self._checked = set()  # buckets whose replay matched an eager run
+        self._pool = None
+
+    # ---- per step ---------------------------------------------------------------------------
+    def bucket(self, num_seqs: int) -> Optional[int]:
+        return bucket_for(num_seqs, self.sizes)
+
+    def run(self, batch: List[Tuple[object, int]], graphs: bool) -> torch.Tensor:
+        """Logits [len(batch), vocab] float32 of a batch whose sequences each run one token.
+
+        With graphs the result is a view of a static buffer, valid until the next step.
+        """
+        n = len(batch)
+        size = self.bucket(n)
+        if size is None:
+            raise ValueError(f"{n} sequences exceed the largest decode bucket {self.sizes[-1]}")
+        seq_lens = self._stage(batch, size)
+        if not graphs:
+            return self._run_eager(size, seq_lens)[:n]
+        self.graphs[size].replay()
+        if size not in self._checked:
+            self._check_replay(size, n, seq_lens)
+        return self.out_logits[:n]
+
+    def _run_eager(self, size: int, seq_lens: Sequence[int]) -> torch.Tensor:
+        with set_forward_context(self._metadata(size, seq_lens)):
+            hidden = self.forward(self.tokens[0, :size], self.tokens[1, :size])
+            return self.logits(hidden).float()  # the head on all rows: the graphs' GEMM shape
+
+    def _check_replay(self, size: int, n: int, seq_lens: Sequence[int]) -> None:
+        """First real step of each bucket: the replay must match the same step run eagerly (it
+        rewrites the same cache slots with the same values). A graph captured from an attention
+        path that plans its work from host values, not tensors, would be silently wrong."""
+        eager = self._run_eager(size, seq_lens)[:n]
+        replayed = self.out_logits[:n]
+        err = float((replayed - eager).norm() / eager.norm().clamp_min(1e-30))
+        if not err <= 2e-2:  # same kernels: 0; bf16 from other kernels: ~4e-3; stale lengths: O(1)
+            raise RuntimeError(f"CUDA-graph replay of decode bucket {size} disagrees with the same step run "
+                               f"eagerly (relative error {err:.3g}): the attention layer's decode path is not "
+                               "capturable (it must read lengths and tables from tensors only)")
+        self._checked.add(size)
+
+    def _stage(self, batch, size: int) -> List[int]:
+        """Write the step's values (and inert padding rows) into the buffers; host lengths back."""
+        if self._copied is not None:  # the previous step's copies must have left the staging
+            self._copied.synchronize()
+        tokens, lens, tables, bs = self._tokens_np, self._seq_lens_np, self._tables_np, self.block_size
+        seq_lens = []
+        for i, (seq, _) in enumerate(batch):
+            pos = seq.num_cached
+            table = seq.block_table
+            tokens[0, i] = seq.token_ids[pos]
+            tokens[1, i] = pos
+            tokens[2, i] = table[pos // bs] * bs + pos % bs
+            lens[i] = pos + 1
+            tables[i, :len(table)] = table  # entries past the table are never read (length bound)
+            seq_lens.append(pos + 1)
+        n = len(batch)
+        if n < size:
+            tokens[0, n:size] = 0
+            tokens[1, n:size] = 0
+            tokens[2, n:size] = -1
+            lens[n:size] = 0
+            seq_lens += [0] * (size - n)
+        if self._tokens_host is not self.tokens:
+            self.tokens.copy_(self._tokens_host, non_blocking=True)
+            self.seq_lens[:size].copy_(self._seq_lens_host[:size], non_blocking=True)
+            self.block_tables[:size].copy_(self._tables_host[:size], non_blocking=True)
+            self._copied.record()
+        return seq_lens
+
+    def _metadata(self, size: int, seq_lens: Sequence[int]) -> AttentionMetadata:
+        """Metadata over the static buffers. Captured graphs keep the tensors and ignore the host
+        lengths, which only the eager (native) attention path reads."""
+        return AttentionMetadata(
+            query_start_loc=self.query_start_loc[:size + 1], seq_lens=self.seq_lens[:size],
+            block_tables=self.block_tables[:size], slot_mapping=self.tokens[2, :size],
+            block_size=self.block_size, max_query_len=1, max_seq_len=self.max_blocks * self.block_size,
+            query_lens_cpu=(1,) * size, seq_lens_cpu=tuple(seq_lens))
+
+    # ---- start-up -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def capture(self) -> None:
+        """One graph per bucket, largest first, all in one memory pool (a smaller graph's
+        activations fit in the pool the largest one left)."""
+        if self.device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA model")
+        self._pad_all()
+        self._pool = torch.cuda.graph_pool_handle()
+        for size in reversed(self.sizes):
+            meta = self._metadata(size, (0,) * size)
+            with set_forward_context(meta):
+                # Warm-up outside the graph: Triton JIT/autotuning, torch.compile, lazy tables.
+                self.out_logits[:size] = self.logits(self.forward(self.tokens[0, :size], self.tokens[1, :size])).float()
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self._pool):
+                    hidden = self.forward(self.tokens[0, :size], self.tokens[1, :size])
+                    self.out_logits[:size] = self.logits(hidden).float()
+            self.graphs[size] = graph
+        torch.cuda.synchronize()
+
+    def _pad_all(self) -> None:
+        """Every row inert, as capture and warm-up run on whatever the buffers hold."""
+        self.tokens[0].zero_()
+        self.tokens[1].zero_()
+        self.tokens[2].fill_(-1)
+        self.seq_lens.zero_()
+        self.block_tables.zero_()

@@ -1,0 +1,356 @@
+"""Our engine on Llama-3.1-8B (published config, random bf16 weights) against HF transformers'
+``generate`` on the same weights, in one run on one GPU.
+
+Measured: decode at batch 1 (prompt 128, 256 output tokens) in ms per token, wall clock and GPU
+time (back-to-back replays of the batch-1 graph) and the host's share (their difference); the
+floor (bytes of the weights a decode step reads / copy bandwidth measured here); batch 64 (prompt
+128, 256 outputs) output tokens per second; the same for HF (eager, default cache; batch 64 with
+fewer tokens, see ``--hf-batch-tokens``). Checks: greedy tokens with CUDA graphs identical to the
+same padded path run eagerly (same kernels); agreement with HF's greedy tokens (prefix and
+teacher-forced top-1: bf16 random weights may diverge, so it is reported, not asserted).
+torch.compile + graphs runs last, in a child process killed when the run's budget is spent.
+
+    PYTHONPATH=$PWD/src:$PWD python3 tools/h200_engine.py          (device machine, repo root; <= 5 min)
+    python3 tools/h200_engine.py --tiny-cpu                          (a check of the script on a CPU)
+
+Prints a table last; with ``$OUT`` set writes ``$OUT/engine.json`` and ``$OUT/engine.md``.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+from kernels_reference.engine import LLM, SamplingParams  # noqa: E402
+from kernels_reference.L4.llama import model_for  # noqa: E402
+
+TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=500, head_dim=16)
+PROMPT, OUTPUT, BIG_BATCH, BLOCK = 128, 256, 64, 16
+TINY_SHAPES = (32, 40, 8)  # prompt, output, big batch on a CPU: the same flow, smaller
+TOTAL_BUDGET_S = 290  # the whole run; the compile phase gets what is left, at least MIN_COMPILE_S
+MIN_COMPILE_S = 90
+
+
+def main():
+    args = parse_args()
+    t_start = time.time()
+    s = Setup(args)
+    if args.compile_phase:  # the child process of the compile phase
+        Path(args.compile_phase).write_text(json.dumps(compile_phase(s, args.ours_tokens)))
+        return
+    results = {"environment": environment(s.dev), "command": command_line(args), "runs": [], "checks": {},
+               "floor": decode_floor(s.ours, s.dev)}
+
+    # Ours: eager (reference point), then with CUDA graphs (the production path).
+    llm = LLM(s.ours, **s.engine_args)
+    eager = decode_run(llm, "ours eager", s.prompt, min(args.eager_tokens, s.output), s.dev)
+    results["runs"].append(eager)
+    del llm
+    try:
+        llm, build_s = timed(lambda: LLM(s.ours, **s.engine_args, **s.graphs), s.dev)
+        run1 = decode_run(llm, s.graphs_name, s.prompt, s.output, s.dev, build_s=build_s)
+        run64 = batch_run(llm, s.graphs_name, s.batch, s.output, s.dev)
+        del llm
+    except RuntimeError as e:  # e.g. the engine's replay check refused an uncapturable attention
+        results["checks"]["graphs_error"] = str(e)[:500]
+        print(f"CUDA graphs failed: {e}", flush=True)
+        run1 = decode_run(LLM(s.ours, **s.engine_args), "ours eager", s.prompt, s.output, s.dev)
+        run64 = batch_run(LLM(s.ours, **s.engine_args), "ours eager", s.batch, s.output, s.dev)
+    results["runs"] += [run1, run64]
+    ours_tokens = run1.pop("tokens")
+    results["checks"]["graphs_vs_eager_prefix"] = common_prefix(ours_tokens, eager.pop("tokens"))
+    padded = LLM(s.ours, **s.engine_args, padded_decode=True)  # the graphs' kernels and shapes, no replay
+    same = padded.generate([s.prompt], SamplingParams(max_tokens=min(args.eager_tokens, s.output)))[0]
+    results["checks"]["graphs_identical_to_padded_eager"] = same == ours_tokens[:len(same)]
+    del padded
+    write(results, args)
+
+    # HF transformers generate, eager, default cache.
+    hf1, hf_tokens = hf_decode_run(s.hf, s.prompt, min(args.hf_tokens, s.output), s.dev)
+    hf64 = hf_batch_run(s.hf, s.batch, min(args.hf_batch_tokens, s.output), s.dev)
+    results["runs"] += [hf1, hf64]
+    scorer = LLM(s.ours, **s.engine_args)
+    forced = scorer.score([s.prompt + hf_tokens], [len(s.prompt)])[0]
+    del scorer
+    n = min(len(hf_tokens), len(ours_tokens))
+    results["checks"]["hf_agreement"] = {
+        "tokens": n, "greedy_common_prefix": common_prefix(ours_tokens[:n], hf_tokens[:n]),
+        "greedy_same_position": sum(a == b for a, b in zip(ours_tokens, hf_tokens)) / n,
+        "teacher_forced_top1": sum(a == b for a, b in zip(forced, hf_tokens)) / len(hf_tokens)}
+    write(results, args)
+
+    # torch.compile + graphs, last and in a child process with a time limit: how long Dynamo and
+    # Inductor take on 32 layers depends on how often the attention's metadata makes it recompile.
+    if args.no_compile:
+        results["compile"] = "skipped (--no-compile)"
+    else:
+        del s  # the child builds its own copy of the weights
+        empty_cache(torch.device("cpu" if args.tiny_cpu else "cuda"))
+        limit = max(MIN_COMPILE_S, TOTAL_BUDGET_S - (time.time() - t_start))
+        results["compile"], child = run_compile_child(args, ours_tokens, limit)
+        results["runs"] += child.get("runs", [])
+        results["checks"].update(child.get("checks", {}))
+    results["seconds"] = round(time.time() - t_start, 1)
+    write(results, args)
+    print(markdown(results))
+
+
+class Setup:
+    """The models (HF's and ours with the same weights), the prompts and the engine arguments."""
+
+    def __init__(self, args):
+        self.dev = torch.device("cpu" if args.tiny_cpu else "cuda")
+        prompt_len, self.output, big_batch = TINY_SHAPES if args.tiny_cpu else (PROMPT, OUTPUT, BIG_BATCH)
+        config = hf_config(args.tiny_cpu)
+        self.hf = hf_model(config, self.dev)
+        with torch.device(self.dev):
+            self.ours = model_for(config).to(torch.bfloat16).eval()
+        self.ours.load_weights(self.hf.state_dict().items())  # the same weights, by HF checkpoint names
+        gen = torch.Generator().manual_seed(0)
+        self.prompt = torch.randint(0, config.vocab_size, (prompt_len,), generator=gen).tolist()
+        self.batch = [torch.randint(0, config.vocab_size, (prompt_len,), generator=gen).tolist()
+                      for _ in range(big_batch)]
+        self.engine_args = dict(num_blocks=big_batch * -(-(prompt_len + self.output) // BLOCK) + 64,
+                                block_size=BLOCK, max_num_seqs=big_batch, max_num_batched_tokens=4096,
+                                max_model_len=prompt_len + self.output)
+        # No CUDA graphs on a CPU: the same padded static-buffer path, run eagerly.
+        self.graphs = {"padded_decode": True} if args.tiny_cpu else {"cuda_graphs": True}
+        self.graphs_name = "ours padded decode (no graphs on CPU)" if args.tiny_cpu else "ours + CUDA graphs"
+        self.compile_options = {"backend": "aot_eager"} if args.tiny_cpu else True  # Inductor's C++ is slow on CPUs
+
+
+def compile_phase(s: Setup, ours_tokens_path: str) -> dict:
+    from torch._dynamo.utils import counters
+
+    del s.hf
+    empty_cache(s.dev)
+    name = s.graphs_name.replace("ours", "ours + compile")
+    llm, build_s = timed(lambda: LLM(s.ours, **s.engine_args, **s.graphs, compile=s.compile_options), s.dev)
+    c1 = decode_run(llm, name, s.prompt, s.output, s.dev, build_s=build_s)
+    c64 = batch_run(llm, name, s.batch, s.output, s.dev)
+    ours_tokens = json.loads(Path(ours_tokens_path).read_text())
+    checks = {"compile_vs_graphs_prefix": common_prefix(c1.pop("tokens"), ours_tokens),
+              "compile_graphs_compiled": counters["stats"].get("unique_graphs", None)}
+    return {"runs": [c1, c64], "checks": checks}
+
+
+def run_compile_child(args, ours_tokens, limit_s):
+    """(status, child's results): the compile phase in a fresh process, killed after ``limit_s``."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tokens, out = Path(tmp) / "tokens.json", Path(tmp) / "compile.json"
+        tokens.write_text(json.dumps(ours_tokens))
+        cmd = [sys.executable, __file__, "--compile-phase", str(out), "--ours-tokens", str(tokens)]
+        cmd += ["--tiny-cpu"] if args.tiny_cpu else []
+        try:
+            done = subprocess.run(cmd, timeout=limit_s, capture_output=True, text=True)
+        except subprocess.TimeoutExpired:
+            return f"not finished within {limit_s:.0f} s (killed)", {}
+        if done.returncode != 0 or not out.exists():
+            return f"failed (exit {done.returncode}): {done.stderr[-400:]}", {}
+        return "ran", json.loads(out.read_text())
+
+
+# ---- measurements -----------------------------------------------------------------------------
+def decode_run(llm, name, prompt, tokens, dev, build_s=None):
+    """Batch 1: ms per decode token from (T(tokens) - T(1)) / (tokens - 1), so prefill drops out."""
+    llm.generate([prompt[:16]], SamplingParams(max_tokens=4))  # warm-up: JIT, autotuning, lazy tables
+    _, t_first = timed(lambda: llm.generate([prompt], SamplingParams(max_tokens=1)), dev)
+    out, t_all = timed(lambda: llm.generate([prompt], SamplingParams(max_tokens=tokens)), dev)
+    wall_ms = (t_all - t_first) / (tokens - 1) * 1e3
+    gpu_ms = graph_gpu_ms(llm, 1, dev)
+    run = {"engine": name, "batch": 1, "prompt": len(prompt), "output": tokens, "wall_ms_per_token": wall_ms,
+           "gpu_ms_per_token": gpu_ms, "host_ms_per_token": None if gpu_ms is None else wall_ms - gpu_ms,
+           "tokens_per_s": 1e3 / wall_ms, "tokens": out[0]}
+    if build_s is not None:
+        run["build_s"] = build_s
+    return run
+
+
+def batch_run(llm, name, prompts, tokens, dev):
+    """Output tokens per second over the whole generate (prefill included) and over decode only."""
+    llm.generate([p[:16] for p in prompts], SamplingParams(max_tokens=4))
+    _, t_first = timed(lambda: llm.generate(prompts, SamplingParams(max_tokens=1)), dev)
+    _, t_all = timed(lambda: llm.generate(prompts, SamplingParams(max_tokens=tokens)), dev)
+    n = len(prompts)
+    gpu_ms = graph_gpu_ms(llm, n, dev)
+    return {"engine": name, "batch": n, "prompt": len(prompts[0]), "output": tokens,
+            "wall_ms_per_token": (t_all - t_first) / (tokens - 1) * 1e3, "gpu_ms_per_token": gpu_ms,
+            "tokens_per_s": n * tokens / t_all, "decode_tokens_per_s": n * (tokens - 1) / (t_all - t_first)}
+
+
+def graph_gpu_ms(llm, size, dev, reps=50):
+    """GPU time of one decode step: back-to-back replays of the bucket's graph (the buffers still
+    hold the last step, which rewrites one cache slot with the same values)."""
+    decoder = llm.runner.decoder
+    if dev.type != "cuda" or decoder is None or size not in decoder.graphs:
+        return None
+    graph = decoder.graphs[size]
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def hf_decode_run(hf, prompt, tokens, dev):
+    ids = torch.tensor([prompt], device=dev)
+    hf_generate(hf, ids[:, :16], 4)
+    _, t_first = timed(lambda: hf_generate(hf, ids, 1), dev)
+    out, t_all = timed(lambda: hf_generate(hf, ids, tokens), dev)
+    wall_ms = (t_all - t_first) / (tokens - 1) * 1e3
+    return ({"engine": "HF transformers generate (eager)", "batch": 1, "prompt": len(prompt), "output": tokens,
+             "wall_ms_per_token": wall_ms, "tokens_per_s": 1e3 / wall_ms}, out[0, len(prompt):].tolist())
+
+
+def hf_batch_run(hf, prompts, tokens, dev):
+    ids = torch.tensor(prompts, device=dev)  # equal lengths: no padding
+    _, t_first = timed(lambda: hf_generate(hf, ids, 1), dev)
+    _, t_all = timed(lambda: hf_generate(hf, ids, tokens), dev)
+    n = len(prompts)
+    return {"engine": "HF transformers generate (eager)", "batch": n, "prompt": len(prompts[0]), "output": tokens,
+            "wall_ms_per_token": (t_all - t_first) / (tokens - 1) * 1e3, "tokens_per_s": n * tokens / t_all,
+            "decode_tokens_per_s": n * (tokens - 1) / (t_all - t_first)}
+
+
+def hf_generate(hf, ids, tokens):
+    with torch.no_grad():
+        return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, min_new_tokens=tokens,
+                           do_sample=False, eos_token_id=None, pad_token_id=0)
+
+
+def decode_floor(model, dev):
+    """Bytes one decode step must read: every weight but the embedding table (a decode gathers a
+    row of it); the KV cache (under 1% here) is left out. Floor = bytes / copy bandwidth."""
+    embed = model.model.embed_tokens.weight
+    tied = embed is model.lm_head.weight
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters() if tied or p is not embed)
+    floor = {"weight_bytes": nbytes}
+    if dev.type == "cuda":
+        from fk_pytest.timing import measure_roofline
+
+        floor.update(measure_roofline(dev))
+        floor["floor_ms"] = nbytes / (floor["copy_tbps"] * 1e12) * 1e3
+    return floor
+
+
+# ---- set-up and output ------------------------------------------------------------------------
+def hf_config(tiny):
+    cfg = {k: v for k, v in json.loads((ROOT / "tasks/configs/llama-3.1-8b.json").read_text()).items()
+           if not k.startswith("_") and k not in ("torch_dtype", "qk_norm")}
+    if tiny:  # a check of this script on a CPU, not a measurement
+        cfg.update(TINY)
+    return transformers.LlamaConfig(**cfg)
+
+
+def hf_model(config, dev):
+    torch.manual_seed(0)
+    with torch.device(dev):
+        hf = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        for p in hf.parameters():  # random weights at a trained scale (norms near 1)
+            if p.dim() == 2:
+                p.normal_(0, p.shape[1] ** -0.5)
+            else:
+                p.copy_(1 + 0.1 * torch.randn_like(p.float()))
+    return hf
+
+
+def timed(fn, dev):
+    sync(dev)
+    t = time.perf_counter()
+    out = fn()
+    sync(dev)
+    return out, time.perf_counter() - t
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def empty_cache(dev):
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def common_prefix(a, b):
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def environment(dev):
+    env = {"torch": torch.__version__, "transformers": transformers.__version__, "device": str(dev)}
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if dev.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(dev)
+    return env
+
+
+def command_line(args):
+    return "PYTHONPATH=$PWD/src:$PWD python3 tools/h200_engine.py" + (" --tiny-cpu" if args.tiny_cpu else "") + \
+        (" --no-compile" if args.no_compile else "")
+
+
+def fmt(x, spec=".2f"):
+    return "-" if x is None else format(x, spec)
+
+
+def markdown(results):
+    floor = results["floor"].get("floor_ms")
+    lines = ["| engine | batch | prompt | output | ms/token wall | ms/token GPU | host ms/token | "
+             "wall / floor | tokens/s | decode tokens/s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results["runs"]:
+        ratio = r["wall_ms_per_token"] / floor if floor and r["batch"] == 1 else None
+        cells = [r["engine"], r["batch"], r["prompt"], r["output"], fmt(r["wall_ms_per_token"]),
+                 fmt(r.get("gpu_ms_per_token")), fmt(r.get("host_ms_per_token"), ".3f"), fmt(ratio, ".3f"),
+                 fmt(r["tokens_per_s"], ".0f"), fmt(r.get("decode_tokens_per_s"), ".0f")]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    f = results["floor"]
+    lines += ["", f"Floor: {f['weight_bytes'] / 1e9:.3g} GB of weights per decode step / "
+              f"{fmt(f.get('copy_tbps'), '.2f')} TB/s copy bandwidth = {fmt(floor, '.3f')} ms per token.",
+              f"Checks: {json.dumps(results['checks'])}", f"Compile: {results.get('compile')}",
+              f"Environment: {json.dumps(results['environment'])}", f"Command: `{results['command']}`"]
+    return "\n".join(lines)
+
+
+def write(results, args):
+    out = os.environ.get("OUT")
+    if not out:
+        return
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "engine.json").write_text(json.dumps(results, indent=1))
+    (Path(out) / "engine.md").write_text(markdown(results) + "\n")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tiny-cpu", action="store_true", help="tiny config on the CPU: checks the script")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile + graphs run")
+    p.add_argument("--eager-tokens", type=int, default=64, help="output tokens of the eager runs")
+    p.add_argument("--hf-tokens", type=int, default=OUTPUT, help="HF batch-1 output tokens")
+    p.add_argument("--hf-batch-tokens", type=int, default=128, help="HF batch-64 output tokens (HF is slow)")
+    p.add_argument("--compile-phase", help=argparse.SUPPRESS)  # internal: the child process's output file
+    p.add_argument("--ours-tokens", help=argparse.SUPPRESS)
+    return p.parse_args()
+
+
+if __name__ == "__main__":
+    main()
