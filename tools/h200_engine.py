@@ -244,7 +244,33 @@ def decode_floor(model, dev):
 
         floor.update(measure_roofline(dev))
         floor["floor_ms"] = nbytes / (floor["copy_tbps"] * 1e12) * 1e3
+        floor["gemv_only_ms"] = gemv_only_ms(model, dev)
     return floor
+
+
+@torch.no_grad()
+def gemv_only_ms(model, dev, reps=20):
+    """GPU time of a decode step's matrix-vector products alone (every linear layer and the LM
+    head at one token, cuBLAS through F.linear, back to back in one CUDA graph): how close the
+    library GEMVs themselves come to the bandwidth floor, apart from every other kernel."""
+    weights = [model.lm_head.weight] + [p for n, p in model.named_parameters()
+                                         if p.dim() == 2 and "embed_tokens" not in n and "lm_head" not in n]
+    x = {w.shape[1]: torch.randn(1, w.shape[1], device=dev, dtype=w.dtype) for w in weights}
+    graph = torch.cuda.CUDAGraph()
+    torch.nn.functional.linear(x[weights[0].shape[1]], weights[0])  # cuBLAS handle set-up
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        for w in weights:
+            torch.nn.functional.linear(x[w.shape[1]], w)
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
 
 
 # ---- set-up and output ------------------------------------------------------------------------
@@ -326,6 +352,8 @@ def markdown(results):
     f = results["floor"]
     lines += ["", f"Floor: {f['weight_bytes'] / 1e9:.3g} GB of weights per decode step / "
               f"{fmt(f.get('copy_tbps'), '.2f')} TB/s copy bandwidth = {fmt(floor, '.3f')} ms per token.",
+              f"The step's GEMVs alone (cuBLAS, one CUDA graph, no other kernel): "
+              f"{fmt(f.get('gemv_only_ms'), '.3f')} ms per token.",
               f"Checks: {json.dumps(results['checks'])}", f"Compile: {results.get('compile')}",
               f"Environment: {json.dumps(results['environment'])}", f"Command: `{results['command']}`"]
     return "\n".join(lines)

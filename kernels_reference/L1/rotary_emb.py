@@ -54,8 +54,10 @@ class RotaryEmbedding(RecordsInit, nn.Module):
         self._tables = {}  # (device, dtype) -> cos/sin table, built on first use
 
     # ---- frequencies -------------------------------------------------------------------------
-    def inv_freq(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        exponents = torch.arange(0, self.rotary_dim, 2, dtype=dtype) / self.rotary_dim
+    def inv_freq(self, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+        # Built on the positions' device: under torch.compile a CPU constant would become a
+        # host-to-device copy inside the graph, which CUDA-graph capture refuses.
+        exponents = torch.arange(0, self.rotary_dim, 2, dtype=dtype, device=device) / self.rotary_dim
         inv_freq = 1.0 / (self.base ** exponents)
         if self._scaling == "llama3":
             inv_freq = _llama3_scale(inv_freq, self.rope_scaling)
@@ -63,7 +65,7 @@ class RotaryEmbedding(RecordsInit, nn.Module):
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
         """cos and sin, each [T, rotary_dim // 2], of the angles ``position * inv_freq``."""
-        angles = positions.to(dtype)[:, None] * self.inv_freq(dtype).to(positions.device)[None, :]
+        angles = positions.to(dtype)[:, None] * self.inv_freq(dtype, positions.device)[None, :]
         return angles.cos(), angles.sin()
 
     def cos_sin_table(self, device: torch.device) -> torch.Tensor:
