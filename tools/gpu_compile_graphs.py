@@ -23,17 +23,21 @@ def _outputs(out):
     return [out] if isinstance(out, torch.Tensor) else [o for o in out if isinstance(o, torch.Tensor)]
 
 
-def _agree(a_list, b_list):
-    """Normwise relative difference: compiled code may fuse and round differently in bf16, which
-    moves single elements by an ulp of large values but not the tensor as a whole."""
+def _agree(got, eager, truth):
+    """Calibrated like the suite: the compiled/graphed outputs' normwise error against a float32
+    run of the same module must stay within 2x the eager bf16 path's own error (compiled code fuses
+    and rounds differently, so bit-equality is not the bar; a real bug is far outside it)."""
     worst = 0.0
-    for a, b in zip(a_list, b_list):
-        if a.shape != b.shape:
-            return False, f"shape {tuple(a.shape)} != {tuple(b.shape)}"
-        if a.numel():
-            diff = (a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)
-            worst = max(worst, diff.item())
-    return worst < 1e-2, f"normwise rel diff {worst:.2e}"
+    for a, e, t in zip(got, eager, truth):
+        if a.shape != e.shape:
+            return False, f"shape {tuple(a.shape)} != {tuple(e.shape)}"
+        if not a.numel():
+            continue
+        t = t.double()
+        scale = t.norm().clamp_min(1e-30)
+        err, ref_err = (a.double() - t).norm() / scale, (e.double() - t).norm() / scale
+        worst = max(worst, (err / ref_err.clamp_min(1e-7)).item() if ref_err > 1e-7 else (0.0 if err < 1e-6 else 1e9))
+    return worst <= 2.0, f"error / eager error {worst:.2f}"
 
 
 def _graph_run(task, module, inputs):
@@ -62,6 +66,11 @@ def check(task, case):
     row = {"task": task.name, "case": case.id}
     with torch.no_grad():
         eager = [o.clone() for o in _outputs(task.call(module, clone_inputs(inputs)))]
+        wide = instantiate(task.reference, task, case, state, "cuda", torch.float32)
+        truth = [o.clone() for o in _outputs(task.call(wide, {k: v.float() if isinstance(v, torch.Tensor)
+                                                             and v.is_floating_point() else v
+                                                             for k, v in clone_inputs(inputs).items()}))]
+        del wide
         for name, fn in (("graph", lambda: _graph_run(task, module, inputs)),
                          ("compile", lambda: _outputs(task.call(module, clone_inputs(inputs)))),
                          ("compile+graph", lambda: _graph_run(task, module, inputs))):
@@ -70,7 +79,7 @@ def check(task, case):
                 module.forward = torch.compile(module.forward, fullgraph=True)
             t0 = time.time()
             try:
-                ok, detail = _agree(fn(), eager)
+                ok, detail = _agree(fn(), eager, truth)
                 row[name] = ("ok" if ok else "WRONG") + f" ({detail}, {time.time() - t0:.1f}s)"
             except Exception as exc:  # report, keep going
                 torch.cuda.synchronize()
@@ -94,7 +103,10 @@ def main():
             if time.time() - start > args.budget_s:
                 rows.append({"task": name, "case": case.id, "graph": "not run (budget)"})
                 continue
-            rows.append(check(task, case))
+            try:
+                rows.append(check(task, case))
+            except Exception as exc:  # set-up failed: report and go on
+                rows.append({"task": name, "case": case.id, "graph": f"FAILED set-up {type(exc).__name__}: {exc}"[:200]})
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, "compile_graphs.json"), "w") as f:
