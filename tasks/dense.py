@@ -1,10 +1,11 @@
 """Shared shape of the dense tasks (linear layers, embedding, LM head, MLP): one activation in,
-one out, weights from a real config, token counts from the serving phases.
+one out, weights from a real config, token counts from the captured serving workloads (full
+profile; see ``workload.token_cases``) or a few small hand-picked ones (CPU profile).
 
 On the CPU profile the dense tasks use the small real models (Qwen2.5-0.5B, Qwen3-0.6B) so a
 float64 truth of their weights stays small; the GPU profile uses the served 7-8B models.
 """
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 import torch
 from hypothesis import strategies as st
@@ -14,7 +15,7 @@ from fk_pytest.fuzz import token_counts
 from fk_pytest.task import DTYPE_NAMES
 
 from .configs import load_config
-from .workload import LLAMA_FAMILY, TOKENS, activations, fuzz_cap, model_dtype
+from .workload import LLAMA_FAMILY, TOKENS, activations, fuzz_cap, model_dtype, token_cases
 
 SMALL_MODELS = ("qwen2.5-0.5b", "qwen3-0.6b")
 DENSE_TOKENS = {"cpu": {"decode": (1, 7), "prefill": (33,)}, "full": TOKENS["full"]}
@@ -42,11 +43,33 @@ class DenseTask(Task):
         for model in self.model_list(profile):
             cfg, dt = load_config(model), model_dtype(model)
             init, fan_in, fan_out = self.shape(cfg)
-            for phase, counts in DENSE_TOKENS[profile].items():
-                for t in counts:
-                    out.append(Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                    params=dict(init=init, tokens=t, fan_in=fan_in, fan_out=fan_out, pad=0)))
+            for phase, t, weight, source in self.token_entries(model, profile, fan_in):
+                out.append(Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
+                                params=dict(init=init, tokens=t, fan_in=fan_in, fan_out=fan_out, pad=0,
+                                            source=source)))
         return out
+
+    # ---- workload ---------------------------------------------------------------------------------
+    captured_class = None  # the class whose captured calls are this task's (default: the reference)
+
+    def captured_select(self, fan_in: int):
+        """Which captured calls of the class are this task's: those whose activation is fan_in wide
+        (RowParallelLinear serves both o_proj and down_proj)."""
+        def select(group):
+            first = next(v for v in group["args"].values() if isinstance(v, dict) and "shape" in v)
+            return first["shape"][-1] == fan_in
+
+        return select
+
+    def token_entries(self, model, profile, fan_in) -> List[Tuple[str, int, float, str]]:
+        """(phase, tokens, weight, source): captured on the full profile, else hand-picked."""
+        if profile == "cpu":
+            return [(phase, t, 1.0, "hand-picked") for phase, counts in DENSE_TOKENS["cpu"].items() for t in counts]
+        cls = self.captured_class or self.reference.__name__
+        entries = token_cases(model, profile, cls, {"": self.captured_select(fan_in)})[""]
+        # every model's captured share sums to 1 (the select may keep part of the class's calls)
+        total = sum(w for *_, w, source in entries if source == "captured")
+        return [(phase, t, w / total if source == "captured" else w, source) for phase, t, w, source in entries]
 
     def init_args(self, case):
         return dict(case["init"])

@@ -7,6 +7,7 @@ pair per attention layer) so that every run gets its own copy; their state after
 output (the layer must store the step's keys/values at the slot mapping). Blocks are handed out in
 a shuffled order, as a block manager does after some churn.
 """
+import dataclasses
 from typing import Dict, List
 
 import torch
@@ -18,9 +19,12 @@ from kernels_reference.model_config import LlamaArchConfig
 
 from .configs import head_dim, load_config
 from .workload import activations, model_dtype
+from .workloads import batch_name, batch_representatives, load_capture
 
 BLOCK_SIZE = 16
-# name -> (context lens, query lens) per profile; decode contexts vary within the batch
+CAPTURED_BATCHES = 8  # representative attention steps per model from its capture (full profile)
+# Hand-picked: name -> (context lens, query lens) per profile; decode contexts vary within the batch.
+# The CPU profile and models without a capture use these (the L4 task picks from the full ones).
 BATCHES = {
     "cpu": {"decode-B3": ([40, 17, 63], [1, 1, 1]), "prefill-B2-chunked": ([0, 21], [9, 6])},
     "full": {"decode-B1-C8192": ([8191], [1]),
@@ -51,6 +55,24 @@ class PagedTask(Task):
             for name, (ctx, q) in BATCHES[profile].items():
                 params = dict(params_for(model), context=ctx, query=q, model=model)
                 out.append(Case(f"{model}-{name}-{DTYPE_NAMES[dt]}", dt, model=model, params=params))
+        return out
+
+    def captured_batch_cases(self, profile, params_for) -> List[Case]:
+        """Batches from the model's captured serving steps (full profile), with their step shares as
+        weights (summing to 1 per model); hand-picked ``BATCHES`` where no capture applies."""
+        if profile == "cpu":
+            return self.batch_cases(profile, params_for)
+        out = []
+        for model in self.models[profile]:
+            if load_capture(model) is None:
+                hand = [c for c in self.batch_cases(profile, params_for) if c.model == model]
+                out += [dataclasses.replace(c, weight=1.0 / len(hand)) for c in hand]
+                continue
+            dt = model_dtype(model)
+            for phase, ctx, q, weight in batch_representatives(model, CAPTURED_BATCHES):
+                params = dict(params_for(model), context=list(ctx), query=list(q), model=model, source="captured")
+                out.append(Case(f"{model}-{batch_name(phase, ctx, q)}-{DTYPE_NAMES[dt]}", dt, model=model,
+                                params=params, weight=weight))
         return out
 
     # ---- inputs ---------------------------------------------------------------------------------

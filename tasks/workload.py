@@ -1,20 +1,29 @@
 """Workload pieces shared by the task modules: which models, token counts and value distributions.
 
-Token counts until captured workloads exist (a later issue): decode batches from 1 to 256 and
-prefill chunks up to 8192 (16384 for the bandwidth regime) on the GPU; a few small real shapes on
-the CPU, where Triton kernels run interpreted. All cases weigh 1 until captures provide counts.
+Token counts. The full (GPU) profile takes them from the captured serving workloads
+(``tasks/workloads``, see its loader): per model, ``CAPTURED_TOKEN_COUNTS`` representative token
+counts with the captured call shares as case weights. Hand-picked shapes remain where no capture
+applies: models without a capture (weights 1/len so every model counts the same), the bandwidth
+regime (``BANDWIDTH_TOKENS``: the captures' steps stop at the 8192-token budget) and the dtype sweep,
+both weighted ``HAND_PICKED_WEIGHT`` so they are scored and timed but barely move a task's speedup.
+The CPU profile keeps a few small hand-picked shapes (Triton kernels run interpreted there).
 """
-from typing import Iterator, Tuple
+import math
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from .configs import load_config
+from .workloads import load_capture, token_histogram, token_representatives
 
 LLAMA_FAMILY = ("llama-3.1-8b", "qwen3-8b", "mistral-7b-v0.3", "qwen2.5-7b")
 TOKENS = {
     "cpu": {"decode": (1, 7), "prefill": (65,)},
     "full": {"decode": (1, 32, 128, 256), "prefill": (1024, 8192, 16384)},
 }
+CAPTURED_TOKEN_COUNTS = 8  # representatives per model and task from a capture
+BANDWIDTH_TOKENS = (16384,)  # hand-picked: the bandwidth regime no captured step reaches
+HAND_PICKED_WEIGHT = 0.01  # > 0: a run that selects only hand-picked cases still has a geomean
 # Other dtypes are swept on one model at a few sizes (the models themselves run bf16).
 DTYPE_SWEEP = {"cpu": ("llama-3.1-8b", (7,)), "full": ("llama-3.1-8b", (32, 8192))}
 # Under the CPU profile the interpreter runs every Triton program in numpy: cap a case's size.
@@ -26,6 +35,44 @@ def phases(profile: str, max_tokens: int = 1 << 30) -> Iterator[Tuple[str, int]]
         for t in counts:
             if t <= max_tokens:
                 yield phase, t
+
+
+def token_cases(model: str, profile: str, cls: str, variants: Optional[Dict[str, Callable[[dict], bool]]] = None,
+                max_tokens: int = 1 << 30) -> Dict[str, List[Tuple[str, int, float, str]]]:
+    """Per variant, the (phase, tokens, weight, source) cases of one model for a task on class ``cls``.
+
+    ``variants`` maps a variant name to a select on the capture's call groups of ``cls`` (e.g. plain
+    and fused-add RMSNorm); default: one variant ``""`` with every call. Under the full profile with
+    a capture, the variants share representative token counts (chosen over all their calls) and each
+    gets its own folded call shares; a variant without calls gets no cases. Otherwise hand-picked.
+    """
+    variants = variants or {"": lambda g: True}
+    if profile == "cpu" or load_capture(model) is None:
+        hand = list(phases(profile, max_tokens))
+        weight = 1.0 if profile == "cpu" else 1.0 / (len(hand) * len(variants))  # 1 per model
+        return {v: [(phase, t, weight, "hand-picked") for phase, t in hand] for v in variants}
+    chosen = lambda g: any(select(g) for select in variants.values())  # noqa: E731
+    reps = [r for r in token_representatives(token_histogram(model, cls, chosen), CAPTURED_TOKEN_COUNTS)
+            if r[1] <= max_tokens]
+    counts = [n for _, n, _ in reps]
+    out = {}
+    for name, select in variants.items():
+        weights = fold_tokens(token_histogram(model, cls, select), counts)
+        if not any(weights):
+            out[name] = []
+            continue
+        out[name] = [(phase, n, w, "captured") for (phase, n, _), w in zip(reps, weights) if w > 0]
+        out[name] += [("prefill", t, HAND_PICKED_WEIGHT, "hand-picked") for t in BANDWIDTH_TOKENS
+                      if t <= max_tokens and t not in counts]
+    return out
+
+
+def fold_tokens(hist, counts) -> List[float]:
+    """Weights of ``hist`` (phase, n) -> w folded onto the nearest of ``counts`` (in log2 n)."""
+    out = [0.0] * len(counts)
+    for (_, n), w in hist.items():
+        out[min(range(len(counts)), key=lambda i: (abs(math.log2(n) - math.log2(counts[i])), i))] += w
+    return out
 
 
 def model_dtype(model: str) -> torch.dtype:

@@ -15,7 +15,7 @@ class AttentionTask(PagedTask):
     models = {"cpu": ("llama-3.1-8b", "qwen2.5-7b"), "full": PagedTask.models["full"]}
 
     def cases(self, profile):
-        return self.batch_cases(profile, lambda model: {})
+        return self.captured_batch_cases(profile, lambda model: {})
 
     def init_args(self, case):
         nq, nk, hd = self.heads(case)

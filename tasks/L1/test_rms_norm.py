@@ -13,7 +13,8 @@ from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.rms_norm import RMSNorm
 
 from ..configs import head_dim, load_config
-from ..workload import DTYPE_SWEEP, LLAMA_FAMILY, activations, fuzz_cap, model_dtype, phases
+from ..workload import (DTYPE_SWEEP, HAND_PICKED_WEIGHT, LLAMA_FAMILY, activations, fuzz_cap, model_dtype,
+                        token_cases)
 
 OTHER_REAL_WIDTHS = (2048, 2560, 3072, 5120, 8192, 64, 256)  # other models' hidden / head sizes
 
@@ -29,32 +30,50 @@ class RMSNormTask(Task):
         out = []
         for model in LLAMA_FAMILY:
             cfg, dt = load_config(model), model_dtype(model)
-            for phase, t in phases(profile):
-                for variant in ("plain", "fused-add"):
-                    out.append(self._case(model, phase, t, variant, dt, cfg["hidden_size"], cfg))
-                if cfg.get("qk_norm"):
-                    for which in ("q", "k"):
-                        out.append(self._qk_case(model, phase, t, which, dt, cfg))
+            for variant, entries in token_cases(model, profile, "RMSNorm", self._variants(cfg)).items():
+                for phase, t, weight, source in entries:
+                    extra = dict(weight=weight, source=source)
+                    if variant in ("q", "k"):
+                        out.append(self._qk_case(model, phase, t, variant, dt, cfg, **extra))
+                    else:
+                        out.append(self._case(model, phase, t, variant, dt, cfg["hidden_size"], cfg, **extra))
         model, counts = DTYPE_SWEEP[profile]
         cfg = load_config(model)
+        weight = 1.0 if profile == "cpu" else HAND_PICKED_WEIGHT
         for dt in (torch.float16, torch.float32):
             for t in counts:
                 for variant in ("plain", "fused-add"):
-                    out.append(self._case(model, "sweep", t, variant, dt, cfg["hidden_size"], cfg))
+                    out.append(self._case(model, "sweep", t, variant, dt, cfg["hidden_size"], cfg, weight))
         return out
 
-    def _case(self, model, phase, t, variant, dt, hidden, cfg):
-        suffix = "" if variant == "plain" else f"-{variant}"
-        return Case(f"{model}-{phase}-T{t}{suffix}-{DTYPE_NAMES[dt]}", dt, model=model,
-                    params=dict(tokens=t, hidden=hidden, eps=cfg["rms_norm_eps"], variant=variant,
-                                layout="contiguous"))
+    @staticmethod
+    def _variants(cfg):
+        """Selects of the captured RMSNorm calls: the first layer's plain norm, the fused-add norms
+        (every other), and Qwen3's per-head q/k norms ([T, heads, head_dim] views)."""
+        def x_shape(g):
+            return g["args"]["x"]["shape"]
 
-    def _qk_case(self, model, phase, t, which, dt, cfg):
+        variants = {"plain": lambda g: g["args"]["residual"] is None and len(x_shape(g)) == 2,
+                    "fused-add": lambda g: g["args"]["residual"] is not None}
+        if cfg.get("qk_norm"):
+            nq, nk = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+            variants["q"] = lambda g: len(x_shape(g)) == 3 and x_shape(g)[1] == nq
+            variants["k"] = lambda g: len(x_shape(g)) == 3 and x_shape(g)[1] == nk
+        return variants
+
+    def _case(self, model, phase, t, variant, dt, hidden, cfg, weight=1.0, source="hand-picked"):
+        suffix = "" if variant == "plain" else f"-{variant}"
+        return Case(f"{model}-{phase}-T{t}{suffix}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
+                    params=dict(tokens=t, hidden=hidden, eps=cfg["rms_norm_eps"], variant=variant,
+                                layout="contiguous", source=source))
+
+    def _qk_case(self, model, phase, t, which, dt, cfg, weight=1.0, source="hand-picked"):
         hd, nq, nk = head_dim(cfg), cfg["num_attention_heads"], cfg["num_key_value_heads"]
-        return Case(f"{model}-{phase}-T{t}-{which}-norm-{DTYPE_NAMES[dt]}", dt, model=model,
+        return Case(f"{model}-{phase}-T{t}-{which}-norm-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
                     params=dict(tokens=t, hidden=hd, eps=cfg["rms_norm_eps"], variant="plain",
                                 layout="head-view", heads=nq if which == "q" else nk,
-                                row_width=(nq + 2 * nk) * hd, offset=0 if which == "q" else nq * hd))
+                                row_width=(nq + 2 * nk) * hd, offset=0 if which == "q" else nq * hd,
+                                source=source))
 
     def init_args(self, case):
         return {"hidden_size": case["hidden"], "eps": case["eps"]}

@@ -13,10 +13,26 @@ from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.rotary_emb import RotaryEmbedding
 
 from ..configs import head_dim, load_config, rotary_dim
-from ..workload import DTYPE_SWEEP, LLAMA_FAMILY, activations, fuzz_cap, model_dtype, phases
+from ..workload import (DTYPE_SWEEP, HAND_PICKED_WEIGHT, LLAMA_FAMILY, activations, fuzz_cap, model_dtype,
+                        token_cases)
+from ..workloads import load_capture
 
 ROPE_MODELS = LLAMA_FAMILY + ("gpt-j-6b", "phi-2")  # + interleaved style, + partial rotary
 CONTEXT_CAP = 32768  # decode positions are drawn from contexts up to this length
+
+
+def captured_layout(model: str) -> str:
+    """How the model's captured RoPE calls pass q/k: column slices of the fused qkv output (rows
+    strided by its width), or contiguous (Qwen3: the per-head q/k norms write new tensors)."""
+    capture = load_capture(model)
+    if capture is None:
+        return "qkv-split"
+    for scenario in capture["scenarios"].values():
+        for group in scenario["modules"]:
+            if group["class"] == "RotaryEmbedding":
+                query = group["args"]["query"]
+                return "qkv-split" if query["stride"][0] > query["shape"][1] else "contiguous"
+    return "qkv-split"
 
 
 def rope_params(cfg) -> dict:
@@ -38,17 +54,20 @@ class RotaryEmbeddingTask(Task):
         out = []
         for model in ROPE_MODELS:
             cfg = load_config(model)
-            for phase, t in phases(profile, max_tokens=cfg["max_position_embeddings"]):
-                out.append(self._case(model, phase, t, model_dtype(model), cfg))
+            entries = token_cases(model, profile, "RotaryEmbedding", max_tokens=cfg["max_position_embeddings"])
+            for phase, t, weight, source in entries[""]:
+                out.append(self._case(model, phase, t, model_dtype(model), cfg, weight, source,
+                                      captured_layout(model) if profile == "full" else "qkv-split"))
         model, counts = DTYPE_SWEEP[profile]
+        weight = 1.0 if profile == "cpu" else HAND_PICKED_WEIGHT
         for dt in (torch.float16, torch.float32):
             for t in counts:
-                out.append(self._case(model, "sweep", t, dt, load_config(model)))
+                out.append(self._case(model, "sweep", t, dt, load_config(model), weight))
         return out
 
-    def _case(self, model, phase, t, dt, cfg):
-        params = dict(rope_params(cfg), tokens=t, phase=phase, layout="qkv-split")
-        return Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model, params=params)
+    def _case(self, model, phase, t, dt, cfg, weight=1.0, source="hand-picked", layout="qkv-split"):
+        params = dict(rope_params(cfg), tokens=t, phase=phase, layout=layout, source=source)
+        return Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model, params=params, weight=weight)
 
     def init_args(self, case):
         return dict(head_size=case["head_size"], rotary_dim=case["rotary_dim"],

@@ -11,7 +11,8 @@ from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.silu_and_mul import SiluAndMul
 
 from ..configs import load_config
-from ..workload import DTYPE_SWEEP, LLAMA_FAMILY, activations, fuzz_cap, model_dtype, phases
+from ..workload import (DTYPE_SWEEP, HAND_PICKED_WEIGHT, LLAMA_FAMILY, activations, fuzz_cap, model_dtype,
+                        token_cases)
 
 OTHER_REAL_INTERMEDIATE = (11008, 13824, 8192, 5632, 27648)  # Llama-2-7B, Qwen2.5-14B, ...
 
@@ -26,20 +27,21 @@ class SiluAndMulTask(Task):
     def cases(self, profile):
         out = []
         for model in LLAMA_FAMILY:
-            for phase, t in phases(profile):
-                out.append(self._case(model, phase, t, model_dtype(model), profile))
+            for phase, t, weight, source in token_cases(model, profile, "SiluAndMul")[""]:
+                out.append(self._case(model, phase, t, model_dtype(model), profile, weight, source))
         model, counts = DTYPE_SWEEP[profile]
+        weight = 1.0 if profile == "cpu" else HAND_PICKED_WEIGHT
         for dt in (torch.float16, torch.float32):
             for t in counts:
-                out.append(self._case(model, "sweep", t, dt, profile))
+                out.append(self._case(model, "sweep", t, dt, profile, weight))
         return out
 
-    def _case(self, model, phase, t, dt, profile):
+    def _case(self, model, phase, t, dt, profile, weight=1.0, source="hand-picked"):
         d = load_config(model)["intermediate_size"]
         if profile == "cpu":  # real width, fewer tokens: the interpreter is slow
             t = fuzz_cap(t, 2 * d, profile)
-        return Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model,
-                    params=dict(tokens=t, d=d, pad=0))
+        return Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
+                    params=dict(tokens=t, d=d, pad=0, source=source))
 
     def init_args(self, case):
         return {}

@@ -12,7 +12,7 @@ from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.vocab_parallel_embedding import VocabParallelEmbedding
 
 from ..configs import load_config
-from ..dense import DENSE_TOKENS, DenseTask
+from ..dense import DenseTask
 from ..workload import model_dtype
 
 CPU_VOCAB_SHARD = 64
@@ -33,12 +33,14 @@ class EmbeddingTask(DenseTask):
         for model in self.model_list(profile):
             cfg, dt = load_config(model), model_dtype(model)
             vocab = vocab_rows(cfg, profile)
-            for phase, counts in DENSE_TOKENS[profile].items():
-                for t in counts:
-                    out.append(Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                    params=dict(init=dict(num_embeddings=vocab, embedding_dim=cfg["hidden_size"]),
-                                                tokens=t)))
+            for phase, t, weight, source in self.token_entries(model, profile, None):
+                out.append(Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
+                                params=dict(init=dict(num_embeddings=vocab, embedding_dim=cfg["hidden_size"]),
+                                            tokens=t, source=source)))
         return out
+
+    def captured_select(self, fan_in):
+        return lambda group: True  # token ids in: every captured call is this task's
 
     def init_weights(self, module, gen):
         with torch.no_grad():

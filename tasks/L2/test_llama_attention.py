@@ -15,7 +15,7 @@ class LlamaAttentionTask(PagedTask):
     init_weights = DenseTask.init_weights
 
     def cases(self, profile):
-        return self.batch_cases(profile, lambda model: {})
+        return self.captured_batch_cases(profile, lambda model: {})
 
     def init_args(self, case):
         c = arch_config(case["model"])

@@ -16,7 +16,7 @@ class DecoderLayerTask(PagedTask):
     init_weights = DenseTask.init_weights
 
     def cases(self, profile):
-        return self.batch_cases(profile, lambda model: {})
+        return self.captured_batch_cases(profile, lambda model: {})
 
     def init_args(self, case):
         return {"config": arch_config(case["model"])}

@@ -1,0 +1,199 @@
+"""Scenarios, workload capture and the loader that turns captures into task cases (tiny configs, CPU)."""
+import json
+import math
+import statistics
+
+import pytest
+import torch
+
+from kernels_reference.engine.capture import capture, capture_model, coarse
+from kernels_reference.engine.scenarios import SCENARIOS, LengthDistribution, Scenario
+
+TINY = {"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 256}
+ENGINE = {"max_num_seqs": 8, "max_num_batched_tokens": 64, "block_size": 4, "chunked_prefill": True}
+# 3 prompts of 10 tokens fit one 64-token step; then 3 decode steps of 3 sequences (4 outputs each:
+# the first is sampled from the prefill step).
+THREE = Scenario("three", "3 requests, 10-token prompts, 4 outputs", ENGINE, num_requests=3,
+                 prompt=LengthDistribution(10), output=LengthDistribution(4))
+
+
+def groups(result, cls):
+    return [g for g in result["modules"] if g["class"] == cls]
+
+
+def only(result, cls):
+    (g,) = groups(result, cls)
+    return g
+
+
+# ---- scenarios --------------------------------------------------------------------------------------
+def test_chat_lengths_follow_the_published_medians_and_are_seeded():
+    chat = SCENARIOS["chat"]
+    reqs = chat.requests(vocab_size=1000, seed=0)
+    assert len(reqs) == chat.num_requests
+    prompts, outputs = [len(p) for p, _ in reqs], [n for _, n in reqs]
+    # log-normal around the Splitwise conversation medians (1020 prompt, 129 output tokens)
+    assert 0.8 * 1020 < statistics.median(prompts) < 1.25 * 1020
+    assert 0.8 * 129 < statistics.median(outputs) < 1.25 * 129
+    assert min(prompts) >= 16 and max(prompts) <= 16384 and max(outputs) <= 2048
+    assert statistics.pstdev(math.log(p) for p in prompts) > 0.5  # a spread, not a constant
+    assert all(0 <= t < 1000 for p, _ in reqs for t in p)
+    assert chat.requests(1000, seed=0) == reqs
+    assert chat.requests(1000, seed=1) != reqs
+    # the lengths do not depend on the vocabulary the ids come from
+    assert [(len(p), n) for p, n in chat.requests(50, seed=0)] == [(len(p), n) for p, n in reqs]
+
+
+def test_fixed_scenarios_and_scale():
+    b32 = SCENARIOS["batch-32"].requests(100)
+    assert len(b32) == 32 and {(len(p), n) for p, n in b32} == {(1024, 512)}
+    assert len(SCENARIOS["batch-1"].requests(100)) == 1
+    small = SCENARIOS["batch-32"].requests(100, scale=0.25)
+    assert len(small) == 8 and {(len(p), n) for p, n in small} == {(256, 128)}
+    with pytest.raises(ValueError, match="scale"):
+        SCENARIOS["chat"].requests(100, scale=0)
+    for s in SCENARIOS.values():
+        assert {"max_num_seqs", "max_num_batched_tokens", "block_size"} <= set(s.engine_args)
+        need = sum(-(-(len(p) + n) // 16) for p, n in s.requests(10, scale=0.1))
+        assert s.num_blocks(16, scale=0.1) >= need
+
+
+# ---- capture ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def three_meta():
+    return capture(TINY, THREE, layers=None)
+
+
+def test_capture_records_modules_shapes_and_counts(three_meta):
+    r = three_meta
+    assert r["steps"] == 4  # one prefill step, three decode steps
+    classes = {g["class"] for g in r["modules"]}
+    assert {"VocabParallelEmbedding", "LlamaModel", "LlamaDecoderLayer", "LlamaAttention", "QKVParallelLinear",
+            "RotaryEmbedding", "Attention", "RowParallelLinear", "LlamaMLP", "MergedColumnParallelLinear",
+            "SiluAndMul", "RMSNorm", "ParallelLMHead"} <= classes
+    attn = only(r, "Attention")
+    assert attn["init"] == {"num_heads": 4, "head_size": 8, "scale": 8 ** -0.5, "num_kv_heads": 2}
+    # per layer: prefill of 30 tokens once, decode of T = 3 (the batch size) three times
+    assert attn["counts"] == {"prefill": {"30": 2}, "decode": {"3": 6}} and attn["calls"] == 8
+    # value is a column slice of the fused qkv output: rows strided by its width
+    qkv_width = (4 + 2 * 2) * 8
+    assert attn["args"]["value"] == {"shape": ["n", 16], "dtype": "bfloat16", "stride": [qkv_width, 1]}
+    # the LM head sees one row per sequence
+    assert only(r, "ParallelLMHead")["counts"] == {"prefill": {"3": 1}, "decode": {"3": 3}}
+    # layer 0's input norm gets no residual; every other norm fuses the residual add
+    norms = {json.dumps(g["args"]["residual"]): g["calls"] for g in groups(r, "RMSNorm")}
+    assert norms["null"] == 4 and sum(norms.values()) == 4 * (2 * 2 + 1)
+    mlp = only(r, "LlamaMLP")
+    assert mlp["init"]["hidden_size"] == 32 and mlp["args"]["x"]["shape"] == ["n", 32]
+    # steps: the prefill composition and the decode steps (contexts 10, 11, 12)
+    steps = {json.dumps([s["decode"], s["prefill"]]): s["count"] for s in r["attention_steps"]}
+    assert steps == {json.dumps([None, [[0, 10]] * 3]): 1, json.dumps([[3, 10, 10, 10, 10, 10], []]): 1,
+                     json.dumps([[3, 11, 11, 11, 11, 11], []]): 1, json.dumps([[3, 12, 12, 12, 12, 12], []]): 1}
+
+
+def _counts(result):
+    return {(g["class"], json.dumps(g["init"], sort_keys=True), json.dumps(g["args"], sort_keys=True)):
+            g["counts"] for g in result["modules"]}
+
+
+def test_layer_counts_add_up_and_truncated_depth_matches_full(three_meta):
+    four = capture(dict(TINY, num_hidden_layers=4), THREE, layers=None)
+    assert only(four, "LlamaMLP")["calls"] == 2 * only(three_meta, "LlamaMLP")["calls"]
+    assert only(four, "LlamaModel")["calls"] == only(three_meta, "LlamaModel")["calls"] == 4
+    truncated = capture(dict(TINY, num_hidden_layers=4), THREE, layers=2)
+    assert _counts(truncated) == _counts(four)
+    for layer in groups(truncated, "LlamaDecoderLayer"):
+        assert layer["init"]["config"]["num_hidden_layers"] == 4  # the real depth, not the run's
+    with pytest.raises(ValueError, match=">= 2 layers"):
+        capture(dict(TINY, num_hidden_layers=4), THREE, layers=1)
+
+
+def test_shape_only_capture_equals_a_computed_one(three_meta):
+    torch.manual_seed(0)
+    computed = capture(TINY, THREE, layers=None, device="cpu", dtype=torch.float32)
+    meta32 = capture(TINY, THREE, layers=None, dtype=torch.float32)
+    assert _counts(computed) == _counts(meta32)
+    assert computed["attention_steps"] == meta32["attention_steps"]
+
+
+def test_coarse_keeps_five_significant_bits_rounding_down():
+    assert [coarse(x) for x in range(32)] == list(range(32))
+    assert [coarse(x) for x in (33, 63, 1000, 1023, 32769)] == [32, 62, 992, 992, 32768]
+    assert all(x - x / 16 < coarse(x) <= x for x in range(1, 5000))
+    assert len({coarse(x) for x in range(1024, 2048)}) == 16  # 16 steps of 64 per octave
+
+
+# ---- loader -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A capture of the tiny model for every scenario the loader mixes, in a temporary directory."""
+    scenarios = [Scenario("chat", "tiny chat", ENGINE, num_requests=6, prompt=LengthDistribution(12, 0.8, 2, 60),
+                          output=LengthDistribution(5, 0.8, 1, 20)),
+                 Scenario("long-context", "tiny long", ENGINE, num_requests=2, prompt=LengthDistribution(150),
+                          output=LengthDistribution(3)),
+                 Scenario("batch-1", "tiny b1", ENGINE, num_requests=1, prompt=LengthDistribution(9),
+                          output=LengthDistribution(8)),
+                 Scenario("batch-32", "tiny b4", ENGINE, num_requests=4, prompt=LengthDistribution(9),
+                          output=LengthDistribution(8))]
+    directory = tmp_path_factory.mktemp("workloads")
+    data = capture_model(TINY, scenarios, model_name="tiny", layers=None)
+    (directory / "tiny.json").write_text(json.dumps(data))
+    return directory
+
+
+@pytest.fixture
+def tiny_workloads(tiny_dir, monkeypatch):
+    import tasks.workloads as W
+
+    monkeypatch.setattr(W, "_DIR", tiny_dir)
+    W.load_capture.cache_clear()
+    W.batch_representatives.cache_clear()
+    yield W
+    W.load_capture.cache_clear()
+    W.batch_representatives.cache_clear()
+
+
+def test_loader_weights_sum_to_the_workload(tiny_workloads):
+    W = tiny_workloads
+    hist = W.token_histogram("tiny", "LlamaMLP")
+    assert math.isclose(sum(hist.values()), 1.0)
+    reps = W.token_representatives(hist, 3)
+    assert len(reps) == 3 and math.isclose(sum(w for *_, w in reps), 1.0)
+    assert max(n for _, n, _ in reps) == max(n for _, n in hist)  # the largest count is always kept
+    assert len({n for _, n, _ in reps}) == 3
+    batches = W.batch_representatives("tiny", 4)
+    assert len(batches) == 4 and math.isclose(sum(w for *_, w in batches), 1.0)
+    for phase, ctx, q, _ in batches:
+        assert len(ctx) == len(q) and phase in ("decode", "prefill", "mixed")
+        assert (phase == "decode") == all(n == 1 for n in q)
+
+
+def test_token_cases_share_representatives_across_variants(tiny_workloads):
+    from tasks.workload import BANDWIDTH_TOKENS, HAND_PICKED_WEIGHT, token_cases
+
+    variants = {"plain": lambda g: g["args"]["residual"] is None, "fused-add": lambda g: g["args"]["residual"] is not None}
+    cases = token_cases("tiny", "full", "RMSNorm", variants)
+    captured = [c for v in cases.values() for c in v if c[3] == "captured"]
+    assert math.isclose(sum(c[2] for c in captured), 1.0)  # all RMSNorm calls of the model
+    assert {c[1] for c in cases["plain"] if c[3] == "captured"} <= {c[1] for c in cases["fused-add"]}
+    plain = sum(c[2] for c in cases["plain"] if c[3] == "captured")
+    assert math.isclose(plain, 1 / 5)  # 1 of the 5 norms per step (2 layers x 2 + the final one)
+    hand = [c for c in cases["plain"] if c[3] == "hand-picked"]
+    assert [(c[1], c[2]) for c in hand] == [(t, HAND_PICKED_WEIGHT) for t in BANDWIDTH_TOKENS]
+    # no capture, or the CPU profile: hand-picked shapes
+    assert {c[3] for c in token_cases("no-such-model", "full", "RMSNorm")[""]} == {"hand-picked"}
+    assert {c[3] for c in token_cases("tiny", "cpu", "RMSNorm")[""]} == {"hand-picked"}
+
+
+def test_committed_captures_drive_the_full_profile():
+    """Every Llama-family model has a committed capture and the full-profile cases come from it."""
+    from tasks.workload import LLAMA_FAMILY
+    from tasks.workloads import captured_models, load_capture
+
+    missing = set(LLAMA_FAMILY) - set(captured_models())
+    assert not missing, f"run tools/capture_workloads.py: no capture for {sorted(missing)}"
+    for model in LLAMA_FAMILY:
+        data = load_capture(model)
+        assert data["capture"]["shape_only"] and data["scenarios"]["chat"]["steps"] > 100
