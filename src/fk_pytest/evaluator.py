@@ -40,6 +40,8 @@ class Evaluator:
         self.device, self.mode = device, mode
         self.source = CandidateSource(candidate_path) if candidate_path else None
         self._lookup = candidate_lookup(self.source) if self.source and mode == "composed" else None
+        # End to end, every candidate is deployed together whatever --fk-mode says.
+        self._e2e_lookup = (self._lookup or candidate_lookup(self.source)) if self.source else None
         self._history: Dict[str, Dict[str, str]] = {}  # per task: output digest -> first label
         self._traced: Dict[str, set] = {}  # per task: case variants already traced for delegation
         self.roofline: Optional[dict] = None
@@ -89,6 +91,11 @@ class Evaluator:
             result.status = status.NOT_ATTEMPTED
             result.message = "composed mode: no module of the candidate tree is used inside this task"
         return result
+
+    def e2e(self, ref, case: Case):
+        """One end-to-end case (:mod:`fk_pytest.e2e`): an E2EResult."""
+        from .e2e import resolve_spec, run_e2e
+        return run_e2e(resolve_spec(ref), case, self.device, self._e2e_lookup, self.source is not None)
 
     def speed(self, ref: TaskRef, case: Case, seed: int) -> Tuple[SpeedResult, Optional[dict]]:
         task = resolve_task(ref)

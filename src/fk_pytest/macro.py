@@ -60,3 +60,41 @@ def _note(speed_measured: bool, tasks: List[TaskRecord]) -> Optional[str]:
     if not speed_measured:
         notes.append("no GPU timing in this run: S is not measured and MacroEval = C x Cov (S taken as 1)")
     return "; ".join(notes) or None
+
+
+def e2e_macro_eval(results: Iterable) -> dict:
+    """MacroEval end to end (DESIGN "MacroEval"), over the e2e cases that ran.
+
+    Member = one model: its credit is the mean credit over its scenarios, it is valid when every
+    scenario is (credit >= 0.9), and its speedup is the geomean of the scenarios' blended GPU
+    speedups (valid members only). Family (``llm``: every Llama-architecture decoder LLM):
+    S_f = geomean over valid members, C_f = mean credit, Cov_f = share valid. Macro as at kernel
+    level: MacroEval = S x C x Cov, S taken as 1 (and reported missing) without GPU timings.
+    A case that is NOT_RUN is left out; NOT_ATTEMPTED counts (credit 0, not valid).
+    """
+    by_model: Dict[tuple, List] = defaultdict(list)
+    for r in results:
+        if r.status != "NOT_RUN":
+            by_model[(r.family, r.model)].append(r)
+    by_family: Dict[str, List[dict]] = defaultdict(list)
+    for (family, model), cases in sorted(by_model.items()):
+        valid = all(c.valid for c in cases)
+        by_family[family].append({
+            "model": model, "scenarios": [c.scenario for c in cases], "valid": valid,
+            "credit": sum(c.credit for c in cases) / len(cases),
+            "S_m": geomean([c.speedup for c in cases]) if valid and all(c.speedup for c in cases) else None,
+        })
+    families = {}
+    for fam, members in sorted(by_family.items()):
+        valid = [m for m in members if m["valid"]]
+        families[fam] = {"models": members, "S_f": geomean([m["S_m"] for m in valid]),
+                         "C_f": sum(m["credit"] for m in members) / len(members),
+                         "Cov_f": len(valid) / len(members), "valid": len(valid)}
+    n = len(families)
+    S = geomean([f["S_f"] for f in families.values()])
+    C = sum(f["C_f"] for f in families.values()) / n if n else 0.0
+    Cov = sum(f["Cov_f"] for f in families.values()) / n if n else 0.0
+    return {"families": families, "S": S, "C": C, "Cov": Cov,
+            "MacroEval": (S if S is not None else 1.0) * C * Cov, "speed_measured": S is not None,
+            "note": None if S is not None or not n else
+            "no GPU timing end to end: S is not measured and MacroEval = C x Cov (S taken as 1)"}

@@ -57,6 +57,9 @@ def pytest_addoption(parser):
                          "without ending the run (default); none: in the pytest process")
     group.addoption("--fk-timeout", type=float, default=600.0, metavar="SECONDS",
                     help="time limit of one evaluation (a case, a timing) in the worker (default 600)")
+    group.addoption("--fk-e2e-scale", type=float, default=None, metavar="X",
+                    help="shrink the end-to-end serving scenarios (request count and lengths) by X in (0, 1] "
+                         "(default: 0.25 on the full profile, 0.02 plus small caps on cpu)")
 
 
 def _resolve_device(requested: str) -> str:
@@ -83,7 +86,7 @@ def pytest_configure(config):
                             profile=opt.fk_profile or ("full" if device == "cuda" else "cpu"),
                             seed=opt.fk_seed, report_path=opt.fk_report, html_path=opt.fk_html,
                             fuzz_examples=opt.fk_fuzz_examples, isolation=opt.fk_isolation,
-                            timeout_s=opt.fk_timeout)
+                            timeout_s=opt.fk_timeout, e2e_scale=opt.fk_e2e_scale)
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(str(exc))
     config.stash[SESSION_KEY] = session
@@ -94,6 +97,12 @@ def get_session(config) -> FKSession:
 
 
 def pytest_generate_tests(metafunc):
+    e2e = getattr(metafunc.function, "_fk_e2e", None)
+    if e2e is not None:
+        fk = get_session(metafunc.config)
+        cases = list(e2e.cases(fk.profile, fk.e2e_scale))
+        metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+        return
     task = getattr(metafunc.function, "_fk_task", None)
     if task is None:
         return
@@ -118,6 +127,9 @@ def pytest_collection_finish(session):
         task = getattr(getattr(item, "function", None), "_fk_task", None)
         if task is not None:
             fk.results.register(task)
+        e2e = getattr(getattr(item, "function", None), "_fk_e2e", None)
+        if e2e is not None and hasattr(item, "callspec"):
+            fk.results.register_e2e(e2e, item.callspec.params["case"])
 
 
 @pytest.fixture(scope="session")
@@ -151,7 +163,8 @@ def fk_check(fk_session):
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
-    if getattr(getattr(item, "function", None), "_fk_task", None) is not None:
+    fn = getattr(item, "function", None)
+    if getattr(fn, "_fk_task", None) is not None or getattr(fn, "_fk_e2e", None) is not None:
         get_session(item.config).write(complete=False)
 
 
@@ -160,14 +173,14 @@ def pytest_sessionfinish(session, exitstatus):
     if fk is None:
         return
     fk.close()
-    if fk.results.tasks:
+    if fk.results.tasks or fk.results.e2e:
         fk.write(complete=exitstatus in (0, 1))
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables: the verdicts are the last word
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     fk = config.stash.get(SESSION_KEY, None)
-    if fk is None or not fk.results.tasks:
+    if fk is None or not (fk.results.tasks or fk.results.e2e):
         return
     from .report import format_table
 
@@ -184,5 +197,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config, benchmarks, output_json):
     fk = config.stash.get(SESSION_KEY, None)
-    if fk is not None and fk.results.tasks:
+    if fk is not None and (fk.results.tasks or fk.results.e2e):
         output_json["fastkernels"] = fk.report(complete=True)

@@ -17,10 +17,13 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .macro import macro_eval
+from .macro import e2e_macro_eval, macro_eval
 from .results import TaskRecord
 
 SCHEMA = "fastkernels.report/1"
+# Additive changes bump the minor version only (the schema string stays, so readers keep working):
+# 1.1 added the end-to-end section "e2e".
+SCHEMA_VERSION = "1.1"
 
 
 def environment(device: str, roofline: Optional[dict]) -> dict:
@@ -56,10 +59,15 @@ def _nvidia_smi() -> dict:
                     [v.strip() for v in out.split(",")]))
 
 
-def build_report(records: Iterable[TaskRecord], *, run: dict, env: dict, complete: bool) -> dict:
+def build_report(records: Iterable[TaskRecord], *, run: dict, env: dict, complete: bool,
+                 e2e: Iterable = ()) -> dict:
     records = sorted(records, key=lambda r: (r.level, r.family, r.name))
-    return {"schema": SCHEMA, "complete": complete, "run": run, "environment": env,
-            "tasks": [r.as_json() for r in records], "macro": macro_eval(records)}
+    report = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "complete": complete, "run": run,
+              "environment": env, "tasks": [r.as_json() for r in records], "macro": macro_eval(records)}
+    e2e = sorted(e2e, key=lambda r: (r.family, r.model, r.scenario))
+    if e2e:
+        report["e2e"] = {"cases": [r.as_json() for r in e2e], "macro": e2e_macro_eval(e2e)}
+    return report
 
 
 def write_json(report: dict, path: str | Path) -> None:
@@ -76,6 +84,8 @@ def _fmt(x, spec=".3f", none="-"):
 
 
 def format_table(report: dict) -> str:
+    if not report["tasks"]:  # an end-to-end-only selection
+        return "\n".join(_e2e_lines(report) + _side_by_side(report))
     rows = [("task", "lvl", "family", "status", "cases", "C_t", "S_t", "fast_1")]
     for t in report["tasks"]:
         s_t = _fmt(t["S_t"], ".3f")
@@ -99,7 +109,47 @@ def format_table(report: dict) -> str:
     for t in report["tasks"]:
         if t["status"] not in ("PASSED",) and t["message"]:
             lines.append(f"{t['name']}: {t['status']}: {t['message'][:300]}")
+    if report.get("e2e"):
+        lines += [""] + _e2e_lines(report) + _side_by_side(report)
     return "\n".join(lines)
+
+
+def _speed_cell(c: dict, key: str) -> str:
+    value = c.get(key)
+    if value is None:
+        return "-"
+    return f"({value:.3g} cpu)" if c["informational"] else f"{value:.3f}"
+
+
+def _e2e_lines(report: dict) -> list:
+    """The end-to-end table: per (model, scenario) discrepancy, noise floor, credit, speedups."""
+    e2e = report.get("e2e")
+    if not e2e:
+        return []
+    rows = [("e2e case", "status", "d", "g", "credit", "thr x", "lat x", "S")]
+    for c in e2e["cases"]:
+        rows.append((c["case_id"], c["status"], _fmt(c["d"]), _fmt(c["g"]), f"{c['credit']:.2f}",
+                     _speed_cell(c, "speedup_throughput"), _speed_cell(c, "speedup_latency"),
+                     _speed_cell(c, "speedup_blended")))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(col.ljust(w) for col, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    m = e2e["macro"]
+    lines.append("e2e families:")
+    lines += [f"  {name}: S_f={_fmt(f['S_f'])} C_f={f['C_f']:.2f} Cov_f={f['Cov_f']:.2f}"
+              for name, f in m["families"].items()]
+    if m.get("note"):
+        lines.append(f"e2e note: {m['note']}")
+    lines += [f"{c['case_id']}: {c['status']}: {c['message'][:300]}" for c in e2e["cases"]
+              if c["status"] != "PASSED" and c["message"]]
+    return lines
+
+
+def _side_by_side(report: dict) -> list:
+    """One line that puts the two MacroEvals next to each other."""
+    k = report["macro"]["MacroEval"] if report["tasks"] else None
+    e = report["e2e"]["macro"]["MacroEval"] if report.get("e2e") else None
+    return ["", f"kernel-level MacroEval {_fmt(k)} | end-to-end MacroEval {_fmt(e)}"]
 
 
 def write_html(report: dict, path: str | Path) -> None:
@@ -116,6 +166,14 @@ def write_html(report: dict, path: str | Path) -> None:
         f"<td>{_fmt(s['frac_roofline'], '.2f')}</td><td>{esc(s['mode'])}</td></tr>"
         for t in report["tasks"] for s in t["speed"])
     m = report["macro"]
+    e2e = report.get("e2e") or {"cases": [], "macro": None}
+    e2e_rows = "".join(
+        f"<tr class='{esc(c['status'].lower())}'><td>{esc(c['case_id'])}</td><td>{esc(c['status'])}</td>"
+        f"<td>{_fmt(c['d'])}</td><td>{_fmt(c['g'])}</td><td>{c['credit']:.2f}</td>"
+        f"<td>{esc(_speed_cell(c, 'speedup_throughput'))}</td><td>{esc(_speed_cell(c, 'speedup_latency'))}</td>"
+        f"<td>{esc(_speed_cell(c, 'speedup_blended'))}</td><td>{esc(c['message'][:400])}</td></tr>"
+        for c in e2e["cases"])
+    side = esc(_side_by_side(report)[-1])
     page = f"""<!doctype html><meta charset="utf-8"><title>FastKernels report</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}tr.passed td:nth-child(4){{color:green}}
@@ -123,11 +181,14 @@ tr:not(.passed) td:nth-child(4){{color:#b00}}</style>
 <h1>FastKernels report</h1>
 <p>MacroEval = S x C x Cov = {_fmt(m['S'])} x {m['C']:.3f} x {m['Cov']:.3f} = <b>{m['MacroEval']:.3f}</b>
 {esc(m.get('note') or '')}</p>
+<p><b>{side}</b></p>
 <p>{esc(json.dumps(report['run']))}</p><p>{esc(json.dumps(report['environment'], default=str))}</p>
 <h2>Tasks</h2><table><tr><th>task</th><th>level</th><th>family</th><th>status</th><th>cases</th>
 <th>C_t</th><th>S_t</th><th>message</th></tr>{rows}</table>
 <h2>Speed</h2><table><tr><th>task</th><th>case</th><th>candidate us</th><th>reference us</th>
-<th>speedup</th><th>TB/s</th><th>roofline</th><th>mode</th></tr>{speed_rows}</table>"""
+<th>speedup</th><th>TB/s</th><th>roofline</th><th>mode</th></tr>{speed_rows}</table>
+<h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d</th><th>g</th><th>credit</th>
+<th>throughput x</th><th>latency x</th><th>S</th><th>message</th></tr>{e2e_rows}</table>"""
     Path(path).write_text(page)
 
 

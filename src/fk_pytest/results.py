@@ -118,6 +118,15 @@ class TaskRecord:
 class Results:
     def __init__(self):
         self.tasks: Dict[str, TaskRecord] = {}
+        self.e2e: Dict[str, "E2EResult"] = {}  # end-to-end case id -> result (NOT_RUN until it runs)
+
+    def register_e2e(self, spec, case) -> None:
+        from .e2e import E2EResult
+        if case.id not in self.e2e:
+            self.e2e[case.id] = E2EResult(case.id, spec.name, spec.family, case["model"], case["scenario"])
+
+    def record_e2e(self, result) -> None:
+        self.e2e[result.case_id] = result
 
     def register(self, task) -> TaskRecord:
         if task.name not in self.tasks:

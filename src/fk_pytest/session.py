@@ -23,7 +23,7 @@ class FKSession:
     def __init__(self, *, device: str, candidate: Optional[str], mode: str, profile: str,
                  seed: Optional[int], report_path: Optional[str], html_path: Optional[str] = None,
                  fuzz_examples: Optional[int] = None, isolation: str = "process",
-                 timeout_s: float = 600.0):
+                 timeout_s: float = 600.0, e2e_scale: Optional[float] = None):
         self.device = device
         self.mode = mode
         self.profile = profile
@@ -33,6 +33,7 @@ class FKSession:
         self.fuzz_examples = fuzz_examples
         self.isolation = isolation
         self.timeout_s = timeout_s
+        self.e2e_scale = e2e_scale  # None: the e2e spec's default for the profile
         # The session describes the candidate (path, hash) but never imports it: candidate code
         # runs in the evaluator, a child process unless --fk-isolation=none.
         self.candidates = CandidateSource(candidate) if candidate else None
@@ -103,6 +104,17 @@ class FKSession:
             self._roofline = roofline
         return result
 
+    def evaluate_e2e(self, spec, case):
+        """One end-to-end case, scored by the evaluator; recorded whatever happens."""
+        from .e2e import E2EResult, spec_ref
+        try:
+            result = self.evaluator.e2e(spec_ref(spec), case)
+        except (CandidateError, WorkerFailure) as exc:
+            result = E2EResult(case.id, spec.name, spec.family, case["model"], case["scenario"],
+                               status=exc.status, message=exc.message)
+        self.results.record_e2e(result)
+        return result
+
     # ---- seeds --------------------------------------------------------------------------------------
     def seed_for(self, case_id: str, index: int) -> int:
         """Stable per case and draw; --fk-seed mixes in a private seed for leaderboard runs."""
@@ -112,12 +124,13 @@ class FKSession:
     # ---- report ---------------------------------------------------------------------------------
     def run_info(self) -> dict:
         return {"device": self.device, "mode": self.mode, "profile": self.profile, "seed": self.seed,
-                "isolation": self.isolation, "timeout_s": self.timeout_s,
+                "isolation": self.isolation, "timeout_s": self.timeout_s, "e2e_scale": self.e2e_scale,
                 "candidate": self.candidates.describe() if self.candidates else None}
 
     def report(self, complete: bool) -> dict:
         return build_report(self.results.tasks.values(), run=self.run_info(),
-                            env=environment(self.device, self._roofline), complete=complete)
+                            env=environment(self.device, self._roofline), complete=complete,
+                            e2e=self.results.e2e.values())
 
     def write(self, complete: bool) -> Optional[dict]:
         if not (self.report_path or self.html_path):

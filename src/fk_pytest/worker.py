@@ -100,6 +100,9 @@ class WorkerClient:
     def speed(self, ref, case, seed):
         return self.call("speed", ref, case, seed)
 
+    def e2e(self, ref, case):
+        return self.call("e2e", ref, case)
+
 
 def _rebuild(kind: str, value):
     from .errors import CandidateError, TaskDefinitionError
