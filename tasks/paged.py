@@ -18,11 +18,14 @@ from kernels_reference.forward_context import AttentionMetadata, set_forward_con
 from kernels_reference.model_config import LlamaArchConfig
 
 from .configs import head_dim, load_config
-from .workload import activations, model_dtype
+from .workload import HAND_PICKED_WEIGHT, activations, model_dtype
 from .workloads import batch_name, batch_representatives, load_capture
 
 BLOCK_SIZE = 16
 CAPTURED_BATCHES = 8  # representative attention steps per model from its capture (full profile)
+# The paged-decode bandwidth targets' shapes (one long sequence; a batch at moderate context), kept
+# beside the captured steps at a token weight, as the 16384-token bandwidth shapes are.
+TARGET_BATCHES = ("decode-B1-C8192", "decode-B32-C2048")
 # Hand-picked: name -> (context lens, query lens) per profile; decode contexts vary within the batch.
 # The CPU profile and models without a capture use these (the L4 task picks from the full ones).
 BATCHES = {
@@ -73,6 +76,9 @@ class PagedTask(Task):
                 params = dict(params_for(model), context=list(ctx), query=list(q), model=model, source="captured")
                 out.append(Case(f"{model}-{batch_name(phase, ctx, q)}-{DTYPE_NAMES[dt]}", dt, model=model,
                                 params=params, weight=weight))
+            out += [dataclasses.replace(c, weight=HAND_PICKED_WEIGHT)
+                    for c in self.batch_cases(profile, params_for)
+                    if c.model == model and any(f"-{name}-" in c.id for name in TARGET_BATCHES)]
         return out
 
     # ---- inputs ---------------------------------------------------------------------------------
