@@ -1,7 +1,7 @@
 """The reference modules' Triton fast paths agree with their native definitions.
 
 On a CPU machine the Triton kernels run in the interpreter, so CI checks the GPU code paths'
-logic (strided rows, fused add, partial and interleaved rotary, in-place writes) on small shapes.
+logic (strided rows, fused add, partial and interleaved rotary, in-place writes, the embedding gather) on small shapes.
 """
 import copy
 
@@ -12,6 +12,7 @@ from fk_pytest.compare import output_error
 from kernels_reference.L1.rms_norm import RMSNorm
 from kernels_reference.L1.rotary_emb import RotaryEmbedding
 from kernels_reference.L1.silu_and_mul import SiluAndMul
+from kernels_reference.L1.vocab_parallel_embedding import VocabParallelEmbedding
 
 pytest.importorskip("triton")
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -95,3 +96,35 @@ def test_llama3_scaling_changes_only_low_frequencies():
     scaled = RotaryEmbedding(128, 128, 131072, 500000.0, True, LLAMA3).inv_freq()
     assert torch.equal(plain[:8], scaled[:8])  # high frequencies kept
     assert torch.allclose(scaled[-4:], plain[-4:] / 8.0)  # low frequencies divided by the factor
+
+
+@pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("width", [96, 1000, 1030])
+@pytest.mark.parametrize("n_tokens", [1, 37])
+def test_embedding_triton_gathers_rows_exactly(id_dtype, width, n_tokens):
+    g = _gen()
+    m = VocabParallelEmbedding(300, width).to(torch.bfloat16)
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(300, width, generator=g))
+    ids = torch.randint(0, 300, (n_tokens,), generator=g).to(id_dtype)
+    ids[0] = 299  # the table's last row: an off-by-one in the bounds check would zero it
+    fast = m.forward_triton(ids)
+    assert fast.dtype == torch.bfloat16 and fast.shape == (n_tokens, width)
+    assert torch.equal(fast, m.forward_native(ids))  # a gather is a copy: bit-exact
+
+
+def test_embedding_triton_keeps_id_shape_and_zeroes_out_of_range_ids():
+    m = VocabParallelEmbedding(50, 64)
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(50, 64, generator=_gen()) + 3.0)  # no zero rows by chance
+    ids = torch.tensor([[3, 50, -1], [49, 7, 1000]])
+    fast = m.forward_triton(ids)
+    assert fast.shape == (2, 3, 64)
+    valid = torch.tensor([[True, False, False], [True, True, False]])
+    assert torch.equal(fast[valid], m.forward_native(ids.clamp(0, 49))[valid])
+    assert torch.count_nonzero(fast[~valid]) == 0  # vLLM's masked lookup: ids outside give zeros
+
+
+def test_embedding_triton_rejects_float_ids():
+    with pytest.raises(TypeError, match="int32 or int64"):
+        VocabParallelEmbedding(10, 8).forward_triton(torch.zeros(3))

@@ -4,13 +4,14 @@ Numerics follow vLLM: compute in float32, cast the normalised value to the input
 multiply by ``weight``. With ``residual`` the sum ``x + residual`` is formed in float32, returned
 (rounded to the input dtype) as the updated residual, and normalised.
 """
+import functools
 from typing import Optional, Tuple, Union
 
 import torch
 from torch import nn
 
 from ..dispatch import compute_dtype, use_fast_path
-from ..triton_rows import row_layout, warps_for
+from ..triton_rows import autotune_here, row_layout, size_class, warps_for
 from ..records import RecordsInit
 
 try:
@@ -57,40 +58,75 @@ class RMSNorm(RecordsInit, nn.Module):
         if rows.n_rows == 0:
             return out if residual is None else (out, res_out)
         block = triton.next_power_of_2(self.hidden_size)
-        # Narrow rows (Qwen3's per-head q/k norm: 128 wide, 32 heads per token) would leave each
-        # program a few hundred bytes of work; several rows per program keep loads in flight.
-        rows_per_program = max(1, 2048 // block)
-        _rms_norm_kernel[(triton.cdiv(rows.n_rows, rows_per_program),)](
-            rows.tensor, res.tensor, self.weight, out, res_out,
-            rows.n_rows, rows.n_inner, rows.stride_outer, rows.stride_inner,
-            res.n_inner, res.stride_outer, res.stride_inner,
-            self.hidden_size, self.variance_epsilon,
-            HAS_RESIDUAL=residual is not None, ROWS=rows_per_program, BLOCK=block,
-            num_warps=warps_for(block * rows_per_program),
-        )
+        args = (rows.tensor, res.tensor, self.weight, out, res_out,
+                rows.n_rows, rows.n_inner, rows.stride_outer, rows.stride_inner,
+                res.n_inner, res.stride_outer, res.stride_inner,
+                self.hidden_size, self.variance_epsilon, size_class(rows.n_rows))
+        if autotune_here(x):
+            grid = lambda meta: (triton.cdiv(rows.n_rows, meta["ROWS"]),)  # noqa: E731
+            _tuned_rms_norm(block)[grid](*args, HAS_RESIDUAL=residual is not None, BLOCK=block)
+        else:
+            # Interpreter: one fixed config. Narrow rows (Qwen3's per-head q/k norm: 128 wide)
+            # take several rows per program so each program has a useful amount of work.
+            rows_per_program = max(1, 2048 // block)
+            _rms_norm_kernel[(triton.cdiv(rows.n_rows, rows_per_program),)](
+                *args, HAS_RESIDUAL=residual is not None, ROWS=rows_per_program, BLOCK=block,
+                num_warps=warps_for(block * rows_per_program),
+            )
         return out if residual is None else (out, res_out)
+
+
+def _configs_for_block(block: int):
+    """(rows per program, warps) candidates for rows padded to ``block`` columns.
+
+    Inductor's split for reductions: wide rows get one program per row with all warps on it (a
+    "persistent reduction"), from 8 to 32 elements per thread; narrow rows (per-head norms, 128
+    wide) get several rows per program and few warps, so a decode step's handful of rows spreads
+    over as many SMs as possible (ROWS=1, one warp) while a prefill's half million rows amortise
+    the per-program set-up (ROWS up to 32). There is no loop, so num_stages plays no role."""
+    if block <= 512:
+        pairs = [(1, 1), (2, 1), (4, 2), (8, 4), (16, 4), (32, 8)]
+    elif block <= 2048:
+        pairs = [(1, 2), (1, 4), (1, 8), (2, 4), (4, 8)]
+    else:
+        w = min(32, block // 1024)  # 32 elements per thread: the fewest warps worth trying
+        pairs = sorted({(1, w), (1, min(32, 2 * w)), (1, min(32, 4 * w)), (2, min(32, 4 * w))})
+    return [triton.Config({"ROWS": r}, num_warps=nw, num_stages=1) for r, nw in pairs]
+
+
+@functools.lru_cache(maxsize=None)
+def _tuned_rms_norm(block: int):
+    """The autotuned launcher for one padded width; one per width keeps each config list sane
+    (32 rows of 4096 would spill registers) without a version-specific pruning hook."""
+    return triton.autotune(configs=_configs_for_block(block),
+                           key=["width", "size_cls", "HAS_RESIDUAL"])(_rms_norm_kernel)
 
 
 if triton is not None:
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["size_cls"])
     def _rms_norm_kernel(
         x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
         n_rows, x_inner, x_s_outer, x_s_inner, r_inner, r_s_outer, r_s_inner,
-        width, eps,
+        width, eps, size_cls,  # size_cls: only an autotune key (the row-count bucket)
         HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
     ):
         row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
         cols = tl.arange(0, BLOCK)
         mask = (row < n_rows)[:, None] & (cols < width)[None, :]
+        # The weight is loaded with the rows, not after the reduction: for a decode step's few
+        # rows the kernel is one memory latency long instead of two.
+        w = tl.load(w_ptr + cols, mask=cols < width, other=0.0, eviction_policy="evict_last")
         x_off = (row // x_inner) * x_s_outer + (row % x_inner) * x_s_inner
-        x = tl.load(x_ptr + x_off[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + x_off[:, None] + cols[None, :], mask=mask, other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
         out_off = row[:, None] * width + cols[None, :]
         if HAS_RESIDUAL:
             r_off = (row // r_inner) * r_s_outer + (row % r_inner) * r_s_inner
-            x += tl.load(res_ptr + r_off[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x += tl.load(res_ptr + r_off[:, None] + cols[None, :], mask=mask, other=0.0,
+                         eviction_policy="evict_first").to(tl.float32)
             tl.store(res_out_ptr + out_off, x.to(res_out_ptr.dtype.element_ty), mask=mask)
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / width + eps)
         y = (x * rstd[:, None]).to(out_ptr.dtype.element_ty).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=cols < width, other=0.0).to(tl.float32)
-        tl.store(out_ptr + out_off, (y * w[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + out_off, (y * w.to(tl.float32)[None, :]).to(out_ptr.dtype.element_ty),
+                 mask=mask)

@@ -2,11 +2,26 @@
 
 Simplification (documented): ``ParallelLMHead.forward(hidden)`` returns the logits (vLLM computes
 them in a separate LogitsProcessor from the head's weight).
+
+The embedding's fast path on CUDA is a Triton row gather (a program per token and column block,
+16-byte vector loads, autotuned). Ids outside ``[0, num_embeddings)`` give rows of zeros there, as
+vLLM's masked lookup does for ids outside a tensor-parallel shard; ``forward_native`` stays
+``F.embedding``, which raises on them. Checking the ids on the host would cost a device sync per
+step and break CUDA-graph capture, so the fast path does not raise. The LM head keeps ``F.linear``.
 """
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..dispatch import use_fast_path
 from ..records import RecordsInit
+from ..triton_rows import autotune_here, size_class
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the native path still works without Triton
+    triton = None
 
 
 class VocabParallelEmbedding(RecordsInit, nn.Module):
@@ -16,10 +31,33 @@ class VocabParallelEmbedding(RecordsInit, nn.Module):
         self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(input_ids, self.weight)
+        if triton is not None and use_fast_path(input_ids, self.weight):
+            return self.forward_triton(input_ids)
+        return self.forward_native(input_ids)
 
     def forward_native(self, input_ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(input_ids, self.weight)
+
+    def forward_triton(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if input_ids.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"token ids must be int32 or int64, got {input_ids.dtype}")
+        if input_ids.device != self.weight.device:
+            raise ValueError(f"ids on {input_ids.device}, embedding table on {self.weight.device}")
+        weight = self.weight if self.weight.stride(-1) == 1 else self.weight.contiguous()
+        ids = input_ids.reshape(-1)  # ids are tiny: a copy of a strided id tensor costs nothing
+        width = self.embedding_dim
+        out = torch.empty((*input_ids.shape, width), dtype=weight.dtype, device=weight.device)
+        n_tokens = ids.numel()
+        if n_tokens == 0 or width == 0:
+            return out
+        args = (ids, weight, out, self.num_embeddings, width, weight.stride(0), size_class(n_tokens))
+        if autotune_here(weight):
+            grid = lambda meta: (n_tokens, triton.cdiv(width, meta["BLOCK"]))  # noqa: E731
+            _embedding_tuned[grid](*args)
+        else:
+            block = min(1024, triton.next_power_of_2(width))
+            _embedding_kernel[(n_tokens, triton.cdiv(width, block))](*args, BLOCK=block, num_warps=4)
+        return out
 
 
 class ParallelLMHead(VocabParallelEmbedding):
@@ -32,3 +70,34 @@ class ParallelLMHead(VocabParallelEmbedding):
 
     def forward_native(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden_states, self.weight, self.bias)
+
+    # The head's fast path is cuBLAS (``forward``); the embedding's row gather is not its kernel.
+    forward_triton = None
+
+
+if triton is not None:
+
+    @triton.jit(do_not_specialize=["size_cls"])
+    def _embedding_kernel(ids_ptr, w_ptr, out_ptr, vocab, width, w_row_stride,
+                          size_cls,  # only an autotune key (the token-count bucket)
+                          BLOCK: tl.constexpr):
+        token = tl.program_id(0).to(tl.int64)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        idx = tl.load(ids_ptr + token).to(tl.int64)
+        in_range = (idx >= 0) & (idx < vocab)
+        idx = tl.where(in_range, idx, 0)  # never form an address outside the table
+        mask = cols < width
+        # An out-of-range id reads no columns (its row stays the `other` zeros); a bound rather
+        # than `mask & in_range` since scalar-and-block masks trip the interpreter.
+        load_mask = cols < tl.where(in_range, width, 0)
+        # Table rows are left to the cache's default policy: a prompt repeats tokens.
+        row = tl.load(w_ptr + idx * w_row_stride + cols, mask=load_mask, other=0.0)
+        tl.store(out_ptr + token * width + cols, row, mask=mask)
+
+    # A pure copy: 8 to 16 elements (one or two 16-byte bf16 vectors) per thread, from a quarter
+    # row per program (more programs for a decode step's single token) to a whole 4096 row.
+    _embedding_tuned = triton.autotune(
+        configs=[triton.Config({"BLOCK": b}, num_warps=nw, num_stages=1)
+                 for b, nw in ((512, 2), (1024, 4), (1024, 2), (2048, 8), (2048, 4), (4096, 8))],
+        key=["width", "size_cls"],
+    )(_embedding_kernel)
