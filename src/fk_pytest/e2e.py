@@ -11,7 +11,10 @@ worker by default), because the candidate model is candidate code:
    shapes, chunk boundaries and reduction orders change). On a CPU under Triton's interpreter,
    when the candidate launched interpreted kernels, also the reference's own Triton path: the
    interpreter truncates bf16 (see :mod:`fk_pytest.compare`), and the candidate must not be charged
-   for that. Every request of every noise run is one sample of ``d``; ``g`` = their 95th percentile.
+   for that. On CUDA also the reference's plain-PyTorch definition (``forward_native`` everywhere,
+   eager): a second correct implementation, whose rounding differs from the fast kernels' as any
+   honest candidate's does. Every request of every noise run is one sample of ``d``; ``g`` = their
+   95th percentile.
 3. **Candidate run.** The composed candidate (every class the tree provides swapped in, weights
    copied) teacher-forced under the scenario's engine settings: ``d`` = mean over requests of
    1 - top-1 agreement; credit = 1 at or below ``g``, 0 at ``FAIL_AT`` = 0.5, linear between.
@@ -251,12 +254,13 @@ def _time_pair(cand_fn, ref_fn, device: torch.device, rounds: int) -> Tuple[floa
 
 
 # ---- the evaluation -----------------------------------------------------------------------------
-def _with_triton_paths(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of the reference whose modules run their own Triton kernels (interpreted on a CPU)."""
+def _with_paths(model: torch.nn.Module, method: str) -> torch.nn.Module:
+    """A copy of the reference whose modules run another of their own implementations:
+    ``forward_triton`` (interpreted on a CPU) or ``forward_native`` (plain PyTorch)."""
     twin = copy.deepcopy(model)
     for m in twin.modules():
-        if callable(getattr(m, "forward_triton", None)):
-            m.forward = m.forward_triton
+        if m is not twin and callable(getattr(m, method, None)):
+            m.forward = getattr(m, method)
     return twin
 
 
@@ -329,10 +333,18 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool) -> E2EResu
     result.noise["rebatched"] = discrepancies([shuffled[order.index(i)] for i in range(len(order))],
                                               sequences, prompt_lens)
     if result.interpreted and reference_dtype(reference) == torch.bfloat16:
-        triton_llm = _engine(wrap(_with_triton_paths(reference)), args)
+        triton_llm = _engine(wrap(_with_paths(reference, "forward_triton")), args)
         result.noise["reference-triton-interpreted"] = discrepancies(
             teacher_forced_top1(triton_llm, sequences, prompt_lens), sequences, prompt_lens)
         del triton_llm
+    if device.type == "cuda":
+        # Two correct implementations of one model differ by their rounding: the reference's
+        # plain-PyTorch definition (eager, no graphs: its attention loops on the host) is the
+        # second. On random weights near-tied logits make top-1 sensitive to exactly this.
+        native_llm = _engine(wrap(_with_paths(reference, "forward_native")), dict(args, cuda_graphs=False))
+        result.noise["reference-native"] = discrepancies(
+            teacher_forced_top1(native_llm, sequences, prompt_lens), sequences, prompt_lens)
+        del native_llm
     ref_llm = _engine(ref_model, args)  # the rebatched engine re-bound the reference's caches
 
     samples = [d for run in result.noise.values() for d in run]

@@ -94,7 +94,11 @@ def e2e_macro_eval(results: Iterable) -> dict:
     S = geomean([f["S_f"] for f in families.values()])
     C = sum(f["C_f"] for f in families.values()) / n if n else 0.0
     Cov = sum(f["Cov_f"] for f in families.values()) / n if n else 0.0
+    timed = any(getattr(r, "speedup_blended", None) and not getattr(r, "informational", True)
+                for cases in by_model.values() for r in cases)
+    note = None
+    if S is None and n:
+        note = ("no valid model: S has no member to average and MacroEval = C x Cov (= 0)" if timed else
+                "no GPU timing end to end: S is not measured and MacroEval = C x Cov (S taken as 1)")
     return {"families": families, "S": S, "C": C, "Cov": Cov,
-            "MacroEval": (S if S is not None else 1.0) * C * Cov, "speed_measured": S is not None,
-            "note": None if S is not None or not n else
-            "no GPU timing end to end: S is not measured and MacroEval = C x Cov (S taken as 1)"}
+            "MacroEval": (S if S is not None else 1.0) * C * Cov, "speed_measured": timed, "note": note}
