@@ -4,7 +4,7 @@ import json
 import pytest
 
 from conftest import CANDIDATES, ROOT
-from fk_pytest.e2e import FAIL_AT, E2EResult, blend, credit, discrepancies, percentile
+from fk_pytest.e2e import FAIL_AT, E2EResult, blend, credit, discrepancies, percentile, sampling_allowance
 from fk_pytest.macro import e2e_macro_eval
 from fk_pytest.report import format_table
 
@@ -26,6 +26,16 @@ def test_credit_with_a_noise_floor_at_or_above_half_is_a_step():
     assert credit(0.5, 0.5) == 1.0 and credit(0.51, 0.5) == 0.0
     with pytest.raises(ValueError):
         credit(float("nan"), 0.1)
+
+
+def test_sampling_allowance_shrinks_with_the_compared_tokens():
+    # one request of 13 tokens, floor 0: one flipped token (d = 1/13) is within the allowance
+    assert sampling_allowance(0.0, 13) == pytest.approx(2 * ((1 / 13) * (12 / 13) / 13) ** 0.5)
+    assert 1 / 13 < sampling_allowance(0.0, 13) < 0.2
+    # thousands of tokens: the allowance vanishes, so a candidate 6 points above the floor is not valid
+    assert sampling_allowance(0.04, 5000) < 0.006
+    assert credit(0.10, 0.04 + sampling_allowance(0.04, 5000)) < 0.9
+    assert sampling_allowance(0.1, 0) == 0.0
 
 
 def test_percentile_discrepancy_and_blend():

@@ -17,7 +17,9 @@ worker by default), because the candidate model is candidate code:
    95th percentile.
 3. **Candidate run.** The composed candidate (every class the tree provides swapped in, weights
    copied) teacher-forced under the scenario's engine settings: ``d`` = mean over requests of
-   1 - top-1 agreement; credit = 1 at or below ``g``, 0 at ``FAIL_AT`` = 0.5, linear between.
+   1 - top-1 agreement; credit = 1 at or below ``g`` plus a sampling allowance (two binomial
+   standard errors at the compared token count, :func:`sampling_allowance`), 0 at ``FAIL_AT`` = 0.5,
+   linear between.
 4. **Timing.** Candidate and reference engines generate the scenario interleaved, order flipping
    each round: throughput (output tokens/s over the scenario) and latency (ms per output token of
    the first request served alone). Speedup = throughput^LAMBDA x latency^(1 - LAMBDA). GPU runs
@@ -42,6 +44,7 @@ from . import status
 FAIL_AT = 0.5  # discrepancy at which credit reaches 0 (DESIGN: f = 0.5)
 NOISE_PERCENTILE = 95.0
 VALID_CREDIT = 0.9
+SAMPLING_Z = 2.0  # standard errors of the token-count sampling allowed on top of the noise floor
 LAMBDA = 0.5  # weight of throughput in the geometric speed blend
 
 Request = Tuple[List[int], int]  # (prompt token ids, output tokens)
@@ -61,6 +64,21 @@ def credit(d: float, g: float, fail_at: float = FAIL_AT) -> float:
     if g >= fail_at or d >= fail_at:
         return 0.0
     return (fail_at - d) / (fail_at - g)
+
+
+def sampling_allowance(g: float, tokens: int, z: float = SAMPLING_Z) -> float:
+    """``z`` binomial standard errors of a disagreement rate measured on ``tokens`` compared tokens,
+    at the noise floor's rate but never below one token in ``tokens``.
+
+    A discrepancy is a count of flipped tokens: on a short scenario one flip is a large ``d`` (one
+    request of 13 tokens: 0.077) and the floor rests on a few noise runs that may all be 0. Credit
+    must not fall for a difference the sample cannot resolve, so the floor the credit ramp starts
+    from is ``g`` plus this allowance; with many tokens it vanishes.
+    """
+    if tokens <= 0:
+        return 0.0
+    p = min(max(g, 1.0 / tokens), 1.0)
+    return z * math.sqrt(p * (1.0 - p) / tokens)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -143,6 +161,7 @@ class E2EResult:
     message: str = ""
     d: Optional[float] = None  # candidate discrepancy (mean over requests)
     g: Optional[float] = None  # noise floor (95th percentile of the noise samples)
+    allowance: Optional[float] = None  # sampling allowance at this many compared tokens
     credit: float = 0.0
     d_requests: List[float] = dataclasses.field(default_factory=list)
     noise: Dict[str, List[float]] = dataclasses.field(default_factory=dict)  # run -> per-request d
@@ -350,17 +369,21 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool) -> E2EResu
     samples = [d for run in result.noise.values() for d in run]
     result.g = percentile(samples, NOISE_PERCENTILE)
     result.d = sum(result.d_requests) / len(result.d_requests)
-    result.credit = credit(result.d, result.g)
-    if result.g >= FAIL_AT:
+    result.allowance = sampling_allowance(result.g, result.output_tokens)
+    floor = result.g + result.allowance
+    result.credit = credit(result.d, floor) if floor < FAIL_AT else 0.0
+    if floor >= FAIL_AT:
         result.status = status.TASK_ERROR
-        result.message = (f"the reference's own noise floor g={result.g:.3f} is at or above {FAIL_AT}: "
-                          "this scenario cannot tell a right model from a wrong one")
+        result.message = (f"the reference's own noise floor g={result.g:.3f} (+{result.allowance:.3f} sampling "
+                          f"allowance at {result.output_tokens} tokens) reaches {FAIL_AT}: this scenario "
+                          "cannot tell a right model from a wrong one (more requests or tokens needed)")
     elif result.credit >= VALID_CREDIT:
         result.status = status.PASSED
     else:
         result.status = status.WRONG_RESULT
         result.message = (f"teacher-forced top-1 discrepancy d={result.d:.3f} against the reference's "
-                          f"noise floor g={result.g:.3f}: credit {result.credit:.2f} < {VALID_CREDIT}")
+                          f"noise floor g={result.g:.3f} (+{result.allowance:.3f} sampling allowance at "
+                          f"{result.output_tokens} tokens): credit {result.credit:.2f} < {VALID_CREDIT}")
 
     # 4. timing, side by side
     try:
