@@ -2,8 +2,11 @@
 Qwen2.5-0.5B): token ids and positions in, final hidden states out, over the paged cache.
 
 Depth is truncated to ``LAYERS`` layers (every layer is the same code; the whole-depth model is
-scored end to end by the engine tasks); the CPU profile also shards the vocabulary by 64.
+scored end to end by the engine tasks); the CPU profile also shards the vocabulary by 64. Full
+profile: the most frequent decode and prefill steps of each model's captured workload.
 """
+import dataclasses
+
 from fk_pytest import standard_tests
 from kernels_reference.L4.llama import LlamaForCausalLM
 
@@ -11,6 +14,9 @@ from ..dense import DenseTask
 from ..paged import PagedTask, arch_config
 
 LAYERS = 2
+# Per model, the most frequent captured decode steps and prefill/mixed steps (a 2-layer 8B case is
+# heavy; decode dominates the step counts, prefill the time, so both phases are kept).
+CAPTURED_STEPS = {"decode": 2, "prefill": 1}
 
 
 class LlamaModelTask(PagedTask):
@@ -26,8 +32,19 @@ class LlamaModelTask(PagedTask):
 
     def cases(self, profile):
         shard = 64 if profile == "cpu" else 1
-        cases = self.batch_cases(profile, lambda model: {"vocab_shard": shard})
-        return cases if profile == "cpu" else [c for c in cases if "B32" in c.id or "Q2048" in c.id]
+        cases = self.captured_batch_cases(profile, lambda model: {"vocab_shard": shard})
+        if profile == "cpu":
+            return cases
+        out = []
+        for model in self.models[profile]:
+            mine = sorted((c for c in cases if c.model == model and c.params.get("source") == "captured"),
+                          key=lambda c: -c.weight)
+            decode = [c for c in mine if all(q == 1 for q in c["query"])]
+            prefill = [c for c in mine if c not in decode]
+            captured = decode[:CAPTURED_STEPS["decode"]] + prefill[:CAPTURED_STEPS["prefill"]]
+            total = sum(c.weight for c in captured) or 1.0
+            out += [dataclasses.replace(c, weight=c.weight / total) for c in captured]
+        return out
 
     def init_args(self, case):
         return {"config": arch_config(case["model"], LAYERS, case["vocab_shard"])}
