@@ -1,0 +1,115 @@
+"""The peer contract: what the suite declares per op (``tasks/peers.py``), and the two peers every op has.
+
+A peer's ``build`` gets a :class:`PeerContext` and returns ``fn(inputs) -> outputs``, or raises
+:class:`Unsupported` / :class:`Skipped`; an op's :class:`OpPeers` lists its peers, the reference's
+bandwidth :class:`Target` s and which cases the benchmark runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+
+from ..build import instantiate
+from ..registry import _suite_package
+from ..task import Case, Task
+
+# The reference's name among the implementations of a case record.
+REFERENCE = "reference"
+
+
+class PeerNotRun(Exception):
+    """A peer that does not run on this case; ``status`` says why in one word."""
+
+    status = "unsupported"
+
+
+class Unsupported(PeerNotRun):
+    """The implementation cannot compute this case (a backend without GQA, a style it lacks)."""
+
+    status = "unsupported"
+
+
+class Skipped(PeerNotRun):
+    """Not run by choice or circumstance (library absent, --no-compile, no GPU)."""
+
+    status = "skipped"
+
+
+@dataclasses.dataclass
+class PeerContext:
+    """What a peer's ``build`` gets: the case, the reference instance (weights to share) and options."""
+
+    task: Task
+    case: Case
+    reference: torch.nn.Module
+    state: Dict[str, torch.Tensor]
+    device: torch.device
+    compile: bool
+    notes: List[str] = dataclasses.field(default_factory=list)
+
+    def new_reference(self) -> torch.nn.Module:
+        """A second reference instance on the same weights (for peers that patch the module)."""
+        return instantiate(self.task.reference, self.task, self.case, self.state, self.device, self.case.dtype)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """An implementation a user could pick. ``build(ctx)`` returns ``fn(inputs) -> outputs`` in the
+    task's output convention (inputs the task writes in place are read back after the call), or
+    raises :class:`Unsupported` / :class:`Skipped`."""
+
+    name: str
+    description: str
+    build: Callable[[PeerContext], Callable[[Dict[str, Any]], Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """The reference must reach ``min_bw_frac`` of the measured copy bandwidth on the cases it applies to."""
+
+    name: str
+    min_bw_frac: float
+    applies: Callable[[Case], bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpPeers:
+    peers: Tuple[Peer, ...]
+    targets: Tuple[Target, ...] = ()
+    case_filter: Callable[[Case], bool] = lambda case: True
+
+
+def suite_peers_module():
+    """The suite's peer definitions: ``tasks/peers.py``, installed as ``fk_tasks.peers``."""
+    return importlib.import_module(_suite_package().__name__ + ".peers")
+
+
+def suite_ops() -> Dict[str, OpPeers]:
+    return suite_peers_module().OPS
+
+# ---- the two peers every op has ----------------------------------------------------------------
+def _native(ctx: PeerContext):
+    module, task = ctx.reference, ctx.task
+    return lambda inputs: task.call(module, inputs, "forward_native")
+
+
+def compiled_native(ctx: PeerContext):
+    """Inductor on the reference's plain-PyTorch semantics, one graph per shape (dynamic=False), the
+    way a serving engine compiles per captured batch size."""
+    if not ctx.compile:
+        raise Skipped("torch.compile disabled (--no-compile)")
+    module = ctx.new_reference()
+    # An instance attribute shadows the method, so task.call (which binds caches and the forward
+    # context for attention) runs the compiled function.
+    module.forward_native = torch.compile(module.forward_native, dynamic=False)
+    return lambda inputs: ctx.task.call(module, inputs, "forward_native")
+
+
+EAGER = Peer("eager", "the reference's forward_native in eager PyTorch (what a user writes)", _native)
+COMPILE = Peer("compile", "torch.compile(forward_native, dynamic=False): Inductor", compiled_native)

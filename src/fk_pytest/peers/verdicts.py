@@ -1,0 +1,57 @@
+"""Verdicts: the best peer and the ratio of one case, and per op the ratio target and the reference's
+bandwidth targets, each said to hold or not."""
+from __future__ import annotations
+
+from typing import Any, Dict, Sequence
+
+from ..macro import geomean
+from ..task import Case
+from .contract import REFERENCE, Target
+
+# Done-when of the peer benchmark (per op): the reference is at least as fast as the best peer on
+# geomean over the shapes, and no single shape is more than 10% slower.
+RATIO_GEOMEAN_TARGET = 1.0
+RATIO_SHAPE_FLOOR = 0.9
+# The timing method's noise: the reference timed against an identical copy of itself lands within
+# +-3% (docs/perf/h200-l1.md). A miss by less is said to be within noise; the target stays strict.
+TIMING_NOISE = 0.03
+
+
+def case_verdict(impls: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """Best peer = the fastest peer that ran correctly; ratio = its time / the reference's time."""
+    timed = {n: r for n, r in impls.items() if n != REFERENCE and r.get("status") == "ok" and r.get("us")}
+    ref = impls.get(REFERENCE, {})
+    if not timed:
+        return {"best_peer": None, "best_peer_us": None, "ratio": None}
+    best = min(timed, key=lambda n: timed[n]["us"])
+    ratio = timed[best]["us"] / ref["us"] if ref.get("status") == "ok" and ref.get("us") else None
+    return {"best_peer": best, "best_peer_us": timed[best]["us"], "ratio": ratio}
+
+
+
+def op_summary(cases: Sequence[Dict[str, Any]], targets: Sequence[Target], case_of: Dict[str, Case],
+               informational: bool) -> Dict[str, Any]:
+    """Ratio target and bandwidth targets of one op, each ``held`` True/False (None: nothing to judge)."""
+    ratios = [(c["ratio"], c["case"]) for c in cases if c.get("ratio") is not None]
+    geo = geomean([r for r, _ in ratios])
+    low = min(ratios, default=(None, None))
+    ratio_held = None if not ratios else bool(geo >= RATIO_GEOMEAN_TARGET and low[0] >= RATIO_SHAPE_FLOOR)
+    within_noise = None if not ratios else bool(geo >= RATIO_GEOMEAN_TARGET * (1 - TIMING_NOISE)
+                                                and low[0] >= RATIO_SHAPE_FLOOR * (1 - TIMING_NOISE))
+    judged = []
+    for target in targets:
+        values = [(c["impls"][REFERENCE].get("bw_frac"), c["case"]) for c in cases
+                  if c["case"] in case_of and target.applies(case_of[c["case"]])]
+        measured = [(v, cid) for v, cid in values if v is not None]
+        worst = min(measured, default=(None, None))
+        held = bool(worst[0] >= target.min_bw_frac) if measured and len(measured) == len(values) else None
+        note = ("no case of this run applies" if not values else
+                "no roofline (timings are informational)" if not measured else "")
+        judged.append({"name": target.name, "min_bw_frac": target.min_bw_frac, "cases": len(values),
+                       "worst_bw_frac": worst[0], "worst_case": worst[1], "held": held, "note": note})
+    checks = [ratio_held] + [t["held"] for t in judged]
+    return {"cases_with_ratio": len(ratios), "geomean_ratio": geo, "min_ratio": low[0], "min_ratio_case": low[1],
+            "ratio_target": {"geomean_min": RATIO_GEOMEAN_TARGET, "shape_min": RATIO_SHAPE_FLOOR, "held": ratio_held,
+                             "within_noise": within_noise, "noise": TIMING_NOISE},
+            "targets": judged, "informational": informational,
+            "all_held": None if any(c is None for c in checks) else all(checks)}
