@@ -15,6 +15,7 @@ from fk_pytest.e2e import E2ESpec, Request
 from kernels_reference.engine.scenarios import SCENARIOS
 from kernels_reference.L4.llama import LlamaForCausalLM
 
+from .configs import load_config
 from .paged import arch_config
 from .workload import LLAMA_FAMILY, model_dtype
 
@@ -41,7 +42,6 @@ class LlmE2E(E2ESpec):
                 for model in MODELS[profile] for scenario in SCENARIO_NAMES[profile]]
 
     def config(self, case):
-        from tasks.configs import load_config
         layers = case["layers"] or load_config(case["model"])["num_hidden_layers"]
         return arch_config(case["model"], layers, case["vocab_shard"])
 
