@@ -68,7 +68,7 @@ def test_report_schema_and_table(suite_run, tmp_path):
     macro = report["macro"]
     assert macro["C"] == 1.0 and macro["Cov"] == 1.0 and macro["S"] is None and macro["MacroEval"] == 1.0
     assert set(macro["families"]) == {"norm", "activation", "rope"}
-    assert "MacroEval" in html.read_text()
+    assert "MacroEval" in html.read_text() and "<svg" in html.read_text()
     embedded = json.loads(bench.read_text())
     assert embedded["fastkernels"]["schema"] == "fastkernels.report/1"
     assert any(b["extra_info"].get("speedup") for b in embedded["benchmarks"])

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Optional
 
+from . import plots
 from .macro import e2e_macro_eval, macro_eval
 from .results import TaskRecord
 
@@ -152,6 +153,32 @@ def _side_by_side(report: dict) -> list:
     return ["", f"kernel-level MacroEval {_fmt(k)} | end-to-end MacroEval {_fmt(e)}"]
 
 
+def _charts(report: dict) -> str:
+    """Per task: share of cases passed and the speedup S_t (grey where the task is not valid);
+    per timed case: its speedup; end to end: credit and blended speedup per case."""
+    tasks = report["tasks"]
+    out = []
+    if tasks:
+        out.append("<h2>Correctness per task (C_t)</h2>" + plots.share_chart(
+            (t["name"], t["C_t"], t["status"] == "PASSED") for t in tasks))
+        timed = [t for t in tasks if t["S_t"] is not None or t["speed"]]
+        if timed:
+            out.append("<h2>Speedup per task (S_t, log axis)</h2>" + plots.speedup_chart(
+                (t["name"], t["S_t"], t["status"] == "PASSED") for t in timed))
+        cases = [(f"{t['name']} {s['case_id']}", s["speedup"], t["status"] == "PASSED")
+                 for t in tasks for s in t["speed"]]
+        if cases:
+            out.append("<h2>Speedup per timed case</h2>" + plots.speedup_chart(cases))
+    e2e = (report.get("e2e") or {}).get("cases") or []
+    if e2e:
+        out.append("<h2>End to end: credit per case</h2>" + plots.share_chart(
+            (c["case_id"], c["credit"], c["status"] == "PASSED") for c in e2e))
+        out.append("<h2>End to end: blended speedup per case</h2>" + plots.speedup_chart(
+            (c["case_id"], c.get("speedup_blended"), c["status"] == "PASSED" and not c.get("informational"))
+            for c in e2e))
+    return "\n".join(out)
+
+
 def write_html(report: dict, path: str | Path) -> None:
     esc = html.escape
     rows = "".join(
@@ -174,6 +201,7 @@ def write_html(report: dict, path: str | Path) -> None:
         f"<td>{esc(_speed_cell(c, 'speedup_blended'))}</td><td>{esc(c['message'][:400])}</td></tr>"
         for c in e2e["cases"])
     side = esc(_side_by_side(report)[-1])
+    charts = _charts(report)
     page = f"""<!doctype html><meta charset="utf-8"><title>FastKernels report</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}tr.passed td:nth-child(4){{color:green}}
@@ -183,6 +211,7 @@ tr:not(.passed) td:nth-child(4){{color:#b00}}</style>
 {esc(m.get('note') or '')}</p>
 <p><b>{side}</b></p>
 <p>{esc(json.dumps(report['run']))}</p><p>{esc(json.dumps(report['environment'], default=str))}</p>
+{charts}
 <h2>Tasks</h2><table><tr><th>task</th><th>level</th><th>family</th><th>status</th><th>cases</th>
 <th>C_t</th><th>S_t</th><th>message</th></tr>{rows}</table>
 <h2>Speed</h2><table><tr><th>task</th><th>case</th><th>candidate us</th><th>reference us</th>
