@@ -13,7 +13,7 @@ import torch
 from fk_pytest import Case
 from fk_pytest.e2e import E2ESpec, Request
 from kernels_reference.engine.scenarios import SCENARIOS
-from kernels_reference.L4.llama import LlamaForCausalLM
+from kernels_reference.L4.llama import LlamaForCausalLM, init_random_weights
 
 from .configs import load_config
 from .paged import arch_config
@@ -50,11 +50,7 @@ class LlmE2E(E2ESpec):
         gen = torch.Generator(device=device).manual_seed(WEIGHT_SEED)
         with torch.device(device):
             model = LlamaForCausalLM(self.config(case))
-        with torch.no_grad():
-            for p in model.parameters():
-                noise = torch.randn(p.shape, generator=gen, device=device)
-                p.copy_(noise * p.shape[1] ** -0.5 if p.dim() == 2 else 1 + 0.1 * noise)
-        return model.to(case.dtype).eval()
+        return init_random_weights(model, gen).to(case.dtype).eval()
 
     def requests(self, case) -> List[Request]:
         reqs = SCENARIOS[case["scenario"]].requests(self.config(case).vocab_size, seed=0, scale=case["scale"])

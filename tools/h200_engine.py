@@ -28,7 +28,7 @@ import transformers
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 from kernels_reference.engine import LLM, SamplingParams  # noqa: E402
-from kernels_reference.L4.llama import model_for  # noqa: E402
+from kernels_reference.L4.llama import init_random_weights, model_for  # noqa: E402
 
 TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=500, head_dim=16)
@@ -197,6 +197,11 @@ def graph_gpu_ms(llm, size, dev, reps=50):
     if dev.type != "cuda" or decoder is None or size not in decoder.graphs:
         return None
     graph = decoder.graphs[size]
+    return replay_ms(graph, reps)
+
+
+def replay_ms(graph, reps: int) -> float:
+    """Mean GPU time of back-to-back replays of a captured graph (after one warm replay)."""
     graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
@@ -264,15 +269,7 @@ def gemv_only_ms(model, dev, reps=20):
     with torch.cuda.graph(graph):
         for w in weights:
             torch.nn.functional.linear(x[w.shape[1]], w)
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
+    return replay_ms(graph, reps)
 
 
 # ---- set-up and output ------------------------------------------------------------------------
@@ -288,12 +285,7 @@ def hf_model(config, dev):
     torch.manual_seed(0)
     with torch.device(dev):
         hf = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
-    with torch.no_grad():
-        for p in hf.parameters():  # random weights at a trained scale (norms near 1)
-            if p.dim() == 2:
-                p.normal_(0, p.shape[1] ** -0.5)
-            else:
-                p.copy_(1 + 0.1 * torch.randn_like(p.float()))
+    init_random_weights(hf)  # the same trained-scale draw as our models get
     return hf
 
 

@@ -18,7 +18,7 @@ import transformers
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "src")]
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context  # noqa: E402
-from kernels_reference.L4.llama import model_for  # noqa: E402
+from kernels_reference.L4.llama import init_random_weights, model_for  # noqa: E402
 
 MODELS = {"llama-3.1-8b": transformers.LlamaConfig, "qwen3-8b": transformers.Qwen3Config,
           "mistral-7b-v0.3": transformers.MistralConfig, "qwen2.5-7b": transformers.Qwen2Config}
@@ -52,12 +52,7 @@ def main():
         config = hf_config(name, cls, tiny)
         with torch.device(dev):
             hf = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
-        with torch.no_grad():
-            for p in hf.parameters():  # random weights at a trained scale (norms near 1)
-                if p.dim() == 2:
-                    p.normal_(0, p.shape[1] ** -0.5)
-                else:
-                    p.copy_(1 + 0.1 * torch.randn_like(p.float()))
+        init_random_weights(hf)  # the same trained-scale draw as our models get
         ours = model_for(config).to(device=dev, dtype=torch.bfloat16).eval()
         ours.load_weights(hf.state_dict().items())
         seqs = [torch.randint(0, config.vocab_size, (n + DECODE,)).tolist() for n in PROMPTS]

@@ -52,6 +52,17 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> to
     return cache[blocks].reshape(-1, *cache.shape[2:])[:length]
 
 
+def sequence_kv(kv_cache: Optional[Tuple[torch.Tensor, torch.Tensor]], block_table: torch.Tensor, length: int,
+                context: int, own_k: torch.Tensor, own_v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """One sequence's keys/values to attend to: its whole history gathered from the paged cache, or,
+    with no cache given, the step's own packed rows (which is all of it only without context)."""
+    if kv_cache is not None:
+        return gather_kv(kv_cache[0], block_table, length), gather_kv(kv_cache[1], block_table, length)
+    if context == 0:
+        return own_k, own_v
+    raise ValueError("a sequence with cached context needs the layer's kv_cache")
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: int, scale: float) -> torch.Tensor:
     """q [Lq, nq, d] at positions context..context+Lq-1 over k/v [Lk, nk, d] at 0..Lk-1."""
     compute = compute_dtype(q.dtype)
@@ -83,13 +94,7 @@ def paged_attention_native(query: torch.Tensor, key: torch.Tensor, value: torch.
     for i, (q_len, n) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu)):
         b = a + q_len
         context = n - q_len
-        if kv_cache is not None:
-            ks = gather_kv(kv_cache[0], meta.block_tables[i], n)
-            vs = gather_kv(kv_cache[1], meta.block_tables[i], n)
-        elif context == 0:
-            ks, vs = k[a:b], v[a:b]
-        else:
-            raise ValueError("a sequence with cached context needs the layer's kv_cache")
+        ks, vs = sequence_kv(kv_cache, meta.block_tables[i], n, context, k[a:b], v[a:b])
         out[a:b] = causal_attention(q[a:b], ks, vs, context, scale)
         a = b
     return out.reshape(t, -1)

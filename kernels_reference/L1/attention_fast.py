@@ -11,15 +11,10 @@ from typing import Optional, Tuple
 import torch
 
 from ..forward_context import AttentionMetadata
+from .attention import sequence_kv
 from .kv_store import store_kv_cache_triton
 from .paged_decode import paged_decode
 from .sdpa_prefill import sdpa_causal
-
-
-def _sequence_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
-    """[length, nk, d] of one sequence, gathered on the device (the block count is a host int)."""
-    blocks = block_table[: -(-length // cache.shape[1])].long()
-    return cache[blocks].flatten(0, 1)[:length]
 
 
 def paged_attention_fast(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -54,13 +49,9 @@ def paged_attention_fast(query: torch.Tensor, key: torch.Tensor, value: torch.Te
         if q_len == 0 or (q_len == 1 and batched_decode):
             continue
         context = n - q_len
-        if kv_cache is not None and context > 0:
-            ks = _sequence_kv(kv_cache[0], meta.block_tables[i], n)
-            vs = _sequence_kv(kv_cache[1], meta.block_tables[i], n)
-        elif context == 0:
-            ks, vs = k[a:start], v[a:start]
-        else:
-            raise ValueError("a sequence with cached context needs the layer's kv_cache")
+        # Without cached context the step's own rows are the whole history: no gather.
+        ks, vs = sequence_kv(kv_cache if context > 0 else None, meta.block_tables[i], n, context,
+                             k[a:start], v[a:start])
         out[a:start] = sdpa_causal(q[a:start], ks, vs, context, scale)
     return out.view(t, num_heads * head_size)
 

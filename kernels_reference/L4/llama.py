@@ -5,7 +5,7 @@ attention metadata is in the forward context; ``compute_logits(hidden_states) ->
 ``load_weights`` takes HF checkpoint names (safetensors or an HF state_dict) and packs q/k/v into
 ``qkv_proj`` and gate/up into ``gate_up_proj``.
 """
-from typing import Iterable, Tuple
+from typing import Iterable, Optional, Tuple
 
 import torch
 from torch import nn
@@ -132,6 +132,17 @@ class MistralForCausalLM(LlamaForCausalLM):
 
 ARCHITECTURES = {cls.__name__: cls for cls in
                  (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)}
+
+
+@torch.no_grad()
+def init_random_weights(model: nn.Module, generator: Optional[torch.Generator] = None) -> nn.Module:
+    """Random weights at a trained network's scale, for models built from a config alone: every
+    matrix N(0, 1/fan_in) (unit-size activations stay unit-size through the layers), every vector
+    (the norm weights) 1 + N(0, 0.01). One float32 draw per parameter, in ``parameters()`` order."""
+    for p in model.parameters():
+        noise = torch.randn(p.shape, generator=generator, device=p.device)
+        p.copy_(noise * p.shape[1] ** -0.5 if p.dim() == 2 else 1 + 0.1 * noise)
+    return model
 
 
 def model_for(config) -> LlamaForCausalLM:

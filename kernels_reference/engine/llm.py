@@ -80,7 +80,7 @@ class LLM:
     @staticmethod
     def from_config(config, dtype=torch.bfloat16, device="cpu", seed: int = 0,
                     safetensors: Optional[Seq[str]] = None, **engine_args) -> "LLM":
-        from ..L4.llama import model_for
+        from ..L4.llama import init_random_weights, model_for
 
         torch.manual_seed(seed)
         with torch.device(device):
@@ -88,9 +88,7 @@ class LLM:
         if safetensors:
             model.load_safetensors(safetensors)
         else:
-            with torch.no_grad():  # random weights at a trained scale
-                for p in model.parameters():
-                    p.copy_(torch.randn_like(p) * p.shape[1] ** -0.5 if p.dim() == 2 else 1 + 0.1 * torch.randn_like(p))
+            init_random_weights(model)
         return LLM(model.to(dtype), **engine_args)
 
     def generate(self, prompts: List[List[int]],
