@@ -52,6 +52,14 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> to
     return cache[blocks].reshape(-1, *cache.shape[2:])[:length]
 
 
+def split_heads(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, num_heads: int,
+                num_kv_heads: int, head_size: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[T, heads * d] rows (views of the fused qkv columns are fine) as [T, heads, d]."""
+    t = query.shape[0]
+    return (query.reshape(t, num_heads, head_size), key.reshape(t, num_kv_heads, head_size),
+            value.reshape(t, num_kv_heads, head_size))
+
+
 def sequence_kv(kv_cache: Optional[Tuple[torch.Tensor, torch.Tensor]], block_table: torch.Tensor, length: int,
                 context: int, own_k: torch.Tensor, own_v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """One sequence's keys/values to attend to: its whole history gathered from the paged cache, or,
@@ -84,9 +92,7 @@ def paged_attention_native(query: torch.Tensor, key: torch.Tensor, value: torch.
     """The semantic definition of one step: store the new K/V, then each sequence's queries attend
     causally to its cached history (float64 in, float64 out: the suite's ground truth)."""
     t = query.shape[0]
-    q = query.reshape(t, num_heads, head_size)
-    k = key.reshape(t, num_kv_heads, head_size)
-    v = value.reshape(t, num_kv_heads, head_size)
+    q, k, v = split_heads(query, key, value, num_heads, num_kv_heads, head_size)
     if kv_cache is not None:
         store_kv_cache(k, v, kv_cache[0], kv_cache[1], meta.slot_mapping)
     out = torch.empty_like(q)
@@ -126,10 +132,8 @@ class Attention(RecordsInit, nn.Module):
             if use_fast_path(query, key, value):
                 from .sdpa_prefill import sdpa_causal
 
-                t = query.shape[0]
-                return sdpa_causal(query.reshape(t, self.num_heads, self.head_size),
-                                   key.reshape(t, self.num_kv_heads, self.head_size),
-                                   value.reshape(t, self.num_kv_heads, self.head_size), 0, self.scale).reshape(t, -1)
+                q, k, v = split_heads(query, key, value, self.num_heads, self.num_kv_heads, self.head_size)
+                return sdpa_causal(q, k, v, 0, self.scale).reshape(query.shape[0], -1)
             return self.forward_native(query, key, value)
         if torch.compiler.is_compiling():
             # One opaque op: the metadata's per-step host values never become Dynamo guards, so one
@@ -153,11 +157,8 @@ class Attention(RecordsInit, nn.Module):
     def forward_native(self, query, key, value):
         meta = get_forward_context()
         if meta is None:
-            t = query.shape[0]
-            q = query.reshape(t, self.num_heads, self.head_size)
-            k = key.reshape(t, self.num_kv_heads, self.head_size)
-            v = value.reshape(t, self.num_kv_heads, self.head_size)
-            return causal_attention(q, k, v, 0, self.scale).reshape(t, -1)
+            q, k, v = split_heads(query, key, value, self.num_heads, self.num_kv_heads, self.head_size)
+            return causal_attention(q, k, v, 0, self.scale).reshape(query.shape[0], -1)
         return paged_attention_native(query, key, value, self.kv_cache, meta, self.num_heads, self.num_kv_heads,
                                       self.head_size, self.scale)
 

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 import torch
 
 from ..forward_context import AttentionMetadata
-from .attention import sequence_kv
+from .attention import sequence_kv, split_heads
 from .kv_store import store_kv_cache_triton
 from .paged_decode import paged_decode
 from .sdpa_prefill import sdpa_causal
@@ -21,9 +21,7 @@ def paged_attention_fast(query: torch.Tensor, key: torch.Tensor, value: torch.Te
                          kv_cache: Optional[Tuple[torch.Tensor, torch.Tensor]], meta: AttentionMetadata,
                          num_heads: int, num_kv_heads: int, head_size: int, scale: float) -> torch.Tensor:
     t = query.shape[0]
-    q = query.reshape(t, num_heads, head_size)  # a view for qkv column slices
-    k = key.reshape(t, num_kv_heads, head_size)
-    v = value.reshape(t, num_kv_heads, head_size)
+    q, k, v = split_heads(query, key, value, num_heads, num_kv_heads, head_size)
     out = torch.empty(t, num_heads, head_size, dtype=query.dtype, device=query.device)
     query_lens, seq_lens = meta.query_lens_cpu, meta.seq_lens_cpu
     if len(query_lens) != meta.num_seqs or sum(query_lens) != t:
