@@ -55,6 +55,11 @@ def warps_for(block: int) -> int:
 # tuning needs no restore of its arguments.
 
 
+# Up to this many rows a launch is latency-bound: every config times within noise, so a fixed one is
+# used instead of autotuning (which would otherwise pick among equals at random, per process).
+DECODE_ROWS = 256
+
+
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 

@@ -62,6 +62,21 @@ def test_rms_norm_triton(dtype, layout, fused):
         _agree(t, a, b)
 
 
+@pytest.mark.parametrize("width", [4096, 3584])  # one program per row: unmasked / masked columns
+@pytest.mark.parametrize("fused", [False, True])
+def test_rms_norm_triton_wide_rows(width, fused):
+    g = _gen()
+    x = torch.randn(3, width + 64, generator=g)[:, :width].to(torch.bfloat16)  # padded rows
+    residual = torch.randn(3, width, generator=g).to(torch.bfloat16) if fused else None
+    m = RMSNorm(width, 1e-5).to(torch.bfloat16)
+    with torch.no_grad():
+        m.weight.copy_(1 + 0.1 * torch.randn(width, generator=g))
+        native, fast = m.forward_native(x, residual), m.forward_triton(x, residual)
+    natives, fasts = ((native,), (fast,)) if not fused else (native, fast)
+    for t, a, b in zip(_truths(m, x, residual), natives, fasts):
+        _agree(t, a, b)
+
+
 def test_silu_and_mul_triton_odd_width_and_strided_rows():
     x = torch.randn(7, 2 * 1500 + 16, generator=_gen())[:, : 2 * 1500]
     m = SiluAndMul()

@@ -102,16 +102,24 @@ class RotaryEmbedding(RecordsInit, nn.Module):
         return torch.cat([rot, passthrough], dim=-1).to(dtype).reshape(shape)
 
     def forward_triton(self, positions, query, key):
-        table = self.cos_sin_table(query.device)
         query, key = _per_token_rows(query), _per_token_rows(key)
         n_tokens = positions.numel()
         if n_tokens == 0:
             return query, key
+        if query.is_cuda:
+            table = self.cos_sin_table(query.device)
+        else:
+            # The interpreter (CPU): a table of just these tokens' angles, read at row = token,
+            # instead of building the whole max-position table for every new module.
+            cos, sin = self.cos_sin(positions.reshape(-1), torch.float32)
+            table = torch.cat([cos, sin], dim=-1).contiguous()
+            positions = torch.arange(n_tokens, device=positions.device)
         half = self.rotary_dim // 2
         nq, nk = query.shape[-1] // self.head_size, key.shape[-1] // self.head_size
         # q and k heads form one list of nq + nk rows per token, cut into equal head blocks: every
-        # program moves the same amount of data (Llama's 32 q + 8 k heads: 5 blocks of 8).
-        heads_block = min(8, triton.next_power_of_2(nq + nk))
+        # program moves the same amount of data (Llama's 32 q + 8 k heads: 5 blocks of 8). The
+        # interpreter takes them all at once (it pays per program, not per element).
+        heads_block = min(8 if query.is_cuda else 64, triton.next_power_of_2(nq + nk))
         half_block = triton.next_power_of_2(half)
         _rope_kernel[(n_tokens, triton.cdiv(nq + nk, heads_block))](
             positions.reshape(-1), query, key, table,

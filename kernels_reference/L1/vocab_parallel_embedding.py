@@ -55,7 +55,8 @@ class VocabParallelEmbedding(RecordsInit, nn.Module):
             grid = lambda meta: (n_tokens, triton.cdiv(width, meta["BLOCK"]))  # noqa: E731
             _embedding_tuned[grid](*args)
         else:
-            block = min(1024, triton.next_power_of_2(width))
+            # the interpreter (CPU): a whole row per program (it pays per program, not per element)
+            block = triton.next_power_of_2(width) if not weight.is_cuda else min(1024, triton.next_power_of_2(width))
             _embedding_kernel[(n_tokens, triton.cdiv(width, block))](*args, BLOCK=block, num_warps=4)
         return out
 
