@@ -12,6 +12,7 @@ from .compare import output_error
 from .correctness import as_outputs
 from .errors import CandidateError
 from .guards import tampered
+from .signatures import remove_call_checks
 from .task import Case, Task
 from .timing import L2Flusher, Timing, make_runners, time_pair_cpu, time_pair_cuda
 
@@ -39,6 +40,9 @@ class SpeedResult:
     suspect: bool = False
     note: str = ""
     samples_us: Optional[list] = None
+    calls: int = 1  # calls per timed replay (amortised timing; 1: one call per replay)
+    cand_single_us: Optional[float] = None  # one call per replay (the launch floor included)
+    ref_single_us: Optional[float] = None
 
     def as_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -56,8 +60,14 @@ def measure_speed(task: Task, case: Case, candidate_cls: type, device, seed: int
     sets = [task.make_inputs(case, torch.Generator(device=device).manual_seed(seed + i), device)
             for i in range(input_sets if device.type == "cuda" else 2)]
     runners = make_runners(candidate, reference, sets, device, task.call)
+    if device.type == "cuda":  # calls were checked while warming up and capturing: no hook when timed
+        remove_call_checks(candidate)
     if device.type == "cuda":
-        timings = time_pair_cuda(runners, flusher or L2Flusher(device))
+        def more_sets(n):
+            return [task.make_inputs(case, torch.Generator(device=device).manual_seed(seed + input_sets + i), device)
+                    for i in range(n)]
+        timings = time_pair_cuda(runners, flusher or L2Flusher(device), more_sets=more_sets,
+                                 l2_hot=task.l2_hot(case))
     else:
         timings = time_pair_cpu(runners)
     _check_after_timing(task, case, state, runners, sets, device)
@@ -68,31 +78,47 @@ def _check_after_timing(task, case, state, runners, sets, device) -> None:
     """The path that was timed must compute the op, and the timers must be the genuine ones.
 
     Set 0's buffers receive set 1's values and the timed path (graph replay or eager launch) runs
-    once more; its outputs must pass the calibrated check against the truth for set 1. A candidate
-    that computes only when it is checked, replays a cached result or leaves its work on another
-    stream fails here.
+    once more; its outputs must pass a sanity check against the truth for set 1. On the CPU, where
+    there is no captured graph and a call-counting candidate could behave only while checked, the
+    outputs of the timed calls themselves are checked as well. A candidate that computes only when
+    it is checked, replays a cached result or leaves its work on another stream fails here.
     """
     names = tampered()
     if names:
         raise CandidateError(status.TAMPERED, f"candidate code replaced {', '.join(names[:5])}")
-    values = sets[1 % len(sets)]
     with torch.no_grad():
         truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
-        truths = as_outputs(task.call(truth_module, upcast_inputs(values), "forward_native"),
-                            task.output_names(case), "truth")
+
+        def truths_for(values):
+            return as_outputs(task.call(truth_module, upcast_inputs(values), "forward_native"),
+                              task.output_names(case), "truth")
+
+        for (i, cand_out), (_, ref_out) in zip(getattr(runners["candidate"], "timed_outputs", []),
+                                               getattr(runners["reference"], "timed_outputs", [])):
+            _sane(task, case, truths_for(sets[i % len(sets)]), ref_out, cand_out, "a timed call")
+        values = sets[1 % len(sets)]
+        truths = truths_for(values)
     ref_out = runners["reference"].verify(0, values)
     cand_out = runners["candidate"].verify(0, values)
+    _sane(task, case, truths, ref_out, cand_out, "the timed path, run again on fresh inputs,")
+    if getattr(runners["candidate"], "calls", 1) > 1:  # the K-call replay is timed too: check it
+        ref_out = runners["reference"].verify(0, values, many=True)
+        cand_out = runners["candidate"].verify(0, values, many=True)
+        _sane(task, case, truths, ref_out, cand_out, "the amortised (K-call) timed path on fresh inputs")
+
+
+def _sane(task, case, truths, ref_out, cand_out, what: str) -> None:
+    """A sanity bound on what was timed, not the verdict (that is the correctness tests'):
+    finite where the truth is, and within twice the task's limit."""
     if len(cand_out) != len(truths) or any(c.shape != t.shape for c, t in zip(cand_out, truths)):
-        raise CandidateError(status.TIMED_OUTPUT_WRONG, "the timed path returned outputs of another structure")
+        raise CandidateError(status.TIMED_OUTPUT_WRONG, f"{what} returned outputs of another structure")
     for name, t, r, c in zip(task.output_names(case), truths, ref_out, cand_out):
         finite = bool(torch.isfinite(c).all()) or not bool(torch.isfinite(t).all())
-        # A sanity bound, not the verdict (that is the correctness tests'): twice the limit.
         if not finite or not output_error(name, t, [r], c, case.dtype, truncating=True).passed(task.limit * 2):
             raise CandidateError(
                 status.TIMED_OUTPUT_WRONG,
-                f"output {name!r} of the timed path is wrong for fresh inputs: the code that was timed "
-                "does not compute the op (cached/replayed result, work on another stream, or a "
-                "different path when timed)")
+                f"output {name!r} of {what} is wrong: the code that was timed does not compute the op "
+                "(cached/replayed result, work on another stream, or a different path when timed)")
 
 
 def _result(task: Task, case: Case, cand: Timing, ref: Timing, roofline) -> SpeedResult:
@@ -101,9 +127,11 @@ def _result(task: Task, case: Case, cand: Timing, ref: Timing, roofline) -> Spee
         case_id=case.id, weight=case.weight, cand_us=cand.median_us, ref_us=ref.median_us,
         speedup=ref.median_us / cand.median_us if cand.median_us > 0 else float("inf"),
         cand_spread=cand.spread, ref_spread=ref.spread, rounds=cand.rounds,
-        mode=cand.mode if cand.mode == ref.mode else f"candidate {cand.mode}, reference {ref.mode}",
+        mode=(cand.mode if cand.mode == ref.mode else f"candidate {cand.mode}, reference {ref.mode}")
+        + (f" x{cand.calls}" if cand.calls > 1 else ""),
         informational=cand.mode == "cpu-wall", bytes=nbytes, flops=flops,
-        note="; ".join(n for n in (cand.note, ref.note) if n), samples_us=cand.samples_us)
+        note="; ".join(n for n in (cand.note, ref.note) if n), samples_us=cand.samples_us,
+        calls=cand.calls, cand_single_us=cand.single_us, ref_single_us=ref.single_us)
     seconds = cand.median_us * 1e-6
     if seconds > 0:
         res.tbps = nbytes / seconds / 1e12 if nbytes else None

@@ -93,6 +93,11 @@ class Task:
         """A hypothesis strategy of Cases around the real shapes (other real widths, odd counts)."""
         raise NotImplementedError
 
+    def l2_hot(self, case: Case) -> bool:
+        """Whether production finds this case's inputs in L2 (then the amortised timing repeats
+        one input set instead of rotating K of them; see fk_pytest.timing)."""
+        return False
+
     def io_bytes(self, case: Case) -> int:
         """Fewest bytes the op must move: every input read once, every output written once."""
         return 0

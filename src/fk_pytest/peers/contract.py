@@ -99,12 +99,23 @@ def _native(ctx: PeerContext):
     return lambda inputs: task.call(module, inputs, "forward_native")
 
 
+def _allow_recompiles(limit: int = 256) -> None:
+    """Dynamo counts compilations per code object (every case compiles the same forward_native,
+    with and without grad mode) and silently runs eager past its limit (8): the compile peer would
+    then be timed as eager PyTorch."""
+    import torch._dynamo.config as dynamo_config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), limit))
+
+
 def compiled_native(ctx: PeerContext):
     """Inductor on the reference's plain-PyTorch semantics, one graph per shape (dynamic=False), the
     way a serving engine compiles per captured batch size."""
     if not ctx.compile:
         raise Skipped("torch.compile disabled (--no-compile)")
     module = ctx.new_reference()
+    _allow_recompiles()
     # An instance attribute shadows the method, so task.call (which binds caches and the forward
     # context for attention) runs the compiled function.
     module.forward_native = torch.compile(module.forward_native, dynamic=False)

@@ -109,7 +109,11 @@ def measure_case(task: Task, case: Case, peers: Sequence[Peer], opts: Options,
             impls[peer.name]["reason"] = message
     del truth, ref_outs
 
-    timings, failed = _time(timed, sets, opts, flusher)
+    def more_sets(n):  # the amortised timing's extra input sets (fk_pytest.timing)
+        return [task.make_inputs(case, torch.Generator(device=device).manual_seed(seed + n_sets + i), device)
+                for i in range(n)]
+
+    timings, failed = _time(timed, sets, opts, flusher, more_sets)
     nbytes, flops = int(task.io_bytes(case)), int(task.flops(case))
     impls[REFERENCE] = {"status": "ok"}
     for name, reason in failed.items():
@@ -123,7 +127,8 @@ def measure_case(task: Task, case: Case, peers: Sequence[Peer], opts: Options,
     return record
 
 
-def _time(timed: Dict[str, Callable], sets, opts: Options, flusher) -> Tuple[Dict[str, Timing], Dict[str, str]]:
+def _time(timed: Dict[str, Callable], sets, opts: Options, flusher,
+          more_sets=None) -> Tuple[Dict[str, Timing], Dict[str, str]]:
     """Time every implementation interleaved in one loop; returns timings and per-name failures."""
     call = lambda fn, inputs: fn(inputs)  # noqa: E731  (runners call ``call(module, inputs)``)
     runners, failed = {}, {}
@@ -139,7 +144,8 @@ def _time(timed: Dict[str, Callable], sets, opts: Options, flusher) -> Tuple[Dic
         return {}, failed
     try:
         if opts.device.type == "cuda":
-            return time_pair_cuda(runners, flusher or L2Flusher(opts.device), budget_s=opts.case_budget_s), failed
+            return time_pair_cuda(runners, flusher or L2Flusher(opts.device), budget_s=opts.case_budget_s,
+                                  more_sets=more_sets), failed
         return time_pair_cpu(runners, rounds=opts.cpu_rounds), failed
     except Exception as exc:
         return {}, {**failed, **{name: f"timing loop failed: {short_error(exc)}" for name in runners}}
@@ -148,6 +154,7 @@ def _time(timed: Dict[str, Callable], sets, opts: Options, flusher) -> Tuple[Dic
 def rates(timing: Timing, nbytes: int, flops: int, roofline: Optional[Dict[str, float]]) -> Dict[str, Any]:
     seconds = timing.median_us * 1e-6
     out = {"us": timing.median_us, "spread": timing.spread, "rounds": timing.rounds, "mode": timing.mode,
+           "calls_per_replay": timing.calls, "single_us": timing.single_us,
            "tbps": None, "tflops": None, "roofline_frac": None, "bw_frac": None}
     if timing.note:
         out["timing_note"] = timing.note

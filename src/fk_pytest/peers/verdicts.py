@@ -50,7 +50,8 @@ def op_summary(cases: Sequence[Dict[str, Any]], targets: Sequence[Target], case_
         judged.append({"name": target.name, "min_bw_frac": target.min_bw_frac, "cases": len(values),
                        "worst_bw_frac": worst[0], "worst_case": worst[1], "held": held, "note": note})
     checks = [ratio_held] + [t["held"] for t in judged]
-    return {"cases_with_ratio": len(ratios), "geomean_ratio": geo, "min_ratio": low[0], "min_ratio_case": low[1],
+    return {"cases_with_ratio": len(ratios), "ratio_to_best_peer": geo,
+            "geomean_ratio": geo, "min_ratio": low[0], "min_ratio_case": low[1],
             "ratio_target": {"geomean_min": RATIO_GEOMEAN_TARGET, "shape_min": RATIO_SHAPE_FLOOR, "held": ratio_held,
                              "within_noise": within_noise, "noise": TIMING_NOISE},
             "targets": judged, "informational": informational,
