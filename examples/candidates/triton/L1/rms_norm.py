@@ -42,7 +42,8 @@ class RMSNorm(nn.Module):
         s = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else y
         rs = _as_rows(residual, width) if residual is not None else xs
         cols = triton.next_power_of_2(width)
-        rows = max(1, min(16, 4096 // cols))
+        # A GPU wants ~4K-element tiles; Triton's interpreter (CPU) pays per program, so bigger ones.
+        rows = max(1, min(16, 4096 // cols)) if x.is_cuda else max(1, min(triton.next_power_of_2(n), (1 << 16) // cols))
         if n:
             _rmsnorm_rows[(triton.cdiv(n, rows),)](
                 xs, rs, self.weight, y, s, n, xs.stride(0), rs.stride(0), width,

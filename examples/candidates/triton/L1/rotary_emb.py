@@ -7,36 +7,89 @@ from torch import nn
 
 
 @triton.jit
-def _rotate(pos_ptr, src, dst, inv_freq_ptr, src_stride, n_heads, head_size, half,
-            NEOX: tl.constexpr, HALF: tl.constexpr):
-    tok = tl.program_id(0).to(tl.int64)
-    j = tl.arange(0, HALF)
-    live = j < half
-    angle = tl.load(pos_ptr + tok).to(tl.float32) * tl.load(inv_freq_ptr + j, mask=live, other=0.0)
-    c, s = tl.cos(angle), tl.sin(angle)
-    a_idx = j if NEOX else 2 * j
-    b_idx = j + half if NEOX else 2 * j + 1
-    for h in range(0, n_heads):
-        src_head = src + tok * src_stride + h * head_size
-        dst_head = dst + tok * n_heads * head_size + h * head_size
-        a = tl.load(src_head + a_idx, mask=live, other=0.0).to(tl.float32)
-        b = tl.load(src_head + b_idx, mask=live, other=0.0).to(tl.float32)
-        tl.store(dst_head + a_idx, (a * c - b * s).to(dst.dtype.element_ty), mask=live)
-        tl.store(dst_head + b_idx, (b * c + a * s).to(dst.dtype.element_ty), mask=live)
+def _rope_tile(pos_ptr, src, dst, freq_ptr, tok0, head0, n_tokens, n_heads, src_stride, head_size, half,
+               NEOX: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr, HALF: tl.constexpr,
+               REST: tl.constexpr, PASS: tl.constexpr):
+    # One [TOKENS, HEADS, HALF] tile: the angles are per (token, frequency), broadcast over heads.
+    tok = tok0 + tl.arange(0, TOKENS)
+    head = head0 + tl.arange(0, HEADS)
+    pair = tl.arange(0, HALF)
+    tok_ok = tok < n_tokens
+    pos = tl.load(pos_ptr + tok, mask=tok_ok, other=0).to(tl.float32)
+    freq = tl.load(freq_ptr + pair, mask=pair < half, other=0.0)
+    angle = pos[:, None] * freq[None, :]  # float32, as production computes it
+    # Reduce into [-pi, pi] before cos/sin, with 2*pi split as 6.28125 (few significant bits, so
+    # turns * 6.28125 is exact in float32) plus the remainder: cos/sin then never see a large
+    # argument, whatever precision the backend's cos/sin keep far from zero.
+    turns = tl.floor(angle * 0.15915494309189535 + 0.5)
+    angle = (angle - turns * 6.28125) - turns * 0.0019353071795864769
+    c = tl.cos(angle)[:, None, :]
+    s = tl.sin(angle)[:, None, :]
+
+    t64 = tok.to(tl.int64)[:, None, None]
+    h3 = head[None, :, None]
+    src_head = src + t64 * src_stride + h3 * head_size
+    dst_head = dst + t64 * n_heads * head_size + h3 * head_size
+    rows_ok = tok_ok[:, None, None] & (h3 < n_heads)
+    ok = rows_ok & (pair[None, None, :] < half)
+    if NEOX:
+        ia = pair[None, None, :]
+        ib = ia + half
+    else:
+        ia = 2 * pair[None, None, :]
+        ib = ia + 1
+    a = tl.load(src_head + ia, mask=ok, other=0.0).to(tl.float32)
+    b = tl.load(src_head + ib, mask=ok, other=0.0).to(tl.float32)
+    ty = dst.dtype.element_ty
+    tl.store(dst_head + ia, (a * c - b * s).to(ty), mask=ok)
+    tl.store(dst_head + ib, (b * c + a * s).to(ty), mask=ok)
+    if PASS:  # partial rotary: the features after the rotary part are copied unchanged
+        j = 2 * half + tl.arange(0, REST)[None, None, :]
+        keep = rows_ok & (j < head_size)
+        tl.store(dst_head + j, tl.load(src_head + j, mask=keep, other=0.0), mask=keep)
 
 
-def _frequencies(rotary_dim, base, scaling):
-    freqs = base ** (-(torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
-    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type"))
+@triton.jit
+def _rope(pos_ptr, q_src, q_dst, k_src, k_dst, freq_ptr, n_tokens, nq, nk, q_stride, k_stride,
+          head_size, half,
+          NEOX: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr, HALF: tl.constexpr,
+          REST: tl.constexpr, PASS: tl.constexpr):
+    # Axis 0: token blocks. Axis 1: head blocks of the query, then of the key, so both tensors
+    # rotate in one launch.
+    tok0 = tl.program_id(0) * TOKENS
+    block = tl.program_id(1)
+    q_blocks = tl.cdiv(nq, HEADS)
+    if block < q_blocks:
+        _rope_tile(pos_ptr, q_src, q_dst, freq_ptr, tok0, block * HEADS, n_tokens, nq, q_stride, head_size, half,
+                   NEOX, TOKENS, HEADS, HALF, REST, PASS)
+    else:
+        _rope_tile(pos_ptr, k_src, k_dst, freq_ptr, tok0, (block - q_blocks) * HEADS, n_tokens, nk, k_stride,
+                   head_size, half, NEOX, TOKENS, HEADS, HALF, REST, PASS)
+
+
+def _inv_freq(rotary_dim, base, scaling):
+    """Inverse frequencies worked out in float64 and rounded once to float32."""
+    exps = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
+    freqs = 1.0 / (float(base) ** exps)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
     if kind == "llama3":
         ctx = scaling["original_max_position_embeddings"]
         lo, hi, factor = scaling["low_freq_factor"], scaling["high_freq_factor"], scaling["factor"]
         wave = 2 * math.pi / freqs
-        mix = ((ctx / wave) - lo) / (hi - lo)
-        scaled = freqs / factor
-        freqs = torch.where(wave > ctx / lo, scaled,
-                            torch.where(wave < ctx / hi, freqs, (1 - mix) * scaled + mix * freqs))
-    return freqs
+        mix = (ctx / wave - lo) / (hi - lo)
+        slow = freqs / factor
+        freqs = torch.where(wave < ctx / hi, freqs,
+                            torch.where(wave > ctx / lo, slow, (1 - mix) * slow + mix * freqs))
+    elif kind != "default":
+        raise NotImplementedError(f"rope scaling {kind!r}")
+    return freqs.to(torch.float32)
+
+
+def _rows(x):
+    """[T, heads * head_size] with unit feature stride (rows may be strided, e.g. qkv slices)."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    return x.reshape(x.shape[0], -1)
 
 
 class RotaryEmbedding(nn.Module):
@@ -44,7 +97,7 @@ class RotaryEmbedding(nn.Module):
                  rope_scaling=None):
         super().__init__()
         self.head_size, self.rotary_dim, self.neox = head_size, rotary_dim, is_neox_style
-        self._freqs = {"cpu": _frequencies(rotary_dim, base, rope_scaling)}
+        self._freqs = {"cpu": _inv_freq(rotary_dim, base, rope_scaling)}
 
     def _freqs_on(self, device):
         # Cached per device: a host-to-device copy inside forward would break CUDA-graph capture.
@@ -53,19 +106,26 @@ class RotaryEmbedding(nn.Module):
             self._freqs[key] = self._freqs["cpu"].to(device)
         return self._freqs[key]
 
-    def _apply_one(self, positions, x):
-        t = x.shape[0]
-        rows = x if x.stride(-1) == 1 else x.contiguous()
-        rows = rows.reshape(t, -1)
-        out = rows.clone() if rows.is_contiguous() else rows.contiguous()
-        heads = rows.shape[1] // self.head_size
-        half = self.rotary_dim // 2
-        if t:
-            freqs = self._freqs_on(x.device)
-            _rotate[(t,)](positions, rows, out, freqs, rows.stride(0), heads, self.head_size, half,
-                          NEOX=self.neox, HALF=triton.next_power_of_2(half))
-        return out.view(x.shape)
-
     def forward(self, positions, query, key):
         positions = positions.reshape(-1)
-        return self._apply_one(positions, query), self._apply_one(positions, key)
+        q, k = _rows(query), _rows(key)
+        t, hs = q.shape[0], self.head_size
+        q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+        if t:
+            nq, nk = q.shape[1] // hs, k.shape[1] // hs
+            half, rest = self.rotary_dim // 2, hs - self.rotary_dim
+            half_p2, rest_p2 = triton.next_power_of_2(half), triton.next_power_of_2(max(rest, 1))
+            row = max(2 * half_p2, rest_p2 if rest else 0)  # elements one head moves per tile
+            if q.is_cuda:  # one token and ~1K elements per program: many short programs hide latency
+                heads = min(triton.next_power_of_2(max(nq, nk)), max(1, 1024 // row))
+                tokens, warps = 1, max(1, min(4, heads * row // 512))
+            else:  # Triton's interpreter pays per program: few large tiles
+                heads = min(triton.next_power_of_2(max(nq, nk)), max(1, (1 << 13) // row))
+                tokens, warps = max(1, min((1 << 16) // (heads * row), triton.next_power_of_2(t))), 4
+            grid = (triton.cdiv(t, tokens), triton.cdiv(nq, heads) + triton.cdiv(nk, heads))
+            _rope[grid](
+                positions, q, q_out, k, k_out, self._freqs_on(q.device), t, nq, nk, q.stride(0), k.stride(0),
+                hs, half, NEOX=self.neox, TOKENS=tokens, HEADS=heads, HALF=half_p2, REST=rest_p2,
+                PASS=rest > 0, num_warps=warps)
+        return q_out.view(query.shape), k_out.view(key.shape)

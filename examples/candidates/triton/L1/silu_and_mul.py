@@ -25,5 +25,7 @@ class SiluAndMul(nn.Module):
         out = torch.empty(*x.shape[:-1], d, dtype=x.dtype, device=x.device)
         total = out.numel()
         if total:
-            _swiglu_flat[(triton.cdiv(total, 2048),)](flat, out, total, d, flat.stride(0), BLOCK=2048)
+            # A GPU wants 2K-element blocks; Triton's interpreter (CPU) pays per program: bigger ones.
+            block = 2048 if x.is_cuda else min(1 << 15, triton.next_power_of_2(total))
+            _swiglu_flat[(triton.cdiv(total, block),)](flat, out, total, d, flat.stride(0), BLOCK=block)
         return out

@@ -1,0 +1,45 @@
+"""Linear layers in plain PyTorch: a dense GEMM is the vendor BLAS's job (cuBLAS on the GPU).
+
+The fused layers keep the reference's weight layouts: QKV rows are [q heads | k heads | v heads],
+gate/up rows are [gate | up]. ``forward`` returns the output only (the suite's convention).
+"""
+import torch
+from torch import nn
+
+
+def _project(x, weight, bias):
+    """x [..., in] @ weight.T (+ bias), flattened to 2-D so strided rows go to one GEMM call."""
+    rows = x.reshape(-1, x.shape[-1])
+    if bias is None:
+        out = torch.mm(rows, weight.t())
+    else:
+        out = torch.addmm(bias, rows, weight.t())
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+class ReplicatedLinear(nn.Module):
+    def __init__(self, input_size, output_size, bias=False):
+        super().__init__()
+        self.input_size, self.output_size = input_size, output_size
+        self.weight = nn.Parameter(torch.empty(output_size, input_size))
+        self.bias = nn.Parameter(torch.empty(output_size)) if bias else None
+
+    def forward(self, x):
+        return _project(x, self.weight, self.bias)
+
+
+class RowParallelLinear(ReplicatedLinear):
+    """o_proj / down_proj: on one GPU, a plain projection."""
+
+
+class MergedColumnParallelLinear(ReplicatedLinear):
+    def __init__(self, input_size, output_sizes, bias=False):
+        super().__init__(input_size, sum(output_sizes), bias)
+        self.output_sizes = list(output_sizes)
+
+
+class QKVParallelLinear(ReplicatedLinear):
+    def __init__(self, hidden_size, head_size, total_num_heads, total_num_kv_heads=None, bias=False):
+        kv_heads = total_num_kv_heads or total_num_heads
+        super().__init__(hidden_size, (total_num_heads + 2 * kv_heads) * head_size, bias)
+        self.head_size, self.num_heads, self.num_kv_heads = head_size, total_num_heads, kv_heads
