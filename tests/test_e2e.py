@@ -1,14 +1,20 @@
-"""End-to-end scoring: the credit rule, honest and wrong composed candidates, both MacroEvals."""
+"""End-to-end scoring: the credit rule, the built-in mutants, honest, wrong and failing composed
+candidates inside the trained SmolLM2-135M, and both MacroEvals side by side."""
 import json
 
 import pytest
 
 from conftest import CANDIDATES, ROOT
-from fk_pytest.e2e import FAIL_AT, E2EResult, blend, credit, discrepancies, percentile, sampling_allowance
+from fk_pytest import status
+from fk_pytest.candidates import CandidateSource
+from fk_pytest.compose import candidate_lookup
+from fk_pytest.e2e import (FAIL_AT, E2EResult, MutantResult, blend, credit, discrepancies, percentile,
+                           sampling_allowance)
+from fk_pytest.e2e_run import CalibrationCache, ScenarioRun, _judge, run_e2e
 from fk_pytest.macro import e2e_macro_eval
 from fk_pytest.report import format_table
 
-E2E = ["-m", "level4", "-k", "llama and e2e"]
+E2E = ["-m", "level4", "-k", "e2e"]
 
 
 # ---- the rules ------------------------------------------------------------------------------------
@@ -69,58 +75,115 @@ def test_e2e_macro_members_are_models():
     assert cpu["S"] is None and cpu["MacroEval"] == 1.0 and "S taken as 1" in cpu["note"]
 
 
+# ---- sensitivity: the mutants decide whether a case counts --------------------------------------
+def _judged(d_candidate, mutant_ds, noise=(0.0, 0.0, 0.0, 0.0), tokens=64):
+    result = E2EResult("m-chat", "llm_e2e", "llm", "m", "chat", output_tokens=tokens)
+    result.d_requests = [d_candidate] * 4
+    result.noise = {"chat/teacher-forced": list(noise)}
+    run = ScenarioRun("m-chat", [], [], [], {}, {n: (d, ["X"]) for n, d in mutant_ds.items()})
+    _judge(result, run)
+    return result
+
+
+def test_a_case_whose_mutants_all_lose_every_credit_judges_the_candidate():
+    ok = _judged(0.0, {"rope": 0.8, "rms": 1.0})
+    assert ok.status == status.PASSED and ok.credit == 1.0
+    assert all(m.caught for m in ok.mutants.values()) and ok.min_mutant_margin == pytest.approx(0.3)
+    bad = _judged(0.6, {"rope": 0.8, "rms": 1.0})
+    assert bad.status == status.WRONG_RESULT and bad.credit == 0.0
+
+
+def test_a_case_in_which_a_mutant_still_earns_credit_is_insensitive_and_does_not_count():
+    r = _judged(0.0, {"rope": 0.2, "rms": 1.0})  # random-weight models: RoPE barely moves top-1
+    assert r.status == status.INSENSITIVE and not r.valid and not r.counts
+    assert "rope" in r.message and r.mutants["rope"].credit > 0 and r.mutants["rope"].margin < 0
+    m = e2e_macro_eval([r, _result("m2", "chat", "PASSED", 1.0)])
+    assert [x["model"] for x in m["families"]["llm"]["models"]] == ["m2"] and "INSENSITIVE" in m["note"]
+
+
+def test_a_mutant_the_model_does_not_contain_is_reported_not_counted():
+    r = _judged(0.0, {"rope": 0.8, "absent": None})
+    assert r.status == status.PASSED and r.mutants["absent"].d is None and "no module" in r.mutants["absent"].note
+
+
+# ---- inside the trained model, in process (one calibration shared by every tree) ----------------
+@pytest.fixture(scope="module")
+def smollm2():
+    from tasks.e2e import E2E as SPEC
+    case = SPEC.cases("cpu")[0]
+    why = SPEC.unavailable(case)
+    if why:
+        pytest.skip(why)
+    cache = CalibrationCache()
+
+    def score(tree):
+        lookup = candidate_lookup(CandidateSource(tree)) if tree else None
+        return run_e2e(SPEC, case, "cpu", lookup, tree is not None, cache=cache)
+    return score
+
+
+def test_smollm2_case_is_sensitive_and_an_honest_minimal_tree_gets_full_credit(smollm2):
+    r = smollm2(CANDIDATES / "minimal_signatures")  # PyTorch, inherited __init__, *args/**kwargs
+    assert r.status == status.PASSED and r.credit == 1.0, r.message
+    assert r.output_tokens >= 64 and r.pooled_over == ["smollm2-135m-chat"]
+    assert {"RMSNorm", "RotaryEmbedding", "SiluAndMul"} <= set(r.swapped)
+    assert set(r.mutants) == {"rope-ignores-positions", "rms-norm-old-residual", "silu-and-mul-halves-swapped"}
+    assert all(m.caught and m.margin >= 0 for m in r.mutants.values()), r.mutants
+
+
+@pytest.mark.parametrize("tree", ["rms_old_residual", "silu_swapped"])
+def test_smollm2_catches_each_wrong_kernel_with_zero_credit(smollm2, tree):
+    r = smollm2(CANDIDATES / tree)
+    assert r.status == status.WRONG_RESULT and r.credit == 0.0 and r.d >= FAIL_AT, (r.d, r.message)
+
+
+def test_smollm2_names_the_class_that_failed_to_compose(smollm2, tmp_path):
+    tree = tmp_path / "tree" / "L1"
+    tree.mkdir(parents=True)
+    (tree / "rms_norm.py").write_text((CANDIDATES / "minimal_signatures/L1/rms_norm.py").read_text())
+    (tree / "silu_and_mul.py").write_text("raise ImportError('no such kernel yet')\n")
+    r = smollm2(tree.parent)
+    assert r.status == status.IMPORT_ERROR and "SiluAndMul (L1/silu_and_mul.py)" in r.message
+    assert r.swapped == ["RMSNorm"] and set(r.failed_classes) == {"SiluAndMul"}
+
+
+def test_smollm2_untouched_model_is_not_attempted(smollm2, tmp_path):
+    tree = tmp_path / "tree" / "L1"
+    tree.mkdir(parents=True)
+    (tree / "linear.py").write_text("class NotInTheModel:\n    pass\n")
+    assert smollm2(tree.parent).status == status.NOT_ATTEMPTED
+
+
+def test_a_case_too_short_to_decide_is_a_task_error():
+    from tasks.e2e import E2E as SPEC
+
+    class Short(type(SPEC)):
+        def requests(self, case):
+            return [([1, 2, 3], 13)]
+    r = run_e2e(Short(), SPEC.cases("cpu")[0], "cpu", None, False)
+    assert r.status == status.TASK_ERROR and "13 compared tokens" in r.message
+
+
 # ---- through the plugin -------------------------------------------------------------------------
-def _e2e(suite_run, tmp_path, candidate, *extra, select=E2E):
-    report = tmp_path / "r.json"
-    result = suite_run(*select, f"--fk-candidate={candidate}", f"--fk-report={report}", *extra)
-    data = json.loads(report.read_text())
-    return result, data, {c["case_id"]: c for c in data["e2e"]["cases"]}
-
-
-def test_honest_composed_candidate_gets_full_credit(suite_run, tmp_path):
-    result, data, cases = _e2e(suite_run, tmp_path, CANDIDATES / "composed")
-    assert result.ret == 0
-    case = cases["llama-3.1-8b-chat"]
-    assert case["status"] == "PASSED" and case["valid"] and case["credit"] == 1.0
-    assert {"LlamaForCausalLM", "LlamaDecoderLayer", "LlamaMLP"} <= set(case["swapped"])
-    assert set(case["noise"]) >= {"teacher-forced", "rebatched"} and case["g"] is not None
-    assert case["speedup_throughput"] > 0 and case["informational"] and case["speedup"] is None
-    assert data["schema_version"] == "1.1" and data["e2e"]["macro"]["MacroEval"] == 1.0
-    result.stdout.fnmatch_lines(["*llama-3.1-8b-chat*PASSED*", "kernel-level MacroEval - | end-to-end MacroEval 1.000"])
-
-
-def test_wrong_composed_candidate_gets_low_credit_and_is_not_valid(suite_run, tmp_path):
-    """The fused-add RMSNorm that returns the old residual passes its own L1 inputs' shapes but
-    breaks every layer of the model."""
-    result, data, cases = _e2e(suite_run, tmp_path, CANDIDATES / "rms_old_residual")
-    assert result.ret == 1
-    case = cases["llama-3.1-8b-chat"]
-    assert case["status"] == "WRONG_RESULT" and not case["valid"]
-    assert case["credit"] < 0.5 and case["d"] > case["g"]
-    assert "RMSNorm" in case["swapped"]
-    assert data["e2e"]["macro"]["Cov"] == 0.0
-    result.stdout.fnmatch_lines(["*llama-3.1-8b-chat*WRONG_RESULT*"])
-
-
 def test_kernel_and_e2e_macroevals_side_by_side(suite_run, tmp_path):
-    html = tmp_path / "r.html"
-    select = ["-k", "(llama and e2e) or (rms and llama-3.1-8b-decode-T1-bf16 and correctness)"]
-    result, data, _ = _e2e(suite_run, tmp_path, ROOT / "examples/candidates/triton", f"--fk-html={html}",
-                           select=select)
+    """One run, both scores, each labelled; JSON, HTML and the end-of-run table agree."""
+    html, report = tmp_path / "r.html", tmp_path / "r.json"
+    select = ["-k", "e2e or (rms and llama-3.1-8b-decode-T1-bf16 and correctness)"]
+    result = suite_run(*select, f"--fk-candidate={CANDIDATES / 'minimal_signatures'}", f"--fk-report={report}",
+                       f"--fk-html={html}")
+    data = json.loads(report.read_text())
+    if data["e2e"]["cases"][0]["status"] == "NOT_RUN":
+        pytest.skip(data["e2e"]["cases"][0]["message"])
     assert result.ret == 0
     assert [t["name"] for t in data["tasks"]] == ["rms_norm"]  # e2e cases are no kernel task
     k, e = data["macro"]["MacroEval"], data["e2e"]["macro"]["MacroEval"]
-    result.stdout.fnmatch_lines([f"kernel-level MacroEval {k:.3f} | end-to-end MacroEval {e:.3f}"])
-    assert "end-to-end MacroEval" in html.read_text() and "llama-3.1-8b-chat" in html.read_text()
-    assert format_table(data).endswith(f"kernel-level MacroEval {k:.3f} | end-to-end MacroEval {e:.3f}")
-
-
-def test_untouched_model_is_not_attempted(suite_run, tmp_path):
-    """A tree whose only module is not part of the model earns no end-to-end coverage."""
-    tree = tmp_path / "tree" / "L1"
-    tree.mkdir(parents=True)
-    (tree / "linear.py").write_text("from kernels_reference.L1.linear import *  # noqa\n"
-                                    "class NotInTheModel:\n    pass\n")
-    result, data, cases = _e2e(suite_run, tmp_path, tree.parent)
-    assert cases["llama-3.1-8b-chat"]["status"] == "NOT_ATTEMPTED"
-    assert data["e2e"]["macro"]["Cov"] == 0.0
+    line = (f"kernel-level MacroEval {k:.3f} (C x Cov, no GPU speed) | end-to-end MacroEval {e:.3f} "
+            f"(credit x Cov, no GPU speed)   (two separate scores)")
+    result.stdout.fnmatch_lines(["KERNEL LEVEL: 1 tasks on cpu*", "END TO END: 1 (model, scenario) cases*",
+                                 "*smollm2-135m-chat*PASSED*64*3/3*", line])
+    assert format_table(data).endswith(line)
+    case = data["e2e"]["cases"][0]
+    assert case["mutants"]["rope-ignores-positions"]["caught"] and case["min_mutant_margin"] >= 0
+    assert data["schema_version"] >= "1.2"
+    page = html.read_text()
+    assert "end-to-end MacroEval" in page and "smollm2-135m-chat" in page and "rope-ignores-positions" in page

@@ -49,10 +49,11 @@ def test_report_schema_and_table(suite_run, tmp_path):
     bench = tmp_path / "bench.json"
     result = suite_run(*FAST, f"--fk-candidate={ROOT / 'examples/candidates/triton'}",
                        f"--fk-report={report_path}", f"--fk-html={html}", f"--benchmark-json={bench}",
-                       "--benchmark-enable")
+                       "--benchmark-enable", "--fk-benchmark-cpu")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*FastKernels MacroEval*", "*rms_norm*L1*norm*PASSED*",
-                                 "MacroEval = S x C x Cov = *"])
+    result.stdout.fnmatch_lines(["*FastKernels MacroEval*", "KERNEL LEVEL: 3 tasks on cpu, cpu profile*",
+                                 "*rms_norm*L1*norm*PASSED*", "kernel-level MacroEval = S x C x Cov = *",
+                                 "note: no GPU timing in this run: S is not measured*"])
     report, tasks = read_report(report_path)
     assert report["schema"] == "fastkernels.report/1" and report["complete"] is True
     assert report["run"]["candidate"]["kind"] == "tree" and len(report["run"]["candidate"]["sha256"]) == 64
@@ -301,3 +302,33 @@ def test_use_from_another_repo(pytester, monkeypatch):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fk-device=cpu")
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) > 5 and "failed" not in outcomes
+
+
+def test_cpu_timings_stay_out_of_the_benchmark_table_unless_asked(suite_run):
+    result = suite_run("-k", "silu and T1-bf16 and speed", "--benchmark-enable")
+    assert result.ret == 0
+    assert "benchmark 'silu_and_mul'" not in result.stdout.str()  # no pytest-benchmark table
+    result.stdout.fnmatch_lines(["CPU timings are the Triton interpreter's wall time*--fk-benchmark-cpu*"])
+    shown = suite_run("-k", "silu and T1-bf16 and speed", "--benchmark-enable", "--fk-benchmark-cpu")
+    shown.stdout.fnmatch_lines(["*benchmark 'silu_and_mul'*"])
+
+
+def test_xdist_workers_merge_into_one_report_equal_to_a_serial_run(suite_run, tmp_path):
+    """Verdicts (a wrong kernel among right ones) and cases come out the same with -n 2."""
+    select = ["-k", "(rms_norm or silu_and_mul) and (llama-3.1-8b or qwen2.5-7b) and not fuzz"]
+    tree = CANDIDATES / "rms_width_4096"  # wrong on Qwen2.5's 3584-wide rows
+    reports = {}
+    for name, extra in (("serial", []), ("parallel", ["-n", "2"])):
+        path = tmp_path / f"{name}.json"
+        result = suite_run(*select, f"--fk-candidate={tree}", f"--fk-report={path}", *extra)
+        assert result.ret == 1  # the wrong kernel fails its cases either way
+        reports[name] = read_report(path)
+    (serial, s_tasks), (parallel, p_tasks) = reports["serial"], reports["parallel"]
+    assert parallel["complete"] is True and set(p_tasks) == set(s_tasks) == {"rms_norm", "silu_and_mul"}
+
+    def verdicts(tasks):
+        return {n: (t["status"], t["C_t"], sorted((c["kind"], c["case"], c["seed"], c["status"]) for c in t["cases"]))
+                for n, t in tasks.items()}
+    assert verdicts(p_tasks) == verdicts(s_tasks)
+    assert s_tasks["rms_norm"]["status"] == "WRONG_RESULT" and s_tasks["silu_and_mul"]["status"] == "NOT_ATTEMPTED"
+    assert parallel["macro"]["MacroEval"] == serial["macro"]["MacroEval"]

@@ -49,10 +49,14 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for model in args.models:
+    began = time.time()
+    for k, model in enumerate(args.models):
         start = time.time()
+
+        def progress(text, k=k):  # one line per scenario: a full capture runs for minutes
+            print(f"[{k + 1}/{len(args.models)} models, {time.time() - began:.0f} s] {text}", flush=True)
         data = capture_model(load_config(model), [SCENARIOS[s] for s in args.scenarios], model_name=model,
-                             layers=args.layers, seed=args.seed, scale=args.scale)
+                             layers=args.layers, seed=args.seed, scale=args.scale, progress=progress)
         path = out / f"{model}.json"
         path.write_text(dump(data, inline_below=5) + "\n")
         steps = {name: s["steps"] for name, s in data["scenarios"].items()}

@@ -265,9 +265,15 @@ def capture(config: Dict[str, Any], scenario: Scenario, *, layers: Optional[int]
 
 def capture_model(config: Dict[str, Any], scenarios: Sequence[Scenario], *, model_name: str,
                   layers: Optional[int] = 2, seed: int = 0, scale: float = 1.0, device: str = "meta",
-                  dtype: torch.dtype = torch.bfloat16) -> Dict[str, Any]:
-    """One model's capture file: every scenario, with how the capture was made."""
+                  dtype: torch.dtype = torch.bfloat16, progress=None) -> Dict[str, Any]:
+    """One model's capture file: every scenario, with how the capture was made. ``progress``
+    (text -> None) hears of each scenario as it starts: a full capture takes minutes."""
     total = config["num_hidden_layers"]
+
+    def one(i, s):
+        if progress is not None:
+            progress(f"{model_name}: scenario {i + 1}/{len(scenarios)} {s.name}")
+        return capture(config, s, layers=layers, seed=seed, scale=scale, device=device, dtype=dtype)
     run_layers = total if layers is None else min(layers, total)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -288,6 +294,5 @@ def capture_model(config: Dict[str, Any], scenarios: Sequence[Scenario], *, mode
                                "significant bits; decode = [sequences, context min, p25, p50, p75, "
                                "max]; prefill = [[context, query], ...] per prefilling sequence",
         },
-        "scenarios": {s.name: capture(config, s, layers=layers, seed=seed, scale=scale, device=device,
-                                      dtype=dtype) for s in scenarios},
+        "scenarios": {s.name: one(i, s) for i, s in enumerate(scenarios)},
     }

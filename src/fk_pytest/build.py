@@ -7,13 +7,15 @@ before it runs.
 from __future__ import annotations
 
 import contextlib
+import copy
 import warnings
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import torch
 
 from . import status
 from .errors import CandidateError
+from .signatures import construct, install_call_checks
 from .task import Case, Task
 
 
@@ -40,30 +42,60 @@ def instantiate(cls: type, task: Task, case: Case, state, device, dtype) -> torc
 
 def instantiate_candidate(cls, task, case, state, device, dtype, compose=None) -> torch.nn.Module:
     """The candidate side: ``cls`` on the shared weights; with ``compose`` (composed mode) its
-    reference descendants are then replaced by the candidate tree's classes. The list of swapped
-    classes is left on the module as ``fk_swapped``."""
+    reference descendants are then replaced by the candidate tree's classes. What was composed (and
+    what failed) is left on the module as ``fk_composition``; a failed class raises its
+    CandidateError, carrying the composition as ``.composition``. Calls into candidate classes are
+    checked for compatibility as they happen (:mod:`fk_pytest.signatures`)."""
+    from .compose import Composition, swap_children
+
     module = _candidate_module(cls, task, case, state, device, dtype)
-    swapped = [cls.__name__] if cls is not task.reference else []
+    composition = Composition(swapped=[cls.__name__] if cls is not task.reference else [])
     if compose is not None:
-        from .compose import swap_children
-        swapped += swap_children(module, compose)
-    object.__setattr__(module, "fk_swapped", swapped)
+        swap_children(module, compose, composition)
+    object.__setattr__(module, "fk_composition", composition)
+    try:
+        composition.raise_if_failed()
+    except CandidateError as exc:
+        exc.composition = composition
+        raise
     return module
 
 
 def _candidate_module(cls, task, case, state, device, dtype) -> torch.nn.Module:
+    module = construct(cls, task.init_args(case))  # the constructor is candidate code
     try:
-        module = cls(**task.init_args(case))
         module.to(device=device, dtype=dtype)
-    except Exception as exc:  # the candidate's constructor is candidate code
-        raise CandidateError(status.RUNTIME_ERROR, f"{cls.__name__}.__init__ raised {exc!r}") from exc
+    except Exception as exc:
+        raise CandidateError(status.RUNTIME_ERROR, f"{cls.__name__}.to({device}, {dtype}) raised {exc!r}") from exc
     try:
         module.load_state_dict(_cast_state(state, device, dtype), strict=True)
     except Exception as exc:
         raise CandidateError(
             status.STATE_DICT_MISMATCH,
             f"the reference state_dict does not load strictly into {cls.__name__}: {exc}") from exc
+    if cls is not task.reference:
+        install_call_checks(module)
     return module.eval()
+
+
+def copy_model(model: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy without the KV caches an engine bound to the original (each engine allocates
+    its own; copying an 8B model's caches would double their memory for nothing)."""
+    memo = {id(m.kv_cache): None for m in model.modules() if getattr(m, "kv_cache", None) is not None}
+    return copy.deepcopy(model, memo)
+
+
+def with_paths(model: torch.nn.Module, method: str, classes: Optional[Sequence[str]] = None,
+               include_root: bool = False) -> torch.nn.Module:
+    """A copy of the reference whose modules (those of ``classes``, default all; the root itself
+    with ``include_root``) run another of their own implementations: ``forward_triton``
+    (interpreted on a CPU) or ``forward_native``."""
+    twin = copy_model(model)
+    for m in twin.modules():
+        if (m is not twin or include_root) and callable(getattr(m, method, None)) and (
+                classes is None or type(m).__name__ in classes):
+            m.forward = getattr(m, method)
+    return twin
 
 
 def clone_input(value: Any) -> Any:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import inspect
 import sys
 import types
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict
 
 from . import status
 from .errors import CandidateError, NotAttempted
+from .signatures import check_class
 from .task import Task
 
 
@@ -107,38 +107,10 @@ class CandidateSource:
             raise CandidateError(status.MISSING_CLASS, f"{module_path} defines no class {name}")
         if not isinstance(cls, type):
             raise CandidateError(status.MISSING_CLASS, f"{name} in {module_path} is not a class")
-        check_signatures(reference, cls)
+        check_class(reference, cls)  # calls are checked as they happen (fk_pytest.signatures)
         return cls
 
     def module_paths(self) -> list:
         if self.is_file:
             return []
         return sorted(str(p.relative_to(self.path)) for p in self.path.rglob("L*/*.py"))
-
-
-def _signature(func) -> Optional[list]:
-    try:
-        sig = inspect.signature(func)
-    except (TypeError, ValueError):
-        return None
-    return [(p.name, p.kind, p.default) for p in sig.parameters.values() if p.name != "self"]
-
-
-def _format(params) -> str:
-    def one(p):
-        name, kind, default = p
-        text = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}.get(kind, "") + name
-        return text if default is inspect.Parameter.empty else f"{text}={default!r}"
-    return "(" + ", ".join(one(p) for p in params) + ")"
-
-
-def check_signatures(reference: type, cls: type) -> None:
-    """Same ``__init__`` and ``forward`` parameter names, kinds and defaults as the reference."""
-    for method in ("__init__", "forward"):
-        want = _signature(getattr(reference, method))
-        got = _signature(getattr(cls, method, None)) if hasattr(cls, method) else None
-        if got != want:
-            raise CandidateError(
-                status.SIGNATURE_MISMATCH,
-                f"{cls.__name__}.{method}{_format(got) if got is not None else ' is missing'} "
-                f"differs from the reference's {method}{_format(want)}")

@@ -4,18 +4,25 @@ The candidate side of an L2..L4 task is built as the reference (or the task's ow
 then each reference child whose class the candidate tree provides is rebuilt as the candidate's
 class with the same constructor arguments and the child's weights (loaded strictly). The
 reference side of the comparison is a separate instance and is never touched.
+
+A class of the tree that cannot be loaded or built is not skipped silently: composition goes on
+through the rest of the model (so the report can list what was composed and what failed), and the
+caller then fails the task with the first failing class's status and a message naming it.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 
 import kernels_reference
 
+from . import status
 from .errors import CandidateError, NotAttempted
+from .signatures import construct, install_call_checks
 
 REFERENCE_DIR = Path(kernels_reference.__file__).resolve().parent
 
@@ -29,7 +36,9 @@ def reference_module_path(cls: type) -> Optional[str]:
 
 
 def candidate_lookup(source) -> Callable[[type], Optional[type]]:
-    """ref class -> candidate class, or None where the tree does not replace it."""
+    """ref class -> candidate class, or None where the tree does not replace it (no such file, or
+    the file has no such class). A class the tree provides but that cannot be loaded raises its
+    CandidateError (every time it is asked for)."""
     cache = {}
 
     def lookup(ref_cls: type) -> Optional[type]:
@@ -39,29 +48,79 @@ def candidate_lookup(source) -> Callable[[type], Optional[type]]:
                 cache[ref_cls] = source.load(path, ref_cls) if path and path.startswith("L") else None
             except NotAttempted:
                 cache[ref_cls] = None
-        return cache[ref_cls]
+            except CandidateError as exc:
+                # A file of the tree that lacks one of its classes (linear.py with only some of
+                # the four linears) does not provide that class: nothing to compose, no failure.
+                cache[ref_cls] = None if exc.status == status.MISSING_CLASS else exc
+        found = cache[ref_cls]
+        if isinstance(found, CandidateError):
+            raise found
+        return found
 
     return lookup
 
 
-def swap_children(root: torch.nn.Module, lookup: Callable[[type], Optional[type]]) -> List[str]:
-    """Replace reference descendants by candidate classes, in place; return the swapped names."""
-    swapped = []
+@dataclasses.dataclass
+class Composition:
+    """What composing a candidate tree into one module did."""
+
+    swapped: List[str] = dataclasses.field(default_factory=list)  # reference classes replaced (each once)
+    failed: Dict[str, str] = dataclasses.field(default_factory=dict)  # class -> "STATUS: why"
+    first_failure: Optional[CandidateError] = None
+
+    def add_failure(self, ref_cls: type, exc: CandidateError) -> None:
+        name = ref_cls.__name__
+        if name in self.failed:
+            return
+        self.failed[name] = f"{exc.status}: {exc.message}"
+        if self.first_failure is None:
+            where = reference_module_path(ref_cls) or "?"
+            self.first_failure = CandidateError(
+                exc.status, f"composed mode: the candidate class {name} ({where}) failed: {exc.message}")
+
+    def raise_if_failed(self) -> None:
+        if self.first_failure is None:
+            return
+        others = list(self.failed)[1:]
+        extra = f"; also failed: {', '.join(others)}" if others else ""
+        done = f"; composed fine: {', '.join(self.swapped)}" if self.swapped else ""
+        raise CandidateError(self.first_failure.status, self.first_failure.message + extra + done)
+
+
+def _rebuild(child: torch.nn.Module, cand: type) -> torch.nn.Module:
+    """``cand`` with the child's constructor arguments and weights (loaded strictly)."""
+    new = construct(cand, child.init_args)
+    ref_param = next(child.parameters(), None)
+    try:
+        if ref_param is not None:
+            new.to(device=ref_param.device, dtype=ref_param.dtype)
+        new.load_state_dict(child.state_dict(), strict=True)
+    except Exception as exc:
+        raise CandidateError(status.STATE_DICT_MISMATCH,
+                             f"the reference {type(child).__name__}'s state_dict does not load strictly "
+                             f"into {cand.__name__}: {exc}") from exc
+    install_call_checks(new)
+    return new.eval()
+
+
+def swap_children(root: torch.nn.Module, lookup: Callable[[type], Optional[type]],
+                  composition: Optional[Composition] = None) -> Composition:
+    """Replace reference descendants by candidate classes, in place, recording what was swapped
+    and what failed (a failed class keeps its reference module, whose children are still tried)."""
+    composition = composition if composition is not None else Composition()
     for name, child in list(root.named_children()):
-        cand = lookup(type(child)) if hasattr(child, "init_args") else None
-        if cand is not None and cand is not type(child):
+        cand = None
+        if hasattr(child, "init_args"):
             try:
-                new = cand(**child.init_args)
-                ref_param = next(child.parameters(), None)
-                if ref_param is not None:
-                    new.to(device=ref_param.device, dtype=ref_param.dtype)
-                new.load_state_dict(child.state_dict(), strict=True)
-            except Exception as exc:
-                raise CandidateError("STATE_DICT_MISMATCH" if "state_dict" in str(exc) else "RUNTIME_ERROR",
-                                     f"composing {cand.__name__} in place of {type(child).__name__}: {exc}") from exc
-            setattr(root, name, new.eval())
-            swapped.append(type(child).__name__)
-            swapped += swap_children(new, lookup)  # a candidate container may hold reference children
-        else:
-            swapped += swap_children(child, lookup)
-    return swapped
+                cand = lookup(type(child))
+                if cand is not None and cand is not type(child):
+                    setattr(root, name, _rebuild(child, cand))
+                    if type(child).__name__ not in composition.swapped:  # each class once
+                        composition.swapped.append(type(child).__name__)
+                    # a candidate container may hold reference children of its own
+                    swap_children(getattr(root, name), lookup, composition)
+                    continue
+            except CandidateError as exc:
+                composition.add_failure(type(child), exc)
+        swap_children(child, lookup, composition)
+    return composition

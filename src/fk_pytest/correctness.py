@@ -18,7 +18,7 @@ import torch
 
 from . import status
 from .build import (SENTINEL, clone_inputs, instantiate, instantiate_candidate, master_state,
-                    poisoned_allocations, sentinel_allocations, synchronize, upcast_inputs)
+                    poisoned_allocations, sentinel_allocations, synchronize, upcast_inputs, with_paths)
 from .compare import OutputError, check_discriminating, output_error, triton_interpreter_active
 from .errors import CandidateError, TaskDefinitionError
 from .guards import ReferenceTracer, new_threads, tampered
@@ -36,6 +36,7 @@ class CaseResult:
     case: Optional[dict] = None
     delegated: List[str] = dataclasses.field(default_factory=list)  # reference code it ran
     swapped: List[str] = dataclasses.field(default_factory=list)  # candidate classes in the module
+    failed: Dict[str, str] = dataclasses.field(default_factory=dict)  # candidate class -> why it failed
 
     @property
     def passed(self) -> bool:
@@ -46,6 +47,7 @@ class CaseResult:
         return {"case": self.case_id, "kind": self.kind, "seed": self.seed, "status": self.status,
                 "message": self.message, "ratio": worst.ratio if worst else None,
                 "outputs": [dataclasses.asdict(e) for e in self.errors], "delegated": self.delegated,
+                "swapped": self.swapped, "failed_classes": self.failed,
                 **({"params": self.case} if self.kind == "fuzz" else {})}
 
 
@@ -118,9 +120,9 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
         tracer = ReferenceTracer(trace_reference, task.module_path)
         try:
             candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype, compose)
-            result.swapped = candidate.fk_swapped
+            result.swapped = list(candidate.fk_composition.swapped)
             cand_inputs = clone_inputs(inputs)
-            with poisoned_allocations(), interpreted_launches() as launches, tracer:
+            with poisoned_allocations(), interpreted_launches(candidate) as launches, tracer:
                 raw = task.call(candidate, cand_inputs)
                 # Snapshot in stream order, before any synchronisation: work the candidate left
                 # running elsewhere (another stream, a thread) has not landed in it yet.
@@ -129,6 +131,9 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
                                       raw if isinstance(raw, (tuple, list)) else [])]
             synchronize(device)
         except CandidateError as exc:
+            composition = getattr(exc, "composition", None)
+            if composition is not None:
+                result.swapped, result.failed = list(composition.swapped), dict(composition.failed)
             return dataclasses.replace(result, status=exc.status, message=exc.message)
         except Exception as exc:
             return dataclasses.replace(result, status=status.RUNTIME_ERROR,
@@ -153,19 +158,27 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             result.status, result.message = problem
             return result
 
-        interpreted = bool(launches["n"]) and _interpreted_bf16(reference, case, device)
+        interpreted = bool(launches["n"]) and _interpreted_bf16(case, device)
         if interpreted:
-            with poisoned_allocations():
-                triton_inputs = clone_inputs(inputs)
-                refs.append(as_outputs(task.call(reference, triton_inputs, "forward_triton"),
-                                       task.output_names(case), "reference") + [triton_inputs[w] for w in written])
+            # The reference with the classes whose candidate modules launched interpreted kernels
+            # on their own Triton paths (the task's class itself at L1, children at L2..L4): the
+            # error the interpreter's truncating conversions cause there is the candidate's bar.
+            twin = with_paths(reference, "forward_triton", sorted(launches["by_class"]), include_root=True)
+            if any(m.__dict__.get("forward") is not None for m in twin.modules()):
+                with poisoned_allocations():
+                    triton_inputs = clone_inputs(inputs)
+                    refs.append(as_outputs(task.call(twin, triton_inputs), task.output_names(case), "reference")
+                                + [triton_inputs[w] for w in written])
         result.errors = [output_error(n, truths[i], [r[i] for r in refs], cands[i], case.dtype, interpreted)
                          for i, n in enumerate(names)]
-        digest = _digest(cands)
+        digest, label = _digest(cands), f"[{case.id}, seed {seed}]"
         bad = [e for e in result.errors if not e.passed(task.limit)]
-        if bad and history is not None and digest in history:
+        earlier = history.get(digest) if history is not None else None
+        # Inputs are a function of (case, seed): the same label again (hypothesis may draw one
+        # example twice) is the same inputs, so the same output is no replay.
+        if bad and earlier is not None and earlier != label:
             result.status = status.REPLAYED_OUTPUT
-            result.message = (f"returned exactly the output it gave for {history[digest]} although the "
+            result.message = (f"returned exactly the output it gave for {earlier} although the "
                               "inputs are new: outputs are replayed, not computed")
         elif bad:
             e = bad[0]
@@ -175,7 +188,7 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
                 f"max(reference {e.e_ref:.3g}, floor {e.floor:.3g}) (limit {task.limit}); "
                 f"max element error {e.elem_cand:.3g} is {e.elem_ratio:.2f}x its bar")
         if history is not None:
-            history.setdefault(digest, f"[{case.id}, seed {seed}]")
+            history.setdefault(digest, label)
     return result
 
 
@@ -211,13 +224,16 @@ def _constant_problem(names, cands, truths):
 
 
 @contextlib.contextmanager
-def interpreted_launches():
+def interpreted_launches(root: Optional[torch.nn.Module] = None):
     """Count Triton kernels launched through the CPU interpreter while the block runs.
 
     Only a candidate that really ran interpreted Triton kernels gets the interpreter-aware bf16 bar
     (see :mod:`fk_pytest.compare`); a PyTorch candidate is held to the native reference's error.
+    With ``root``, launches are also attributed to the class of the innermost module of ``root``
+    running at the time (``counter["by_class"]``), so the end-to-end noise run can interpret
+    exactly those classes.
     """
-    counter = {"n": 0}
+    counter = {"n": 0, "by_class": {}}
     if not triton_interpreter_active():
         yield counter
         return
@@ -227,22 +243,35 @@ def interpreted_launches():
         yield counter
         return
     original = InterpretedFunction.run
+    running: List[str] = []
 
     def counting_run(self, *args, **kwargs):
         counter["n"] += 1
+        if running:
+            counter["by_class"][running[-1]] = counter["by_class"].get(running[-1], 0) + 1
         return original(self, *args, **kwargs)
 
+    def enter(mod, args):
+        running.append(type(mod).__name__)
+
+    def leave(mod, args, out):  # returns None: a forward hook's return value replaces the output
+        running.pop()
+
+    handles = []
+    for m in (root.modules() if root is not None else ()):
+        handles += [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
     InterpretedFunction.run = counting_run
     try:
         yield counter
     finally:
         InterpretedFunction.run = original
+        for h in handles:
+            h.remove()
 
 
-def _interpreted_bf16(reference, case, device) -> bool:
+def _interpreted_bf16(case, device) -> bool:
     """On the CPU under Triton's interpreter, bf16 bars also count the reference's Triton path."""
-    return (case.dtype == torch.bfloat16 and device.type == "cpu" and triton_interpreter_active()
-            and hasattr(reference, "forward_triton"))
+    return case.dtype == torch.bfloat16 and device.type == "cpu" and triton_interpreter_active()
 
 
 def _structural_problem(mutable, names, inputs, cand_inputs, refs, cands):

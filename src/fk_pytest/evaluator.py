@@ -36,8 +36,11 @@ def resolve_task(ref: TaskRef) -> Task:
 
 
 class Evaluator:
-    def __init__(self, candidate_path: Optional[str], device: str, mode: str = "independent"):
+    def __init__(self, candidate_path: Optional[str], device: str, mode: str = "independent",
+                 progress=None):
         self.device, self.mode = device, mode
+        self.progress = progress or (lambda text: None)  # long runs (end to end) report phases here
+        self._e2e_cache = None  # one model's end-to-end calibration (fk_pytest.e2e_run)
         self.source = CandidateSource(candidate_path) if candidate_path else None
         self._lookup = candidate_lookup(self.source) if self.source and mode == "composed" else None
         # End to end, every candidate is deployed together whatever --fk-mode says.
@@ -86,16 +89,21 @@ class Evaluator:
         result = evaluate_case(task, case, seed, cls, self.device, kind,
                                history=self._history.setdefault(task.name, {}), trace_reference=trace,
                                compose=self._lookup)
-        if self.source is not None and not own and not result.swapped:
-            # Composed mode found no candidate class anywhere inside this task's module.
+        if self.source is not None and not own and not result.swapped and not result.failed:
+            # Composed mode found no candidate class anywhere inside this task's module (a class
+            # that is there but failed to load or build is that class's failure, not this).
             result.status = status.NOT_ATTEMPTED
             result.message = "composed mode: no module of the candidate tree is used inside this task"
         return result
 
     def e2e(self, ref, case: Case):
         """One end-to-end case (:mod:`fk_pytest.e2e`): an E2EResult."""
-        from .e2e import resolve_spec, run_e2e
-        return run_e2e(resolve_spec(ref), case, self.device, self._e2e_lookup, self.source is not None)
+        from .e2e import resolve_spec
+        from .e2e_run import CalibrationCache, run_e2e
+        if self._e2e_cache is None:
+            self._e2e_cache = CalibrationCache()
+        return run_e2e(resolve_spec(ref), case, self.device, self._e2e_lookup, self.source is not None,
+                       cache=self._e2e_cache, progress=self.progress)
 
     def speed(self, ref: TaskRef, case: Case, seed: int) -> Tuple[SpeedResult, Optional[dict]]:
         task = resolve_task(ref)

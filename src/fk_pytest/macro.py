@@ -70,11 +70,15 @@ def e2e_macro_eval(results: Iterable) -> dict:
     speedups (valid members only). Family (``llm``: every Llama-architecture decoder LLM):
     S_f = geomean over valid members, C_f = mean credit, Cov_f = share valid. Macro as at kernel
     level: MacroEval = S x C x Cov, S taken as 1 (and reported missing) without GPU timings.
-    A case that is NOT_RUN is left out; NOT_ATTEMPTED counts (credit 0, not valid).
+    A case that is NOT_RUN or INSENSITIVE (it could not see a built-in mutant) is left out;
+    NOT_ATTEMPTED counts (credit 0, not valid).
     """
     by_model: Dict[tuple, List] = defaultdict(list)
+    insensitive = []
     for r in results:
-        if r.status != "NOT_RUN":
+        if r.status == "INSENSITIVE":
+            insensitive.append(r.case_id)
+        elif r.status != "NOT_RUN":
             by_model[(r.family, r.model)].append(r)
     by_family: Dict[str, List[dict]] = defaultdict(list)
     for (family, model), cases in sorted(by_model.items()):
@@ -96,9 +100,13 @@ def e2e_macro_eval(results: Iterable) -> dict:
     Cov = sum(f["Cov_f"] for f in families.values()) / n if n else 0.0
     timed = any(getattr(r, "speedup_blended", None) and not getattr(r, "informational", True)
                 for cases in by_model.values() for r in cases)
-    note = None
+    notes = []
     if S is None and n:
-        note = ("no valid model: S has no member to average and MacroEval = C x Cov (= 0)" if timed else
-                "no GPU timing end to end: S is not measured and MacroEval = C x Cov (S taken as 1)")
+        notes.append("no valid model: S has no member to average and MacroEval = C x Cov (= 0)" if timed else
+                     "no GPU timing end to end: S is not measured and MacroEval = C x Cov (S taken as 1)")
+    if insensitive:
+        notes.append(f"left out as INSENSITIVE (a built-in mutant still earned credit there): "
+                     f"{', '.join(insensitive)}")
+    note = "; ".join(notes) or None
     return {"families": families, "S": S, "C": C, "Cov": Cov,
             "MacroEval": (S if S is not None else 1.0) * C * Cov, "speed_measured": timed, "note": note}

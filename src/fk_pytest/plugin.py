@@ -57,6 +57,9 @@ def pytest_addoption(parser):
                          "without ending the run (default); none: in the pytest process")
     group.addoption("--fk-timeout", type=float, default=600.0, metavar="SECONDS",
                     help="time limit of one evaluation (a case, a timing) in the worker (default 600)")
+    group.addoption("--fk-benchmark-cpu", action="store_true", default=False,
+                    help="also hand CPU timings (informational: the Triton interpreter's wall time) to "
+                         "pytest-benchmark; by default its table appears only for GPU timings")
     group.addoption("--fk-e2e-scale", type=float, default=None, metavar="X",
                     help="shrink the end-to-end serving scenarios (request count and lengths) by X in (0, 1] "
                          "(default: 0.25 on the full profile, 0.02 plus small caps on cpu)")
@@ -72,7 +75,46 @@ def _resolve_device(requested: str) -> str:
     return requested
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """``-n N`` on the task suite distributes whole task modules (``--dist loadfile``) unless the
+    user chose a distribution: a task's cases then share one worker's state (see fk_pytest.xdist).
+    pytest-benchmark's own table is off under xdist (it refuses to time there)."""
+    opt = config.option
+    if not getattr(opt, "numprocesses", None) or not _targets_suite(config):
+        return
+    if getattr(opt, "dist", None) == "no":
+        opt.dist = "loadfile"
+    if not (getattr(opt, "benchmark_only", False) or getattr(opt, "benchmark_enable", False)):
+        # pytest-benchmark cannot time under xdist and says so on every run; the FastKernels
+        # report carries the speed results (merged from the workers) instead.
+        opt.benchmark_disable = True
+
+
+def _targets_suite(config) -> bool:
+    import importlib.util
+    from pathlib import Path
+
+    roots = []
+    for name in ("fk_tasks", "tasks"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.submodule_search_locations:
+            roots += [Path(p).resolve() for p in spec.submodule_search_locations]
+    for arg in config.args:
+        if arg in ("fk_tasks", "tasks") or arg.startswith("fk_tasks."):
+            return True
+        path = Path(arg.split("::")[0]).resolve()
+        if any(path == r or r in path.parents or path in r.parents for r in roots):
+            return True
+    return False
+
+
 def pytest_configure(config):
+    from . import xdist
+
     for name, text in {**LEVEL_MARKERS, **FAMILY_MARKERS}.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     opt = config.option
@@ -81,15 +123,78 @@ def pytest_configure(config):
         # Triton kernels run on CPU tensors only through the interpreter, and Triton reads this
         # when a kernel is decorated: set it before any kernel module is imported.
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    on_worker = xdist.worker_id(config) is not None
     try:
         session = FKSession(device=device, candidate=opt.fk_candidate, mode=opt.fk_mode,
                             profile=opt.fk_profile or ("full" if device == "cuda" else "cpu"),
-                            seed=opt.fk_seed, report_path=opt.fk_report, html_path=opt.fk_html,
+                            seed=opt.fk_seed,
+                            # an xdist worker journals its verdicts; only the controller writes files
+                            report_path=None if on_worker else opt.fk_report,
+                            html_path=None if on_worker else opt.fk_html,
                             fuzz_examples=opt.fk_fuzz_examples, isolation=opt.fk_isolation,
-                            timeout_s=opt.fk_timeout, e2e_scale=opt.fk_e2e_scale)
+                            timeout_s=opt.fk_timeout, e2e_scale=opt.fk_e2e_scale,
+                            worker_env=xdist.gpu_env(config) if device == "cuda" else None,
+                            journal=on_worker)
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(str(exc))
+    session.record_cpu_benchmarks = opt.fk_benchmark_cpu
+    if on_worker and device == "cpu":
+        xdist.share_cpu_threads()
+    if on_worker and device == "cuda" and opt.fk_isolation == "none":
+        import torch
+        torch.cuda.set_device(xdist.worker_index(config) % torch.cuda.device_count())
+    if not on_worker:  # the terminal reporter registers after this hook: look it up when needed
+        session.progress_sink = lambda text: _write_line(config, text)
+    if not on_worker:  # harmless without xdist: no report carries a journal then
+        config.pluginmanager.register(_JournalMerger(session), "fastkernels-journal-merger")
     config.stash[SESSION_KEY] = session
+
+
+def _write_line(config, text: str) -> None:
+    """A progress line on the terminal now, not in the running test's captured output."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if capman is None:
+        reporter.write_line(text)
+        return
+    with capman.global_and_fixture_disabled():
+        reporter.write_line(text)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` with CUDA: one worker per visible GPU (each pinned to its own)."""
+    if config.option.fk_device in ("auto", "cuda"):
+        import torch
+        if torch.cuda.is_available():
+            return torch.cuda.device_count()
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    fk = item.config.stash.get(SESSION_KEY, None)
+    if fk is not None and fk.results.journal is not None:
+        from .xdist import attach_journal
+        attach_journal(outcome.get_result(), fk.results)
+
+
+class _JournalMerger:
+    """Controller of an xdist run: replays what each worker recorded into the one session."""
+
+    def __init__(self, session: FKSession):
+        self.session = session
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml & co. see the report's user_properties
+    def pytest_runtest_logreport(self, report):
+        from .xdist import take_journal
+        events = take_journal(report)
+        if events:
+            self.session.results.replay(events)
+            self.session.write(complete=False)
 
 
 def get_session(config) -> FKSession:
@@ -144,13 +249,13 @@ def fk_check(fk_session):
     ``fk_check("rms_norm", case, MyRMSNorm)`` runs reference, candidate and float64 truth on the
     case's realistic inputs and fails the test with the verdict if the kernel is wrong.
     """
-    from .candidates import check_signatures
+    from .signatures import check_class
     from .correctness import evaluate_case
     from .registry import get_task
 
     def check(task, case, candidate_cls, seeds: int = 1):
         task = get_task(task) if isinstance(task, str) else task
-        check_signatures(task.reference, candidate_cls)
+        check_class(task.reference, candidate_cls)
         results = [evaluate_case(task, case, fk_session.seed_for(case.id, i), candidate_cls, fk_session.device)
                    for i in range(seeds)]
         for r in results:
@@ -189,7 +294,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     cand = run["candidate"]["path"] if run["candidate"] else "none (the reference scores itself)"
     terminalreporter.write_line(f"candidate: {cand} | mode: {fk.mode} | device: {fk.device} | "
                                 f"profile: {fk.profile}")
-    terminalreporter.write_line(format_table(fk.report(complete=True)))
+    report = fk.report(complete=True)
+    terminalreporter.write_line(format_table(report))
+    cpu_timed = any(s["informational"] for t in report["tasks"] for s in t["speed"])
+    if cpu_timed and not fk.record_cpu_benchmarks:
+        terminalreporter.write_line("CPU timings are the Triton interpreter's wall time (informational, shown "
+                                    "as '(x cpu)'); --fk-benchmark-cpu adds them to pytest-benchmark's table")
     if fk.report_path:
         terminalreporter.write_line(f"report: {fk.report_path}")
 

@@ -23,8 +23,9 @@ from .results import TaskRecord
 
 SCHEMA = "fastkernels.report/1"
 # Additive changes bump the minor version only (the schema string stays, so readers keep working):
-# 1.1 added the end-to-end section "e2e".
-SCHEMA_VERSION = "1.1"
+# 1.1 added the end-to-end section "e2e"; 1.2 the built-in mutants and pooled noise of e2e cases,
+# failed composed classes per task, and the amortised timing's calls per replay / one-call times.
+SCHEMA_VERSION = "1.2"
 
 
 def environment(device: str, roofline: Optional[dict]) -> dict:
@@ -84,9 +85,32 @@ def _fmt(x, spec=".3f", none="-"):
     return none if x is None else format(x, spec)
 
 
+def _table(rows) -> list:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def _where(report: dict) -> str:
+    """One phrase: which device and profile produced the numbers."""
+    run = report.get("run") or {}
+    device, profile = run.get("device", "?"), run.get("profile", "?")
+    shapes = {"cpu": "small real shapes", "full": "production shapes"}.get(profile, "")
+    interp = ", Triton interpreted" if (report.get("environment") or {}).get("triton_interpreter") else ""
+    return f"{device}, {profile} profile ({shapes}{interp})" if shapes else f"{device}, {profile} profile"
+
+
 def format_table(report: dict) -> str:
-    if not report["tasks"]:  # an end-to-end-only selection
-        return "\n".join(_e2e_lines(report) + _side_by_side(report))
+    lines = _kernel_lines(report) if report["tasks"] else []
+    if report.get("e2e"):
+        lines += ([""] if lines else []) + _e2e_lines(report)
+    return "\n".join(lines + _side_by_side(report))
+
+
+def _kernel_lines(report: dict) -> list:
+    m = report["macro"]
+    lines = [f"KERNEL LEVEL: {len(report['tasks'])} tasks on {_where(report)}"]
     rows = [("task", "lvl", "family", "status", "cases", "C_t", "S_t", "fast_1")]
     for t in report["tasks"]:
         s_t = _fmt(t["S_t"], ".3f")
@@ -95,24 +119,19 @@ def format_table(report: dict) -> str:
         rows.append((t["name"], f"L{t['level']}", t["family"], t["status"],
                      f"{t['cases_passed']}/{t['cases_total']}", _fmt(t["C_t"], ".2f"), s_t,
                      "yes" if t["fast_1"] else "no"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    m = report["macro"]
-    lines.append("")
-    fam_rows = [f"  {name}: S_f={_fmt(f['S_f'])} C_f={f['C_f']:.2f} Cov_f={f['Cov_f']:.2f}"
-                for name, f in m["families"].items()]
-    lines += ["families:"] + fam_rows
-    lines.append(f"MacroEval = S x C x Cov = {_fmt(m['S'])} x {m['C']:.3f} x {m['Cov']:.3f} "
+    lines += _table(rows)
+    lines.append("families: " + "; ".join(
+        f"{name} S_f={_fmt(f['S_f'])} C_f={f['C_f']:.2f} Cov_f={f['Cov_f']:.2f}" for name, f in m["families"].items()))
+    lines.append(f"kernel-level MacroEval = S x C x Cov = {_fmt(m['S'])} x {m['C']:.3f} x {m['Cov']:.3f} "
                  f"= {m['MacroEval']:.3f}   (fast_1 {m['fast_1']:.2f})")
     if m.get("note"):
         lines.append(f"note: {m['note']}")
     for t in report["tasks"]:
         if t["status"] not in ("PASSED",) and t["message"]:
             lines.append(f"{t['name']}: {t['status']}: {t['message'][:300]}")
-    if report.get("e2e"):
-        lines += [""] + _e2e_lines(report) + _side_by_side(report)
-    return "\n".join(lines)
+        for cls, why in (t.get("failed_classes") or {}).items():
+            lines.append(f"{t['name']}: composed class {cls} failed: {why[:200]}")
+    return lines
 
 
 def _speed_cell(c: dict, key: str) -> str:
@@ -122,23 +141,40 @@ def _speed_cell(c: dict, key: str) -> str:
     return f"({value:.3g} cpu)" if c["informational"] else f"{value:.3f}"
 
 
+def _mutant_cell(c: dict) -> str:
+    """Mutants caught / run, and the smallest margin past the zero-credit point."""
+    mutants = [m for m in (c.get("mutants") or {}).values() if m.get("d") is not None]
+    if not mutants:
+        return "-"
+    caught = sum(1 for m in mutants if m.get("caught"))
+    return f"{caught}/{len(mutants)} {c['min_mutant_margin']:+.2f}" if c.get("min_mutant_margin") is not None \
+        else f"{caught}/{len(mutants)}"
+
+
+def _mutant_details(c: dict) -> str:
+    return "; ".join(f"{name} d={_fmt(m.get('d'))} credit={_fmt(m.get('credit'), '.2f')}"
+                     for name, m in (c.get("mutants") or {}).items())
+
+
 def _e2e_lines(report: dict) -> list:
-    """The end-to-end table: per (model, scenario) discrepancy, noise floor, credit, speedups."""
+    """The end-to-end table: per (model, scenario) discrepancy, noise floor, credit, the built-in
+    mutants (caught / run, smallest margin d - 0.5), speedups."""
     e2e = report.get("e2e")
     if not e2e:
         return []
-    rows = [("e2e case", "status", "d", "g", "credit", "thr x", "lat x", "S")]
+    lines = [f"END TO END: {len(e2e['cases'])} (model, scenario) cases on {_where(report)}; "
+             "credit against the reference's pooled noise floor"]
+    rows = [("e2e case", "status", "tokens", "d", "g", "credit", "mutants", "thr x", "lat x", "S")]
     for c in e2e["cases"]:
-        rows.append((c["case_id"], c["status"], _fmt(c["d"]), _fmt(c["g"]), f"{c['credit']:.2f}",
-                     _speed_cell(c, "speedup_throughput"), _speed_cell(c, "speedup_latency"),
-                     _speed_cell(c, "speedup_blended")))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(col.ljust(w) for col, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+        rows.append((c["case_id"], c["status"], str(c.get("output_tokens") or "-"), _fmt(c["d"]), _fmt(c["g"]),
+                     f"{c['credit']:.2f}", _mutant_cell(c), _speed_cell(c, "speedup_throughput"),
+                     _speed_cell(c, "speedup_latency"), _speed_cell(c, "speedup_blended")))
+    lines += _table(rows)
     m = e2e["macro"]
-    lines.append("e2e families:")
-    lines += [f"  {name}: S_f={_fmt(f['S_f'])} C_f={f['C_f']:.2f} Cov_f={f['Cov_f']:.2f}"
-              for name, f in m["families"].items()]
+    lines.append("e2e families: " + "; ".join(
+        f"{name} S_f={_fmt(f['S_f'])} C_f={f['C_f']:.2f} Cov_f={f['Cov_f']:.2f}" for name, f in m["families"].items()))
+    lines.append(f"end-to-end MacroEval = S x C x Cov = {_fmt(m['S'])} x {m['C']:.3f} x {m['Cov']:.3f} "
+                 f"= {m['MacroEval']:.3f}")
     if m.get("note"):
         lines.append(f"e2e note: {m['note']}")
     lines += [f"{c['case_id']}: {c['status']}: {c['message'][:300]}" for c in e2e["cases"]
@@ -147,10 +183,17 @@ def _e2e_lines(report: dict) -> list:
 
 
 def _side_by_side(report: dict) -> list:
-    """One line that puts the two MacroEvals next to each other."""
-    k = report["macro"]["MacroEval"] if report["tasks"] else None
-    e = report["e2e"]["macro"]["MacroEval"] if report.get("e2e") else None
-    return ["", f"kernel-level MacroEval {_fmt(k)} | end-to-end MacroEval {_fmt(e)}"]
+    """The two MacroEvals on one line, each labelled with what it measures: two scores, not one."""
+    parts = []
+    if report["tasks"]:
+        m = report["macro"]
+        what = "S x C x Cov" if m.get("speed_measured") else "C x Cov, no GPU speed"
+        parts.append(f"kernel-level MacroEval {m['MacroEval']:.3f} ({what})")
+    if report.get("e2e"):
+        m = report["e2e"]["macro"]
+        what = "S x credit x Cov" if m.get("speed_measured") else "credit x Cov, no GPU speed"
+        parts.append(f"end-to-end MacroEval {m['MacroEval']:.3f} ({what})")
+    return ["", " | ".join(parts) + ("   (two separate scores)" if len(parts) == 2 else "")] if parts else []
 
 
 def _charts(report: dict) -> str:
@@ -197,10 +240,11 @@ def write_html(report: dict, path: str | Path) -> None:
     e2e_rows = "".join(
         f"<tr class='{esc(c['status'].lower())}'><td>{esc(c['case_id'])}</td><td>{esc(c['status'])}</td>"
         f"<td>{_fmt(c['d'])}</td><td>{_fmt(c['g'])}</td><td>{c['credit']:.2f}</td>"
+        f"<td>{esc(_mutant_details(c))}</td>"
         f"<td>{esc(_speed_cell(c, 'speedup_throughput'))}</td><td>{esc(_speed_cell(c, 'speedup_latency'))}</td>"
         f"<td>{esc(_speed_cell(c, 'speedup_blended'))}</td><td>{esc(c['message'][:400])}</td></tr>"
         for c in e2e["cases"])
-    side = esc(_side_by_side(report)[-1])
+    side = esc((_side_by_side(report) or [''])[-1])
     charts = _charts(report)
     page = f"""<!doctype html><meta charset="utf-8"><title>FastKernels report</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
@@ -216,7 +260,7 @@ tr:not(.passed) td:nth-child(4){{color:#b00}}</style>
 <th>C_t</th><th>S_t</th><th>message</th></tr>{rows}</table>
 <h2>Speed</h2><table><tr><th>task</th><th>case</th><th>candidate us</th><th>reference us</th>
 <th>speedup</th><th>TB/s</th><th>roofline</th><th>mode</th></tr>{speed_rows}</table>
-<h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d</th><th>g</th><th>credit</th>
+<h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d</th><th>g</th><th>credit</th><th>built-in mutants (d, credit)</th>
 <th>throughput x</th><th>latency x</th><th>S</th><th>message</th></tr>{e2e_rows}</table>"""
     Path(path).write_text(page)
 

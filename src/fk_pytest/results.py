@@ -22,7 +22,8 @@ class TaskRecord:
     cases: Dict[Tuple[str, str, int], CaseResult] = dataclasses.field(default_factory=dict)
     speed: Dict[str, SpeedResult] = dataclasses.field(default_factory=dict)
     task_errors: List[str] = dataclasses.field(default_factory=list)
-    swapped: List[str] = dataclasses.field(default_factory=list)
+    swapped: List[str] = dataclasses.field(default_factory=list)  # candidate classes composed in
+    failed_classes: Dict[str, str] = dataclasses.field(default_factory=dict)  # class -> "STATUS: why"
 
     # ---- derived --------------------------------------------------------------------------------
     @property
@@ -109,46 +110,99 @@ class TaskRecord:
             "cases_total": self.n_cases, "cases_passed": self.n_passed, "C_t": self.correctness,
             "S_t": speedup, "fast_1": bool(speedup is not None and speedup > 1.0),
             "informational_cpu_speedup": self.informational_speedup,
-            "swapped_modules": self.swapped, "delegated": self.delegated,
+            "swapped_modules": self.swapped, "failed_classes": self.failed_classes,
+            "delegated": self.delegated,
             "cases": [c.as_json() for c in self.cases.values()],
             "speed": [s.as_json() for s in self.speed.values()],
         }
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskInfo:
+    """What the results need of a task (picklable: travels from xdist workers to the controller)."""
+
+    name: str
+    level: int
+    family: str
+    module_path: str
+    class_name: str
+
+    @staticmethod
+    def of(task) -> "TaskInfo":
+        return TaskInfo(task.name, task.level, task.family, task.module_path, task.class_name)
+
+
 class Results:
-    def __init__(self):
+    """Every verdict of the session. With ``journal=True`` (an xdist worker) each change is also
+    appended to :attr:`journal`, so the controller can replay it into the one merged report."""
+
+    def __init__(self, journal: bool = False):
         self.tasks: Dict[str, TaskRecord] = {}
         self.e2e: Dict[str, "E2EResult"] = {}  # end-to-end case id -> result (NOT_RUN until it runs)
+        self.roofline: Optional[dict] = None  # measured by the first GPU timing
+        self.journal: Optional[List[tuple]] = [] if journal else None
+
+    def _log(self, method: str, *args) -> None:
+        if self.journal is not None:
+            self.journal.append((method, args))
+
+    def replay(self, events: List[tuple]) -> None:
+        """Apply another process's journal (only the recording methods below can be named)."""
+        for method, args in events:
+            if method not in _REPLAYABLE:
+                raise ValueError(f"not a Results event: {method!r}")
+            getattr(self, method)(*args)
 
     def register_e2e(self, spec, case) -> None:
         from .e2e import E2EResult
         if case.id not in self.e2e:
-            self.e2e[case.id] = E2EResult(case.id, spec.name, spec.family, case["model"], case["scenario"])
+            self.add_e2e_placeholder(E2EResult(case.id, spec.name, spec.family, case["model"], case["scenario"]))
+
+    def add_e2e_placeholder(self, result) -> None:
+        self._log("add_e2e_placeholder", result)
+        self.e2e.setdefault(result.case_id, result)
 
     def record_e2e(self, result) -> None:
+        self._log("record_e2e", result)
         self.e2e[result.case_id] = result
+
+    def record_roofline(self, roofline: dict) -> None:
+        self._log("record_roofline", roofline)
+        self.roofline = roofline
 
     def register(self, task) -> TaskRecord:
         if task.name not in self.tasks:
+            self._log("register", TaskInfo.of(task))
             self.tasks[task.name] = TaskRecord(task.name, task.level, task.family, task.module_path,
                                                task.class_name)
         return self.tasks[task.name]
 
     def record_case(self, task, result: CaseResult) -> None:
         rec = self.register(task)
+        self._log("record_case", TaskInfo.of(task), result)
         rec.cases[(result.kind, result.case_id, result.seed)] = result
         for name in getattr(result, "swapped", []):
             if name not in rec.swapped:
                 rec.swapped.append(name)
+        for name, why in getattr(result, "failed", {}).items():
+            rec.failed_classes.setdefault(name, why)
 
     def record_speed(self, task, result: SpeedResult) -> None:
-        self.register(task).speed[result.case_id] = result
+        rec = self.register(task)
+        self._log("record_speed", TaskInfo.of(task), result)
+        rec.speed[result.case_id] = result
 
     def record_candidate_problem(self, task, problem_status: str, message: str) -> None:
         rec = self.register(task)
+        self._log("record_candidate_problem", TaskInfo.of(task), problem_status, message)
         rec.candidate_status, rec.candidate_message = problem_status, message
 
     def record_task_error(self, task, message: str) -> None:
         rec = self.register(task)
+        self._log("record_task_error", TaskInfo.of(task), message)
         if message not in rec.task_errors:
             rec.task_errors.append(message)
+
+
+_REPLAYABLE = {"register", "add_e2e_placeholder", "record_e2e", "record_roofline", "record_case",
+               "record_speed", "record_candidate_problem", "record_task_error"}

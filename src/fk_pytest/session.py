@@ -1,6 +1,7 @@
 """Session-wide state: resolved options, the candidate source, results and the roofline."""
 from __future__ import annotations
 
+import time
 import zlib
 from typing import Dict, Optional
 
@@ -23,7 +24,8 @@ class FKSession:
     def __init__(self, *, device: str, candidate: Optional[str], mode: str, profile: str,
                  seed: Optional[int], report_path: Optional[str], html_path: Optional[str] = None,
                  fuzz_examples: Optional[int] = None, isolation: str = "process",
-                 timeout_s: float = 600.0, e2e_scale: Optional[float] = None):
+                 timeout_s: float = 600.0, e2e_scale: Optional[float] = None,
+                 worker_env: Optional[dict] = None, journal: bool = False):
         self.device = device
         self.mode = mode
         self.profile = profile
@@ -37,16 +39,23 @@ class FKSession:
         # The session describes the candidate (path, hash) but never imports it: candidate code
         # runs in the evaluator, a child process unless --fk-isolation=none.
         self.candidates = CandidateSource(candidate) if candidate else None
-        self.results = Results()
-        self._roofline: Optional[Dict[str, float]] = None
+        self.results = Results(journal=journal)
         self._checked: Dict[str, Exception] = {}
         self._dead: Dict[str, WorkerFailure] = {}  # task -> the crash/timeout that ended it
+        self.record_cpu_benchmarks = False  # --fk-benchmark-cpu
+        self.progress_sink = None  # set by the plugin: where phases of long runs are shown
+        self._progress_started = time.monotonic()
         if isolation == "process":
-            self.evaluator = WorkerClient(candidate, device, timeout_s, mode)
+            self.evaluator = WorkerClient(candidate, device, timeout_s, mode, progress=self._progress,
+                                          env=worker_env)
         else:
             from .guards import genuine_snapshot
             genuine_snapshot()  # before any candidate code is imported into this process
-            self.evaluator = Evaluator(candidate, device, mode)
+            self.evaluator = Evaluator(candidate, device, mode, progress=self._progress)
+
+    def _progress(self, text: str) -> None:
+        if self.progress_sink is not None:
+            self.progress_sink(f"  ... {text} ({time.monotonic() - self._progress_started:.0f} s)")
 
     def close(self) -> None:
         if isinstance(self.evaluator, WorkerClient):
@@ -100,13 +109,14 @@ class FKSession:
     def measure(self, task: Task, case, seed: int):
         """A SpeedResult, or raises CandidateError / WorkerFailure."""
         result, roofline = self._guarded(task, "speed", case, seed)
-        if roofline:
-            self._roofline = roofline
+        if roofline and self.results.roofline is None:
+            self.results.record_roofline(roofline)
         return result
 
     def evaluate_e2e(self, spec, case):
         """One end-to-end case, scored by the evaluator; recorded whatever happens."""
         from .e2e import E2EResult, spec_ref
+        self._progress_started = time.monotonic()
         try:
             result = self.evaluator.e2e(spec_ref(spec), case)
         except (CandidateError, WorkerFailure) as exc:
@@ -129,7 +139,7 @@ class FKSession:
 
     def report(self, complete: bool) -> dict:
         return build_report(self.results.tasks.values(), run=self.run_info(),
-                            env=environment(self.device, self._roofline), complete=complete,
+                            env=environment(self.device, self.results.roofline), complete=complete,
                             e2e=self.results.e2e.values())
 
     def write(self, complete: bool) -> Optional[dict]:

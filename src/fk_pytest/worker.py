@@ -14,9 +14,10 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import status
 
@@ -42,8 +43,11 @@ def _describe_exit(code: Optional[int]) -> str:
 class WorkerClient:
     """Parent side. Methods mirror Evaluator's: load, evaluate, speed."""
 
-    def __init__(self, candidate: Optional[str], device: str, timeout_s: float, mode: str = "independent"):
+    def __init__(self, candidate: Optional[str], device: str, timeout_s: float, mode: str = "independent",
+                 progress: Optional[Callable[[str], None]] = None, env: Optional[dict] = None):
         self.candidate, self.device, self.timeout_s, self.mode = candidate, device, timeout_s, mode
+        self.progress = progress  # phases of long requests, as the worker reports them
+        self.env = env  # extra environment of the child (e.g. CUDA_VISIBLE_DEVICES of an xdist worker)
         self.proc: Optional[subprocess.Popen] = None
         self.conn: Optional[Connection] = None
 
@@ -51,7 +55,8 @@ class WorkerClient:
         parent_sock, child_sock = socket.socketpair()
         fd = child_sock.fileno()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from fk_pytest.worker import serve; serve({fd})"], pass_fds=(fd,))
+            [sys.executable, "-c", f"from fk_pytest.worker import serve; serve({fd})"], pass_fds=(fd,),
+            env={**os.environ, **self.env} if self.env else None)
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
         self.conn.send({"sys_path": list(sys.path), "candidate": self.candidate, "device": self.device,
@@ -71,13 +76,19 @@ class WorkerClient:
     def call(self, op: str, *args: Any) -> Any:
         if self.proc is None:
             self._start()
+        deadline = time.monotonic() + self.timeout_s
         try:
             self.conn.send((op, args))
-            if not self.conn.poll(self.timeout_s):
-                self.close()
-                raise WorkerFailure(status.TIMEOUT, f"no answer within {self.timeout_s:g} s "
-                                    "(--fk-timeout); the worker was killed")
-            reply = self.conn.recv()
+            while True:
+                if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                    self.close()
+                    raise WorkerFailure(status.TIMEOUT, f"no answer within {self.timeout_s:g} s "
+                                        "(--fk-timeout); the worker was killed")
+                reply = self.conn.recv()
+                if reply[0] != "progress":
+                    break
+                if self.progress is not None:
+                    self.progress(reply[1])
         except (EOFError, OSError, BrokenPipeError):
             code = self.proc.wait() if self.proc else None
             self.close()
@@ -135,7 +146,11 @@ def serve(fd: int) -> None:
     from . import correctness, evaluator, guards, speed, timing  # noqa: F401
     from .errors import CandidateError, TaskDefinitionError
     guards.genuine_snapshot()
-    ev = evaluator.Evaluator(init["candidate"], init["device"], init["mode"])
+    if init["device"] == "cpu":
+        from .xdist import share_cpu_threads
+        share_cpu_threads()
+    ev = evaluator.Evaluator(init["candidate"], init["device"], init["mode"],
+                             progress=lambda text: conn.send(("progress", text, False)))
     while True:
         try:
             op, args = conn.recv()

@@ -1,0 +1,127 @@
+"""Call compatibility: a candidate class is accepted when the calls the suite really makes bind.
+
+A kernel author writes the ordinary thing: a bare ``nn.Module`` subclass with only ``forward``, a
+constructor with extra optional parameters, ``*args/**kwargs``. None of that differs from the
+reference in a way a caller can see, so none of it is rejected. What is rejected is a call that
+cannot bind: the constructor call the task makes (the reference's constructor arguments, passed by
+keyword) and every ``forward`` call the task or a reference parent makes (checked as it happens,
+with the real positional/keyword split), with ``inspect.Signature.bind``. A keyword-passed argument
+must keep the reference's name. The message shows the call that failed.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict, Optional, Sequence
+
+import torch
+
+from . import status
+from .errors import CandidateError
+
+_NO_ARGS = inspect.Signature()
+
+
+def _effective_signature(cls: type, method: str) -> Optional[inspect.Signature]:
+    """The signature a call to ``cls.<method>`` really faces, ``self`` removed.
+
+    ``nn.Module.__init__`` (inherited by a class that defines no constructor) is declared
+    ``(*args, **kwargs)`` but refuses any argument at run time: its effective signature is ``()``.
+    """
+    func = getattr(cls, method, None)
+    if func is None:
+        return None
+    if method == "__init__" and func in (torch.nn.Module.__init__, object.__init__):
+        return _NO_ARGS
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):  # a C-implemented callable: nothing to check against
+        return None
+    params = list(sig.parameters.values())
+    if params and params[0].kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                     inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        params = params[1:]  # self
+    return sig.replace(parameters=params)
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).replace("torch.", "")
+        return f"<{dtype} {list(value.shape)}>"
+    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
+        inner = ", ".join(_describe_value(v) for v in value)
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def describe_call(owner: str, method: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> str:
+    parts = [_describe_value(a) for a in args] + [f"{k}={_describe_value(v)}" for k, v in kwargs.items()]
+    call = owner if method == "__init__" else f"{owner}.{method}"
+    return f"{call}({', '.join(parts)})"
+
+
+def check_call(cls: type, method: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
+    """Raise SIGNATURE_MISMATCH when ``cls.<method>(*args, **kwargs)`` cannot bind."""
+    sig = _effective_signature(cls, method)
+    if sig is None:
+        return
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        where = "nn.Module's (it takes no arguments)" if sig is _NO_ARGS else f"{method}{sig}"
+        raise CandidateError(
+            status.SIGNATURE_MISMATCH,
+            f"{cls.__name__}.{method} is {where} and cannot take the call "
+            f"{describe_call(cls.__name__, method, args, kwargs)}: {exc}") from None
+
+
+def check_class(reference: type, cls: type) -> None:
+    """What can be refused before any call: not a module, or no ``forward`` of its own."""
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise CandidateError(status.SIGNATURE_MISMATCH,
+                             f"{cls.__name__} is not a torch.nn.Module subclass (the reference's "
+                             f"state_dict must load into it)")
+    forward = getattr(cls, "forward", None)
+    if forward is None or forward is torch.nn.Module.forward:
+        raise CandidateError(status.SIGNATURE_MISMATCH, f"{cls.__name__} defines no forward")
+
+
+def construct(cls: type, init_args: Dict[str, Any]) -> torch.nn.Module:
+    """``cls(**init_args)`` after checking that the call binds; constructor failures are the
+    candidate's RUNTIME_ERROR."""
+    check_call(cls, "__init__", (), init_args)
+    try:
+        return cls(**init_args)
+    except Exception as exc:
+        raise CandidateError(status.RUNTIME_ERROR, f"{describe_call(cls.__name__, '__init__', (), init_args)} "
+                                                   f"raised {type(exc).__name__}: {exc}") from exc
+
+
+def install_call_checks(module: torch.nn.Module) -> None:
+    """Check every call into ``module.forward`` as it happens (a forward pre-hook).
+
+    Each distinct call pattern (positional count, keyword names) is bound once; a call that cannot
+    bind raises SIGNATURE_MISMATCH naming the class and showing the call, instead of a TypeError
+    from deep inside the caller. The hook is removed by :func:`remove_call_checks` before timing.
+    """
+    cls = type(module)
+    seen = set()
+
+    def hook(mod, args, kwargs):
+        key = (len(args), tuple(kwargs))
+        if key not in seen:
+            check_call(cls, "forward", args, kwargs)
+            seen.add(key)
+        return None
+
+    handles = getattr(module, "_fk_call_checks", [])
+    handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    object.__setattr__(module, "_fk_call_checks", handles)
+
+
+def remove_call_checks(root: torch.nn.Module) -> None:
+    for m in root.modules():
+        for handle in getattr(m, "_fk_call_checks", []):
+            handle.remove()
+        if hasattr(m, "_fk_call_checks"):
+            object.__delattr__(m, "_fk_call_checks")
