@@ -7,8 +7,8 @@ against the model's pooled noise floor, and (on a GPU) time it against the refer
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
+import gc
 import statistics
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -27,6 +27,16 @@ Progress = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     pass
+
+
+def _release() -> None:
+    """Free what finished engines held. An engine with CUDA graphs sits in reference cycles, so
+    its model copy, KV cache and graph pools would wait for Python's cyclic collector, which knows
+    nothing of GPU memory: on the H200 an 8B model's calibration otherwise kept ~130 GB alive and
+    the candidate's run failed to allocate."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 # ---- the engine's view of any model tree -------------------------------------------------------
@@ -144,6 +154,7 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
             run.noise["reference-native"] = teacher_forced(
                 _engine(native, config, dict(args, cuda_graphs=False)), run)
             del native
+            _release()
         for name, mapping in spec.mutants().items():
             progress(f"{sc.id}: built-in mutant {name}")
             mutant, composition = compose_candidate(reference, mapping.get)
@@ -153,7 +164,9 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
             d = teacher_forced(_engine(mutant, config, args), run)
             run.mutants[name] = (sum(d) / len(d), composition.swapped)
             del mutant
+            _release()
         scenarios[sc.id] = run
+        _release()
     return scenarios
 
 
@@ -174,6 +187,7 @@ class CalibrationCache:
         key = _calibration_key(spec, case)
         if self.current is None or self.current.key != key:
             self.current = None  # free the previous model first
+            _release()
             self.current = ModelCalibration(key, spec.build_reference(case, device))
         return self.current
 
@@ -193,6 +207,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
 
     started = time.perf_counter()
     device = torch.device(device)
+    _release()  # the previous case's candidate model and engines
     result = E2EResult(case.id, spec.name, spec.family, case["model"], case["scenario"])
     why = spec.unavailable(case)
     if why:
@@ -257,6 +272,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
         result.noise[f"{case.id}/reference-triton-interpreted"] = teacher_forced(
             _engine(triton_ref, config, args), run)
         del triton_ref
+        _release()
     _judge(result, run)
 
     if device.type == "cuda" and result.status not in (status.TASK_ERROR,):
