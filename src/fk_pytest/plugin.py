@@ -112,18 +112,23 @@ def _targets_suite(config) -> bool:
     return False
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's: see the xdist worker note below
 def pytest_configure(config):
     from . import xdist
 
     for name, text in {**LEVEL_MARKERS, **FAMILY_MARKERS}.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     opt = config.option
+    on_worker = xdist.worker_id(config) is not None
+    if on_worker and not (getattr(opt, "benchmark_only", False) or getattr(opt, "benchmark_enable", False)):
+        # An xdist worker never runs pytest_cmdline_main: without this, pytest-benchmark warns on
+        # every run that it cannot time under xdist (the FastKernels report carries the times).
+        opt.benchmark_disable = True
     device = _resolve_device(opt.fk_device)
     if device == "cpu":
         # Triton kernels run on CPU tensors only through the interpreter, and Triton reads this
         # when a kernel is decorated: set it before any kernel module is imported.
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    on_worker = xdist.worker_id(config) is not None
     try:
         session = FKSession(device=device, candidate=opt.fk_candidate, mode=opt.fk_mode,
                             profile=opt.fk_profile or ("full" if device == "cuda" else "cpu"),
