@@ -131,7 +131,7 @@ def test_smollm2_case_is_sensitive_and_an_honest_minimal_tree_gets_full_credit(s
     assert all(m.caught and m.margin >= 0 for m in r.mutants.values()), r.mutants
 
 
-@pytest.mark.parametrize("tree", ["rms_old_residual", "silu_swapped"])
+@pytest.mark.parametrize("tree", ["rope_no_positions", "rms_old_residual", "silu_swapped"])
 def test_smollm2_catches_each_wrong_kernel_with_zero_credit(smollm2, tree):
     r = smollm2(CANDIDATES / tree)
     assert r.status == status.WRONG_RESULT and r.credit == 0.0 and r.d >= FAIL_AT, (r.d, r.message)

@@ -39,6 +39,7 @@ def test_honest_candidates_pass_every_case(task_name, tree):
     ("silu_swapped", "silu_and_mul", status.WRONG_RESULT, ""),
     ("rope_wrong_style", "rotary_emb", status.WRONG_RESULT, ""),
     ("rope_ignores_positions", "rotary_emb", status.WRONG_RESULT, "decode"),
+    ("rope_no_positions", "rotary_emb", status.WRONG_RESULT, "decode"),
     ("rms_width_4096", "rms_norm", status.WRONG_RESULT, "qwen2.5"),
     ("rms_contiguous_rows", "rms_norm", status.WRONG_RESULT, "norm-"),
     ("rms_low_precision", "rms_norm", status.WRONG_RESULT, "fp32"),
