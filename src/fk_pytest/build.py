@@ -28,6 +28,12 @@ def master_state(task: Task, case: Case, seed: int, device="cpu") -> Dict[str, t
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+def draw_inputs(task: Task, case: Case, device, seeds) -> list:
+    """One input set per seed, drawn on ``device`` (timing rotates several; every draw is new data)."""
+    device = torch.device(device)
+    return [task.make_inputs(case, torch.Generator(device=device).manual_seed(s), device) for s in seeds]
+
+
 def _cast_state(state: Mapping[str, torch.Tensor], device, dtype) -> Dict[str, torch.Tensor]:
     return {k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype)
             for k, v in state.items()}

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from . import status
-from .build import (SENTINEL, clone_inputs, instantiate, instantiate_candidate, master_state,
+from .build import (SENTINEL, clone_inputs, draw_inputs, instantiate, instantiate_candidate, master_state,
                     poisoned_allocations, sentinel_allocations, synchronize, upcast_inputs, with_paths)
 from .compare import OutputError, check_discriminating, output_error, triton_interpreter_active
 from .errors import CandidateError, TaskDefinitionError
@@ -98,7 +98,7 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
     with torch.no_grad():
         try:  # everything before the candidate runs is the task's doing, not the candidate's
             state = master_state(task, case, seed, device)
-            inputs = task.make_inputs(case, torch.Generator(device=device).manual_seed(seed), device)
+            inputs = draw_inputs(task, case, device, [seed])[0]
             truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
             truth_inputs = upcast_inputs(inputs)
             truths = as_outputs(task.call(truth_module, truth_inputs, "forward_native"), names, "truth") \

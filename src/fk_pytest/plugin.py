@@ -78,17 +78,10 @@ def _resolve_device(requested: str) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
     """``-n N`` on the task suite distributes whole task modules (``--dist loadfile``) unless the
-    user chose a distribution: a task's cases then share one worker's state (see fk_pytest.xdist).
-    pytest-benchmark's own table is off under xdist (it refuses to time there)."""
+    user chose a distribution: a task's cases then share one worker's state (see fk_pytest.xdist)."""
     opt = config.option
-    if not getattr(opt, "numprocesses", None) or not _targets_suite(config):
-        return
-    if getattr(opt, "dist", None) == "no":
+    if getattr(opt, "numprocesses", None) and getattr(opt, "dist", None) == "no" and _targets_suite(config):
         opt.dist = "loadfile"
-    if not (getattr(opt, "benchmark_only", False) or getattr(opt, "benchmark_enable", False)):
-        # pytest-benchmark cannot time under xdist and says so on every run; the FastKernels
-        # report carries the speed results (merged from the workers) instead.
-        opt.benchmark_disable = True
 
 
 def _targets_suite(config) -> bool:
@@ -120,9 +113,10 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: {text}")
     opt = config.option
     on_worker = xdist.worker_id(config) is not None
-    if on_worker and not (getattr(opt, "benchmark_only", False) or getattr(opt, "benchmark_enable", False)):
-        # An xdist worker never runs pytest_cmdline_main: without this, pytest-benchmark warns on
-        # every run that it cannot time under xdist (the FastKernels report carries the times).
+    if (on_worker or xdist.is_controller(config)) and not (
+            getattr(opt, "benchmark_only", False) or getattr(opt, "benchmark_enable", False)):
+        # pytest-benchmark cannot time under xdist and would say so on every run (controller and
+        # workers): the FastKernels report carries the times, merged from the workers.
         opt.benchmark_disable = True
     device = _resolve_device(opt.fk_device)
     if device == "cpu":
@@ -143,14 +137,16 @@ def pytest_configure(config):
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(str(exc))
     session.record_cpu_benchmarks = opt.fk_benchmark_cpu
-    if on_worker and device == "cpu":
-        xdist.share_cpu_threads()
-    if on_worker and device == "cuda" and opt.fk_isolation == "none":
-        import torch
-        torch.cuda.set_device(xdist.worker_index(config) % torch.cuda.device_count())
-    if not on_worker:  # the terminal reporter registers after this hook: look it up when needed
+    if on_worker and opt.fk_isolation == "none":  # candidates run in this process (else the worker's)
+        if device == "cpu":
+            xdist.share_cpu_threads()
+        else:
+            import torch
+            torch.cuda.set_device(xdist.worker_index(config) % torch.cuda.device_count())
+    if not on_worker:
+        # the terminal reporter registers after this hook: look it up when a line comes
         session.progress_sink = lambda text: _write_line(config, text)
-    if not on_worker:  # harmless without xdist: no report carries a journal then
+        # harmless without xdist: no report carries a journal then
         config.pluginmanager.register(_JournalMerger(session), "fastkernels-journal-merger")
     config.stash[SESSION_KEY] = session
 

@@ -7,7 +7,7 @@ from typing import Dict, Optional
 import torch
 
 from . import status
-from .build import instantiate, instantiate_candidate, master_state, upcast_inputs
+from .build import draw_inputs, instantiate, instantiate_candidate, master_state, upcast_inputs
 from .compare import output_error
 from .correctness import as_outputs
 from .errors import CandidateError
@@ -57,17 +57,13 @@ def measure_speed(task: Task, case: Case, candidate_cls: type, device, seed: int
     state = master_state(task, case, seed, device)
     reference = instantiate(task.reference, task, case, state, device, case.dtype)
     candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype, compose)
-    sets = [task.make_inputs(case, torch.Generator(device=device).manual_seed(seed + i), device)
-            for i in range(input_sets if device.type == "cuda" else 2)]
+    sets = draw_inputs(task, case, device, range(seed, seed + (input_sets if device.type == "cuda" else 2)))
     runners = make_runners(candidate, reference, sets, device, task.call)
-    if device.type == "cuda":  # calls were checked while warming up and capturing: no hook when timed
-        remove_call_checks(candidate)
     if device.type == "cuda":
-        def more_sets(n):
-            return [task.make_inputs(case, torch.Generator(device=device).manual_seed(seed + input_sets + i), device)
-                    for i in range(n)]
-        timings = time_pair_cuda(runners, flusher or L2Flusher(device), more_sets=more_sets,
-                                 l2_hot=task.l2_hot(case))
+        remove_call_checks(candidate)  # calls were checked while warming up and capturing: no hook when timed
+        more = seed + input_sets  # the amortised timing's extra sets, after the rotated ones
+        timings = time_pair_cuda(runners, flusher or L2Flusher(device), l2_hot=task.l2_hot(case),
+                                 more_sets=lambda n: draw_inputs(task, case, device, range(more, more + n)))
     else:
         timings = time_pair_cpu(runners)
     _check_after_timing(task, case, state, runners, sets, device)

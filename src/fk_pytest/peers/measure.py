@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..build import clone_inputs, instantiate, master_state, upcast_inputs
+from ..build import clone_inputs, draw_inputs, instantiate, master_state, upcast_inputs
 from ..compare import ELEMENT_LIMIT_FACTOR, output_error, triton_interpreter_active
 from ..correctness import as_outputs
 from ..errors import CandidateError
@@ -78,8 +78,7 @@ def measure_case(task: Task, case: Case, peers: Sequence[Peer], opts: Options,
     state = master_state(task, case, seed, device)
     reference = instantiate(task.reference, task, case, state, device, case.dtype)
     n_sets = opts.input_sets if device.type == "cuda" else 2
-    sets = [task.make_inputs(case, torch.Generator(device=device).manual_seed(seed + i), device)
-            for i in range(n_sets)]
+    sets = draw_inputs(task, case, device, range(seed, seed + n_sets))
     truth = _truth(task, case, state, sets[0], device)
     ref_fn = lambda s: task.call(reference, s)  # noqa: E731
     ref_outs = _run(task, case, ref_fn, clone_inputs(sets[0]), "the reference")
@@ -109,11 +108,8 @@ def measure_case(task: Task, case: Case, peers: Sequence[Peer], opts: Options,
             impls[peer.name]["reason"] = message
     del truth, ref_outs
 
-    def more_sets(n):  # the amortised timing's extra input sets (fk_pytest.timing)
-        return [task.make_inputs(case, torch.Generator(device=device).manual_seed(seed + n_sets + i), device)
-                for i in range(n)]
-
-    timings, failed = _time(timed, sets, opts, flusher, more_sets)
+    more = seed + n_sets  # the amortised timing's extra input sets (fk_pytest.timing)
+    timings, failed = _time(timed, sets, opts, flusher, lambda n: draw_inputs(task, case, device, range(more, more + n)))
     nbytes, flops = int(task.io_bytes(case)), int(task.flops(case))
     impls[REFERENCE] = {"status": "ok"}
     for name, reason in failed.items():
