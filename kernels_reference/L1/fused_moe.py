@@ -1,0 +1,57 @@
+"""FusedMoE: the routed experts of a mixture-of-experts layer, with vLLM's ``FusedMoE`` interface.
+
+``FusedMoE(num_experts, top_k, hidden_size, intermediate_size, renormalize=True)``;
+``forward(hidden_states[T, H], router_logits[T, E]) -> [T, H]``. Every token goes to its top-k
+experts (:class:`TopKSoftmax`); expert e computes ``down_e(silu(gate_e x) * up_e x)`` and the
+token's output is the routing-weighted sum over its k experts. Weights have vLLM's stacked layout:
+``w13_weight`` [E, 2 * I, H] (gate rows then up rows of each expert) and ``w2_weight`` [E, H, I].
+
+``forward_native`` is the semantic definition: a plain loop over experts in PyTorch. The routing
+and the activation are children (``topk``, ``act_fn``) so composed mode reaches them from here.
+"""
+import torch
+from torch import nn
+
+from ..dispatch import compute_dtype
+from ..records import RecordsInit
+from .silu_and_mul import SiluAndMul
+from .topk_softmax import TopKSoftmax
+
+
+class FusedMoE(RecordsInit, nn.Module):
+    def __init__(self, num_experts: int, top_k: int, hidden_size: int, intermediate_size: int,
+                 renormalize: bool = True):
+        super().__init__()
+        if not 0 < top_k <= num_experts:
+            raise ValueError(f"top_k={top_k} must be in 1..num_experts={num_experts}")
+        self.num_experts, self.top_k = num_experts, top_k
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.w13_weight = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
+        self.w2_weight = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
+        self.topk = TopKSoftmax(top_k, renormalize)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        return self.forward_native(hidden_states, router_logits)
+
+    def forward_native(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        weights, ids = self.topk.forward_native(router_logits)
+        return expert_loop(hidden_states, weights, ids, self.w13_weight, self.w2_weight,
+                           self.act_fn.forward_native)
+
+
+def expert_loop(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w13: torch.Tensor,
+                w2: torch.Tensor, act) -> torch.Tensor:
+    """Each expert runs once on the tokens routed to it; outputs accumulate in the compute dtype
+    (float32 for half inputs) and are rounded once at the end."""
+    compute = compute_dtype(x.dtype)
+    out = torch.zeros(x.shape, dtype=compute, device=x.device)
+    flat_ids = ids.reshape(-1).long()
+    token_of = torch.arange(x.shape[0], device=x.device).repeat_interleave(ids.shape[1])
+    for e in torch.unique(flat_ids).tolist():
+        rows = (flat_ids == e).nonzero().squeeze(1)
+        tokens = token_of[rows]
+        h = act(x[tokens] @ w13[e].t())  # [n, I] in x's dtype, as the production kernel rounds it
+        y = (h @ w2[e].t()).to(compute) * weights.reshape(-1)[rows].to(compute)[:, None]
+        out.index_add_(0, tokens, y)
+    return out.to(x.dtype)
