@@ -8,14 +8,26 @@ token's output is the routing-weighted sum over its k experts. Weights have vLLM
 
 ``forward_native`` is the semantic definition: a plain loop over experts in PyTorch. The routing
 and the activation are children (``topk``, ``act_fn``) so composed mode reaches them from here.
+
+``forward_triton`` (CUDA tensors; callable directly, e.g. under the Triton interpreter) is the
+production algorithm: route through ``topk``, sort the (token, expert) pairs by expert padded to row
+tiles, a grouped GEMM for gate_up ([T*k, 2I]), ``act_fn``, a grouped GEMM for down that scales each
+row by its routing weight, and the sum over the k slots (:mod:`.moe_kernels`). No step reads the
+routing back to the host, so the whole layer is CUDA-graph capturable.
 """
 import torch
 from torch import nn
 
-from ..dispatch import compute_dtype
+from ..dispatch import compute_dtype, use_fast_path
+from ..native import run
 from ..records import RecordsInit
 from .silu_and_mul import SiluAndMul
 from .topk_softmax import TopKSoftmax
+
+try:
+    import triton
+except ImportError:
+    triton = None
 
 
 class FusedMoE(RecordsInit, nn.Module):
@@ -32,12 +44,35 @@ class FusedMoE(RecordsInit, nn.Module):
         self.act_fn = SiluAndMul()
 
     def forward(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        if triton is not None and use_fast_path(hidden_states, router_logits):
+            return self.forward_triton(hidden_states, router_logits)
         return self.forward_native(hidden_states, router_logits)
 
     def forward_native(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         weights, ids = self.topk.forward_native(router_logits)
         return expert_loop(hidden_states, weights, ids, self.w13_weight, self.w2_weight,
                            self.act_fn.forward_native)
+
+    def forward_triton(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        from . import moe_kernels as mk  # the Triton kernels load with the fast path only
+
+        t, h = hidden_states.shape
+        if h != self.hidden_size:
+            raise ValueError(f"FusedMoE(hidden_size={self.hidden_size}) got hidden states of width {h}")
+        weights, ids = run(self.topk, False, router_logits)  # the child's fast path (or a candidate's)
+        n_pairs = t * self.top_k
+        if n_pairs == 0:
+            return torch.empty_like(hidden_states)
+        x = hidden_states
+        align = mk.align_to_blocks(ids, self.num_experts, mk.choose_block_m(n_pairs, self.num_experts))
+        gate_up = torch.empty(n_pairs, 2 * self.intermediate_size, dtype=x.dtype, device=x.device)
+        mk.grouped_gemm(x, self.w13_weight, gate_up, align, rows_per_a=self.top_k)
+        act = run(self.act_fn, False, gate_up)  # [T*k, I], pair order
+        down = torch.empty(n_pairs, h, dtype=x.dtype, device=x.device)
+        mk.grouped_gemm(act, self.w2_weight, down, align, rows_per_a=1,
+                        routing_weights=weights.reshape(-1).to(torch.float32).contiguous())
+        # the k weighted expert outputs of a token, summed in float32 and rounded once
+        return down.view(t, self.top_k, h).sum(dim=1, dtype=compute_dtype(x.dtype)).to(x.dtype)
 
 
 def expert_loop(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w13: torch.Tensor,
