@@ -1,0 +1,44 @@
+# An honest MoE layer in plain PyTorch: pairs sorted by expert, one GEMM pair per expert on its rows,
+# the routing-weighted results added back per token in float32.
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class _Gate(nn.Module):
+    def __init__(self, top_k, renormalize):
+        super().__init__()
+        self.top_k, self.renormalize = top_k, renormalize
+
+    def forward(self, logits):
+        probs = torch.softmax(logits.float(), dim=-1)
+        w, ids = torch.topk(probs, self.top_k, dim=-1)
+        return (w / w.sum(-1, keepdim=True) if self.renormalize else w), ids
+
+
+class FusedMoE(nn.Module):
+    def __init__(self, num_experts, top_k, hidden_size, intermediate_size, renormalize=True):
+        super().__init__()
+        self.num_experts, self.top_k = num_experts, top_k
+        self.w13_weight = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
+        self.w2_weight = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
+        self.gate = _Gate(top_k, renormalize)
+
+    def forward(self, hidden_states, router_logits):
+        t, h = hidden_states.shape
+        weights, ids = self.gate(router_logits)
+        expert_of_pair = ids.reshape(-1)
+        order = torch.argsort(expert_of_pair, stable=True)
+        token_of_pair = order // self.top_k
+        counts = torch.bincount(expert_of_pair, minlength=self.num_experts).tolist()
+        out = torch.zeros(t, h, dtype=torch.float32, device=hidden_states.device)
+        start = 0
+        for e, n in enumerate(counts):
+            if n:
+                pairs, tokens = order[start:start + n], token_of_pair[start:start + n]
+                gate, up = (hidden_states[tokens] @ self.w13_weight[e].t()).float().chunk(2, dim=-1)
+                act = (F.silu(gate) * up).to(hidden_states.dtype)
+                y = (act @ self.w2_weight[e].t()).float() * weights.reshape(-1)[pairs, None]
+                out.index_add_(0, tokens, y)
+            start += n
+        return out.to(hidden_states.dtype)
