@@ -92,7 +92,7 @@ if triton is not None:
         # (picked probabilities are knocked out to -1, below every real probability).
         top = tl.where(row_ok, tl.max(logits, axis=1), 0.0)  # rows past the end: no -inf - -inf
         e = tl.exp(logits - top[:, None])
-        probs = e / tl.sum(e, axis=1)[:, None]
+        probs = e / tl.where(row_ok, tl.sum(e, axis=1), 1.0)[:, None]
         probs = tl.where(mask, probs, -1.0)
         slots = tl.arange(0, K_PAD)
         picked_w = tl.zeros((ROWS, K_PAD), dtype=tl.float32)
@@ -106,7 +106,8 @@ if triton is not None:
             picked_i = tl.where(slots[None, :] == j, best_col[:, None], picked_i)
             probs = tl.where(cols[None, :] == best_col[:, None], -1.0, probs)
         if RENORMALIZE:
-            picked_w = picked_w / tl.sum(tl.where(slots[None, :] < K, picked_w, 0.0), axis=1)[:, None]
+            total = tl.sum(tl.where(slots[None, :] < K, picked_w, 0.0), axis=1)
+            picked_w = picked_w / tl.where(row_ok, total, 1.0)[:, None]
         out_mask = row_ok[:, None] & (slots < K)[None, :]
         out_off = rows.to(tl.int64)[:, None] * K + slots[None, :]
         tl.store(w_ptr + out_off, picked_w, mask=out_mask)
