@@ -8,7 +8,10 @@ with the reason. The cases are the bf16 workload cases of the Llama-family model
 profile the dense tasks' small stand-ins of the same architecture; the router's Mixtral).
 
 Targets (the reference's fraction of the measured copy bandwidth): memory-bound ops >= 85% at
->= 16384 tokens; paged decode >= 80% at B >= 32, C >= 2048 and >= 70% at B1 C8192.
+>= 16384 tokens; paged decode >= 80% at B >= 32, C >= 2048 and >= 70% at B1 C8192. The MoE ops run
+on the MoE models' bf16 cases; fused_moe also has torch._grouped_mm (sort -> grouped GEMM -> act ->
+grouped GEMM -> weighted sum) as a peer, and targets of >= 60% of bf16 GEMM peak at prefill (the
+whole layer's time, routing and sort included) and >= 70% of copy bandwidth at decode.
 """
 import importlib
 import re
@@ -22,6 +25,7 @@ from fk_pytest.compare import triton_interpreter_active
 from fk_pytest.peers import COMPILE, EAGER, OpPeers, Peer, PeerContext, Skipped, Target, Unsupported, compiled_native
 
 from .dense import SMALL_MODELS
+from .moe import MOE_MODELS
 from .workload import LLAMA_FAMILY
 
 FAMILY_MODELS = LLAMA_FAMILY + SMALL_MODELS + ("mixtral-8x7b",)  # Mixtral: the router task's own model
@@ -329,6 +333,63 @@ ATTENTION_PEERS = (
 )
 
 
+# ---- mixture of experts --------------------------------------------------------------------------
+def moe_bf16(case) -> bool:
+    return case.dtype == torch.bfloat16 and case.model in MOE_MODELS
+
+
+MOE_PREFILL_TOKENS = 1024
+MOE_DECODE_TOKENS = 256
+
+
+def _moe_tokens(case) -> int:
+    return case.params.get("tokens", 0)
+
+
+MOE_PREFILL = Target(f"fused_moe at >= {MOE_PREFILL_TOKENS} tokens: >= 60% of bf16 GEMM peak (roofline)", 0.60,
+                     lambda case: _moe_tokens(case) >= MOE_PREFILL_TOKENS, metric="roofline_frac")
+MOE_DECODE = Target(f"fused_moe at <= {MOE_DECODE_TOKENS} tokens: >= 70% of copy bandwidth", 0.70,
+                    lambda case: 0 < _moe_tokens(case) <= MOE_DECODE_TOKENS)
+
+
+def grouped_mm_moe(x, logits, w13, w2, top_k: int, renormalize: bool):
+    """The MoE layer on torch._grouped_mm: pairs sorted by expert, per-expert row counts as the
+    groups' offsets (no host sync), gate_up and down as two grouped GEMMs, the routing-weighted sum."""
+    t, h = x.shape
+    num_experts, inter = w13.shape[0], w2.shape[-1]
+    probs = torch.softmax(logits.float(), dim=-1)
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    if renormalize:
+        weights = weights / weights.sum(-1, keepdim=True)
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.zeros(num_experts, dtype=torch.int32, device=x.device).scatter_add_(
+        0, flat, torch.ones_like(flat, dtype=torch.int32))
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    tokens = order // top_k
+    gate_up = torch._grouped_mm(x[tokens], w13.transpose(1, 2), offs=offs)  # [T*k, 2I]
+    act = (F.silu(gate_up[:, :inter].float()) * gate_up[:, inter:].float()).to(x.dtype)
+    down = torch._grouped_mm(act, w2.transpose(1, 2), offs=offs)  # [T*k, H]
+    y = down.float() * weights.reshape(-1)[order, None]
+    return torch.zeros(t, h, dtype=torch.float32, device=x.device).index_add_(0, tokens, y).to(x.dtype)
+
+
+def _grouped_mm_peer(ctx: PeerContext):
+    if not hasattr(torch, "_grouped_mm"):
+        raise Unsupported("this torch has no torch._grouped_mm")
+    if ctx.device.type != "cuda":
+        raise Skipped("torch._grouped_mm's bf16 kernels need a CUDA GPU (sm90)")
+    if ctx.case.dtype != torch.bfloat16 or torch.cuda.get_device_capability(ctx.device) < (9, 0):
+        raise Unsupported("torch._grouped_mm runs bf16 on sm90 and newer")
+    ref = ctx.reference
+    w13, w2, k, renorm = ref.w13_weight, ref.w2_weight, ref.top_k, ref.topk.renormalize
+    return lambda inputs: grouped_mm_moe(inputs["hidden_states"], inputs["router_logits"], w13, w2, k, renorm)
+
+
+GROUPED_MM = Peer("grouped_mm", "torch._grouped_mm: sort by expert, grouped GEMM, act, grouped GEMM, weighted sum",
+                  _grouped_mm_peer)
+
+
 # ---- the ops -------------------------------------------------------------------------------------
 def _op(peers, targets=(), case_filter=llama_family_bf16) -> OpPeers:
     return OpPeers(tuple(peers), tuple(targets), case_filter)
@@ -346,4 +407,6 @@ OPS: Dict[str, OpPeers] = {
     "row_parallel_linear": _op((EAGER, COMPILE)),
     "replicated_linear": _op((EAGER, COMPILE)),
     "parallel_lm_head": _op((EAGER, COMPILE)),
+    "fused_moe": _op((EAGER, COMPILE, GROUPED_MM), (MOE_PREFILL, MOE_DECODE), moe_bf16),
+    "topk_softmax": _op((EAGER, COMPILE), (), moe_bf16),
 }

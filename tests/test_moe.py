@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fk_pytest import status
 from fk_pytest.compare import output_error
-from fk_pytest.registry import _suite_package
+from fk_pytest.registry import _suite_package, get_task
 from kernels_reference.L1.fused_moe import FusedMoE
 from kernels_reference.L1.topk_softmax import TopKSoftmax
 
@@ -208,3 +208,41 @@ def _code_of(fn) -> str:
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
         tree.body[0].body = body[1:]
     return ast.unparse(tree)
+
+
+# ---- peers -------------------------------------------------------------------------------------------
+def test_grouped_mm_peer_computes_the_layer():
+    """The torch._grouped_mm peer's algorithm (sort, grouped GEMMs, weighted sum) against the float64
+    truth, where this torch runs _grouped_mm on the CPU (on the GPU the peer benchmark checks it)."""
+    peers = importlib.import_module(_suite_package().__name__ + ".peers")
+    m, g = _moe(16, 4, 64, 32, False, torch.bfloat16)
+    x, logits = torch.randn(9, 64, generator=g).bfloat16(), router_logits(9, 16, 4, g, "cpu", torch.bfloat16)
+    logits[:, 2] = -30.0  # an idle expert: an empty group
+    try:
+        out = peers.grouped_mm_moe(x, logits, m.w13_weight, m.w2_weight, 4, False)
+    except (RuntimeError, NotImplementedError, AttributeError) as exc:
+        pytest.skip(f"torch._grouped_mm does not run on this CPU build: {exc}")
+    with torch.no_grad():
+        truth = copy.deepcopy(m).double().forward_native(x.double(), logits.double())
+        err = output_error("out", truth, [m.forward_native(x, logits)], out.detach(), torch.bfloat16)
+    assert err.passed(2.0), err
+
+
+def test_moe_peer_run_on_cpu_and_the_roofline_target():
+    from fk_pytest.peers import Options, benchmark, op_summary
+
+    peers = importlib.import_module(_suite_package().__name__ + ".peers")
+    doc = benchmark(Options(device=torch.device("cpu"), profile="cpu", compile=False),
+                    ["fused_moe", "topk_softmax"], keyword="qwen3 and T5", max_cases=1)
+    by_op = {op["op"]: op for op in doc["ops"]}
+    impls = by_op["fused_moe"]["cases"][0]["impls"]
+    assert impls["reference"]["status"] == "ok" and impls["eager"]["status"] == "ok"
+    assert impls["grouped_mm"]["status"] in ("skipped", "unsupported") and impls["compile"]["status"] == "skipped"
+    assert by_op["topk_softmax"]["cases"][0]["impls"]["eager"]["status"] == "ok"
+    # the prefill target reads the roofline fraction (GEMM peak), not the copy bandwidth
+    task = get_task("fused_moe")
+    case = next(c for c in task.cases("full") if c["tokens"] == 8192)
+    record = {"case": case.id, "ratio": 1.0, "impls": {"reference": {"bw_frac": 0.05, "roofline_frac": 0.7}}}
+    (prefill, decode) = op_summary([record], [peers.MOE_PREFILL, peers.MOE_DECODE], {case.id: case}, False)["targets"]
+    assert prefill["held"] is True and prefill["metric"] == "roofline_frac" and prefill["worst_bw_frac"] == 0.7
+    assert decode["held"] is None  # no decode case in this record

@@ -71,11 +71,16 @@ class Peer:
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """The reference must reach ``min_bw_frac`` of the measured copy bandwidth on the cases it applies to."""
+    """The reference must reach ``min_bw_frac`` of the measured copy bandwidth on the cases it applies to.
+
+    ``metric`` names the reference's rate that is held to the bar: ``bw_frac`` (copy bandwidth) by
+    default, or ``roofline_frac`` (time at the roofline floor / time: the fraction of bf16 GEMM peak
+    where a case is compute-bound, as a prefill GEMM is)."""
 
     name: str
     min_bw_frac: float
     applies: Callable[[Case], bool]
+    metric: str = "bw_frac"
 
 
 @dataclasses.dataclass(frozen=True)

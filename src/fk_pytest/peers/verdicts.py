@@ -40,14 +40,15 @@ def op_summary(cases: Sequence[Dict[str, Any]], targets: Sequence[Target], case_
                                                 and low[0] >= RATIO_SHAPE_FLOOR * (1 - TIMING_NOISE))
     judged = []
     for target in targets:
-        values = [(c["impls"][REFERENCE].get("bw_frac"), c["case"]) for c in cases
+        values = [(c["impls"][REFERENCE].get(target.metric), c["case"]) for c in cases
                   if c["case"] in case_of and target.applies(case_of[c["case"]])]
         measured = [(v, cid) for v, cid in values if v is not None]
         worst = min(measured, default=(None, None))
         held = bool(worst[0] >= target.min_bw_frac) if measured and len(measured) == len(values) else None
         note = ("no case of this run applies" if not values else
                 "no roofline (timings are informational)" if not measured else "")
-        judged.append({"name": target.name, "min_bw_frac": target.min_bw_frac, "cases": len(values),
+        judged.append({"name": target.name, "min_bw_frac": target.min_bw_frac, "metric": target.metric,
+                       "cases": len(values),
                        "worst_bw_frac": worst[0], "worst_case": worst[1], "held": held, "note": note})
     checks = [ratio_held] + [t["held"] for t in judged]
     return {"cases_with_ratio": len(ratios), "ratio_to_best_peer": geo,
