@@ -92,7 +92,7 @@ def test_case_verdict_and_op_summary_math():
     assert s["geomean_ratio"] == pytest.approx(math.sqrt(1.2 * 0.95))
     assert s["min_ratio"] == 0.95 and s["min_ratio_case"] == "b"
     assert s["ratio_target"]["held"] is True  # geomean 1.068 >= 1.0, no shape under 0.9
-    assert s["targets"][0] == {"name": "bw", "min_bw_frac": 0.85, "cases": 1, "worst_bw_frac": 0.9,
+    assert s["targets"][0] == {"name": "bw", "min_bw_frac": 0.85, "metric": "bw_frac", "cases": 1, "worst_bw_frac": 0.9,
                                "worst_case": "a", "held": True, "note": ""}
     assert s["all_held"] is True
 
