@@ -27,7 +27,7 @@ YARN = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "
 # mscale != mscale_all_dim: YaRN's cos/sin carry a factor (1.0347 here) as well as the softmax scale
 YARN_UNEVEN = dict(YARN, mscale=1.0, mscale_all_dim=0.5)
 SHAPES = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32,
-              qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, max_position_embeddings=256,
+              qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, max_position_embeddings=128,
               rope_theta=10000.0, rms_norm_eps=1e-6, attention_bias=False)
 VARIANTS = {"yarn": (None, YARN), "yarn-uneven-mscale": (None, YARN_UNEVEN), "q-lora": (24, YARN)}
 
