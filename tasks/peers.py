@@ -390,6 +390,61 @@ GROUPED_MM = Peer("grouped_mm", "torch._grouped_mm: sort by expert, grouped GEMM
                   _grouped_mm_peer)
 
 
+# ---- multi-head latent attention (DeepSeek-V2) -------------------------------------------------------
+def _mla_sdpa_expanded(ctx: PeerContext):
+    """What a user without an MLA kernel runs: store the latent rows, gather every sequence's history,
+    expand it through kv_b_proj (one GEMM for the batch) into per-head K [k_nope | k_pe] and V, then
+    SDPA (torch's backend choice) per sequence, bottom-right causal."""
+    ref = ctx.reference
+    h, nope, rope, v, rank = (ref.num_heads, ref.qk_nope_head_dim, ref.qk_rope_head_dim, ref.v_head_dim,
+                              ref.kv_lora_rank)
+    cache_name = ctx.task.cache_names()[0]
+    layouts: Dict[tuple, PackedLayout] = {}
+
+    def layer(inputs):
+        meta, cache, q = inputs["metadata"], inputs[cache_name], inputs["q"]
+        t = q.shape[0]
+        rows = torch.cat([inputs["kv_c_normed"].reshape(t, rank), inputs["k_pe"].reshape(t, rope)], -1)
+        flat = cache.view(-1, rank + rope)
+        flat.index_copy_(0, meta.slot_mapping, rows.to(cache.dtype))
+        key = PackedLayout.key(meta)
+        if key not in layouts:
+            layouts[key] = PackedLayout(meta, q.device)
+        layout = layouts[key]
+        history = flat[layout.slots(meta.block_tables)]
+        n = history.shape[0]
+        kv = F.linear(history[:, :rank], ref.kv_b_proj.weight).view(n, h, nope + v)
+        keys = torch.cat([kv[..., :nope], history[:, None, rank:].expand(n, h, rope)], -1)
+        values = kv[..., nope:]
+        qh = q.view(t, h, nope + rope)
+        out = q.new_empty(t, h, v)
+        for i in range(len(layout.q_lens)):
+            qa, qb = layout.q_start[i], layout.q_start[i + 1]
+            ka, kb = layout.kv_start[i], layout.kv_start[i + 1]
+            qi, ki, vi = (x.transpose(0, 1).unsqueeze(0) for x in (qh[qa:qb], keys[ka:kb], values[ka:kb]))
+            if qb - qa == 1 or layout.context(i) == 0:
+                oi = F.scaled_dot_product_attention(qi, ki, vi, is_causal=qb - qa > 1, scale=ref.scale)
+            else:
+                oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=layout.bottom_right_mask(i), scale=ref.scale)
+            out[qa:qb] = oi[0].transpose(0, 1)
+        return out.reshape(t, h * v)
+
+    return layer
+
+
+def _bf16(case) -> bool:
+    return case.dtype == torch.bfloat16
+
+
+MLA_PEERS = (
+    EAGER,
+    Peer("compile", COMPILE.description + f" (batches of up to {MAX_COMPILED_SEQUENCES} sequences)",
+         _compile_attention),
+    Peer("sdpa-expanded", "latent store/gather, kv_b_proj expansion, SDPA per sequence (no MLA kernel)",
+         _mla_sdpa_expanded),
+)
+
+
 # ---- the ops -------------------------------------------------------------------------------------
 def _op(peers, targets=(), case_filter=llama_family_bf16) -> OpPeers:
     return OpPeers(tuple(peers), tuple(targets), case_filter)
@@ -400,6 +455,8 @@ OPS: Dict[str, OpPeers] = {
     "silu_and_mul": _op((EAGER, COMPILE, LIGER_SILU), (MEMORY_BOUND,)),
     "rotary_emb": _op((EAGER, COMPILE, LIGER_ROPE), (MEMORY_BOUND,)),
     "attention": _op(ATTENTION_PEERS, (DECODE_WIDE, DECODE_LONG)),
+    "mla_attention": _op(MLA_PEERS, (), _bf16),
+    "deepseek_rotary_emb": _op((EAGER, COMPILE), (MEMORY_BOUND,), _bf16),
     "vocab_parallel_embedding": _op((EAGER, COMPILE), (MEMORY_BOUND,)),
     # The reference already calls cuBLAS through F.linear; eager and Inductor are still what a user has.
     "qkv_parallel_linear": _op((EAGER, COMPILE)),

@@ -4,7 +4,7 @@ import textwrap
 
 from conftest import CANDIDATES, ROOT
 
-FAST = ["-k", "(rms or silu or rotary) and T1-bf16 and not fuzz"]  # one small real case per L1 task and kind
+FAST = ["-k", "(rms or silu or rotary) and not deepseek and T1-bf16 and not fuzz"]  # one small real case per L1 task and kind
 
 
 def write_tree(root, files):
@@ -29,7 +29,8 @@ def test_ids_and_selection(suite_run):
     assert all("test_rms_norm.py" in i for i in ids)
 
     by_marker = suite_run("--collect-only", "-q", "-m", "rope")
-    assert {line.split("::")[0] for line in by_marker.outlines if "::" in line} == {"tasks/L1/test_rotary_emb.py"}
+    assert {line.split("::")[0] for line in by_marker.outlines if "::" in line} == {
+        "tasks/L1/test_rotary_emb.py", "tasks/L1/test_deepseek_rotary_emb.py"}
     level = suite_run("--collect-only", "-q", "-m", "level1")
     assert len([line for line in level.outlines if "::" in line]) > 100
 

@@ -31,6 +31,11 @@ class RowParallelLinear(ReplicatedLinear):
     """o_proj and down_proj. On one GPU: a plain linear layer."""
 
 
+class ColumnParallelLinear(ReplicatedLinear):
+    """Output-sharded under tensor parallelism (DeepSeek's q_proj, q_b_proj, kv_b_proj). On one
+    GPU: a plain linear layer."""
+
+
 class MergedColumnParallelLinear(ReplicatedLinear):
     def __init__(self, input_size: int, output_sizes: List[int], bias: bool = False):
         super().__init__(input_size, sum(output_sizes), bias)

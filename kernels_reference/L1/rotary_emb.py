@@ -72,10 +72,14 @@ class RotaryEmbedding(RecordsInit, nn.Module):
         """[max_position, rotary_dim] float32 table (cos half, then sin half) for the fast path."""
         key = (str(device), torch.float32)
         if key not in self._tables:
-            positions = torch.arange(self.max_position_embeddings, device=device)
+            positions = torch.arange(self.table_positions(), device=device)
             cos, sin = self.cos_sin(positions, torch.float32)
             self._tables[key] = torch.cat([cos, sin], dim=-1).contiguous()
         return self._tables[key]
+
+    def table_positions(self) -> int:
+        """Positions the fast path's table covers (YaRN variants cover the extended context)."""
+        return self.max_position_embeddings
 
     # ---- forward ------------------------------------------------------------------------------
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
@@ -102,10 +106,15 @@ class RotaryEmbedding(RecordsInit, nn.Module):
         return torch.cat([rot, passthrough], dim=-1).to(dtype).reshape(shape)
 
     def forward_triton(self, positions, query, key):
-        query, key = _per_token_rows(query), _per_token_rows(key)
+        q_rows, k_rows = _head_rows(query, self.head_size), _head_rows(key, self.head_size)
+        self._rotate_rows_triton(positions, q_rows, k_rows)
+        # In place where the rows were views of the inputs; copies come back in the inputs' shapes.
+        return _in_shape_of(query, q_rows), _in_shape_of(key, k_rows)
+
+    def _rotate_rows_triton(self, positions, query, key):
         n_tokens = positions.numel()
         if n_tokens == 0:
-            return query, key
+            return
         if query.is_cuda:
             table = self.cos_sin_table(query.device)
         else:
@@ -115,7 +124,7 @@ class RotaryEmbedding(RecordsInit, nn.Module):
             table = torch.cat([cos, sin], dim=-1).contiguous()
             positions = torch.arange(n_tokens, device=positions.device)
         half = self.rotary_dim // 2
-        nq, nk = query.shape[-1] // self.head_size, key.shape[-1] // self.head_size
+        nq, nk = query.shape[1], key.shape[1]
         # q and k heads form one list of nq + nk rows per token, cut into equal head blocks: every
         # program moves the same amount of data (Llama's 32 q + 8 k heads: 5 blocks of 8). The
         # interpreter takes them all at once (it pays per program, not per element).
@@ -123,22 +132,34 @@ class RotaryEmbedding(RecordsInit, nn.Module):
         half_block = triton.next_power_of_2(half)
         _rope_kernel[(n_tokens, triton.cdiv(nq + nk, heads_block))](
             positions.reshape(-1), query, key, table,
-            query.stride(0), key.stride(0), nq, nk, table.stride(0),
-            self.head_size, half,
+            query.stride(0), query.stride(1), key.stride(0), key.stride(1), nq, nk, table.stride(0), half,
             IS_NEOX=self.is_neox_style, HEADS_BLOCK=heads_block, HALF_BLOCK=half_block,
             num_warps=4 if heads_block * half_block >= 512 else 2,
         )
-        return query, key
 
 
-def _per_token_rows(x: torch.Tensor) -> torch.Tensor:
-    """The fast path writes in place through a [T, heads*head_size] view with packed heads."""
-    if x.dim() == 2 and x.stride(-1) == 1:
-        return x
+def _in_shape_of(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    return x if _same_storage(x, rows) else rows.reshape(x.shape)
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _head_rows(x: torch.Tensor, head_size: int) -> torch.Tensor:
+    """A [T, heads, head_size] view with a unit inner stride, which the kernel rotates in place: the
+    packed [T, heads*head_size] rows of a qkv slice, or per-head views with a wider head stride
+    (DeepSeek's rope part, ``q[..., nope:]`` of [T, heads, nope + rope]). Else a contiguous copy."""
+    t = x.shape[0]
     try:
-        return x.view(x.shape[0], -1)
+        view = x.view(t, -1, head_size)
     except RuntimeError:
-        return x.reshape(x.shape[0], -1).contiguous()
+        view = None
+    if view is None and x.dim() == 3 and x.shape[-1] == head_size:
+        view = x
+    if view is None or view.stride(-1) != 1:
+        view = x.reshape(t, -1, head_size).contiguous()
+    return view
 
 
 def _llama3_scale(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
@@ -163,15 +184,15 @@ if triton is not None:
     @triton.jit
     def _rope_kernel(
         pos_ptr, q_ptr, k_ptr, table_ptr,
-        q_row_stride, k_row_stride, n_q_heads, n_k_heads, table_row_stride,
-        head_size, half,
+        q_row_stride, q_head_stride, k_row_stride, k_head_stride, n_q_heads, n_k_heads, table_row_stride,
+        half,
         IS_NEOX: tl.constexpr, HEADS_BLOCK: tl.constexpr, HALF_BLOCK: tl.constexpr,
     ):
         token = tl.program_id(0).to(tl.int64)
         heads = tl.program_id(1) * HEADS_BLOCK + tl.arange(0, HEADS_BLOCK)
         is_q = heads < n_q_heads
-        head_base = tl.where(is_q, q_ptr + token * q_row_stride + heads * head_size,
-                             k_ptr + token * k_row_stride + (heads - n_q_heads) * head_size)
+        head_base = tl.where(is_q, q_ptr + token * q_row_stride + heads * q_head_stride,
+                             k_ptr + token * k_row_stride + (heads - n_q_heads) * k_head_stride)
         pos = tl.load(pos_ptr + token).to(tl.int64)
         pairs = tl.arange(0, HALF_BLOCK)
         pair_mask = pairs < half

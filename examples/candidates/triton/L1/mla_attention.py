@@ -1,0 +1,65 @@
+"""Multi-head latent attention over a paged latent cache, in plain PyTorch.
+
+Each step's latent rows [kv_c_normed | k_pe] go into the cache at the slot mapping (negative slots
+skipped); then for every sequence its whole history is gathered through its block table, expanded
+through ``kv_b_proj`` into per-head keys [k_nope | k_pe] and values, and attended causally with
+float32 scores and softmax (float64 stays float64)."""
+import torch
+from torch import nn
+
+from kernels_reference.forward_context import get_forward_context
+
+
+class _Linear(nn.Module):
+    def __init__(self, fan_in, fan_out):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(fan_out, fan_in))
+
+    def forward(self, x):
+        return x @ self.weight.t()
+
+
+class MLAAttention(nn.Module):
+    def __init__(self, num_heads, scale, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank):
+        super().__init__()
+        self.h, self.scale = num_heads, scale
+        self.nope, self.rope, self.v, self.rank = qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank
+        self.kv_b_proj = _Linear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim))
+        self.kv_cache = None
+
+    def _attend(self, q, rows, context):
+        n = rows.shape[0]
+        kv = self.kv_b_proj(rows[:, : self.rank]).view(n, self.h, self.nope + self.v)
+        ct = torch.float64 if q.dtype == torch.float64 else torch.float32
+        k = torch.cat([kv[..., : self.nope], rows[:, None, self.rank:].expand(n, self.h, self.rope)], -1).to(ct)
+        scores = torch.einsum("qhd,khd->hqk", q.to(ct), k) * self.scale
+        allowed = torch.arange(n, device=q.device)[None] <= torch.arange(q.shape[0], device=q.device)[:, None] + context
+        probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+        return torch.einsum("hqk,khd->qhd", probs, kv[..., self.nope:].to(ct)).to(q.dtype)
+
+    def forward(self, q, kv_c_normed, k_pe):
+        t = q.shape[0]
+        q = q.reshape(t, self.h, self.nope + self.rope)
+        rows = torch.cat([kv_c_normed.reshape(t, -1), k_pe.reshape(t, -1)], -1)
+        meta = get_forward_context()
+        if meta is None:
+            return self._attend(q, rows, 0).reshape(t, -1)
+        cache = self.kv_cache
+        if cache is not None:
+            slots = meta.slot_mapping.long()
+            keep = slots >= 0
+            cache.view(-1, cache.shape[-1])[slots[keep]] = rows[keep].to(cache.dtype)
+        out = q.new_empty(t, self.h, self.v)
+        start = 0
+        for i, (q_len, n) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu)):
+            a, start = start, start + q_len
+            if q_len == 0:
+                continue
+            if cache is None:
+                history = rows[a:start]
+            else:
+                bs = cache.shape[1]
+                blocks = meta.block_tables[i, : -(-n // bs)].long()
+                history = cache.index_select(0, blocks).reshape(-1, cache.shape[-1])[:n]
+            out[a:start] = self._attend(q[a:start], history, n - q_len)
+        return out.reshape(t, -1)

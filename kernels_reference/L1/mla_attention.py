@@ -1,0 +1,199 @@
+"""Multi-head latent attention (DeepSeek-V2) over a paged latent cache, as vLLM's ``MLAAttention``.
+
+``MLAAttention(num_heads, scale, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank)``;
+``forward(q[T, H*(nope+rope)], kv_c_normed[T, kv_lora_rank], k_pe[T, rope]) -> [T, H*v_head_dim]``.
+``q`` is already rope-rotated in its last ``rope`` features per head, ``kv_c_normed`` is the
+normalised latent and ``k_pe`` the rotated rope key shared by all heads. The layer owns
+``kv_b_proj`` (weight [H*(nope+v), kv_lora_rank], HF's name): it expands a latent row into each
+head's no-rope key and value, ``k_nope[h] = W_UK[h] · c`` and ``v[h] = W_UV[h] · c``.
+
+Cache. ``kv_cache`` [num_blocks, block_size, kv_lora_rank + rope], bound by the model runner, holds
+``[kv_c_normed | k_pe]`` per token: one row for all heads (576 values for DeepSeek-V2, against
+2 * 16 * 192 for the expanded keys and values). The step's rows are stored at ``slot_mapping``
+(slot < 0: padding, skipped), then each sequence's queries attend causally to its whole history
+through its block table (metadata from the forward context). Without a cache the layer attends
+within each packed sequence (context must be 0); without metadata the batch is one sequence.
+
+Semantics (``forward_native``, float64-capable): expand each sequence's history through
+``kv_b_proj``, keys ``[k_nope | k_pe]`` per head, plain causal softmax attention with ``scale``.
+
+Fast path (CUDA; under ``TRITON_INTERPRET=1`` also CPU tensors via ``forward_fast``):
+
+* store: a Triton copy kernel (no host sync; padded slots skipped);
+* decode rows: the *absorbed* form. ``q_nope · k_nope = (q_nope · W_UK) · c``, so each head's query
+  is moved into latent space once per step (a [H, B, nope] x [H, nope, R] batched GEMM), the Triton
+  split-K kernel of :mod:`.mla_decode` scores it against the cached latent + rope rows and sums the
+  latent rows themselves (the "values"), and ``W_UV`` lifts the latent output back per head. The
+  cache is read once as it sits (1152 bytes per token in bf16), never expanded;
+* prefill rows: expanded, then SDPA (FlashAttention). Prefill is compute-bound: per (query, key)
+  pair the expanded form does (nope + rope) + v = 320 multiply-adds per head, the absorbed one
+  (R + rope) + R = 1088, and the expansion GEMM (2 R H (nope + v) per key) is amortised over the
+  chunk's queries. V is zero-padded to the q/k head size (128 -> 192) so FlashAttention, which needs
+  equal head sizes, takes it (vLLM pads the same way); the padding columns are dropped.
+"""
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..dispatch import use_fast_path
+from ..forward_context import AttentionMetadata, get_forward_context
+from ..native import run
+from ..records import RecordsInit
+from .attention import causal_attention, gather_kv
+from .linear import ColumnParallelLinear
+
+try:
+    import triton
+except ImportError:  # the native path still works without Triton
+    triton = None
+
+_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # float64 (the truth) stays native
+PAD_V_FOR_FLASH = True  # tools/h200_mla.py times both choices
+
+
+class MLAAttention(RecordsInit, nn.Module):
+    def __init__(self, num_heads: int, scale: float, qk_nope_head_dim: int, qk_rope_head_dim: int,
+                 v_head_dim: int, kv_lora_rank: int):
+        super().__init__()
+        self.num_heads, self.scale = num_heads, scale
+        self.qk_nope_head_dim, self.qk_rope_head_dim = qk_nope_head_dim, qk_rope_head_dim
+        self.qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
+        self.v_head_dim, self.kv_lora_rank = v_head_dim, kv_lora_rank
+        self.kv_b_proj = ColumnParallelLinear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim), bias=False)
+        self.kv_cache: Optional[torch.Tensor] = None
+
+    # ---- dispatch -----------------------------------------------------------------------------------
+    def forward(self, q: torch.Tensor, kv_c_normed: torch.Tensor, k_pe: torch.Tensor) -> torch.Tensor:
+        if (triton is not None and q.dtype in _KERNEL_DTYPES and get_forward_context() is not None
+                and use_fast_path(q, kv_c_normed, k_pe)):
+            return self.forward_fast(q, kv_c_normed, k_pe)
+        return self._forward(q, kv_c_normed, k_pe, native=False)
+
+    def forward_native(self, q, kv_c_normed, k_pe):
+        return self._forward(q, kv_c_normed, k_pe, native=True)
+
+    def forward_fast(self, q, kv_c_normed, k_pe):
+        """The CUDA path; on CPU tensors only under ``TRITON_INTERPRET=1``. Needs a forward context."""
+        return _mla_fast(self, q, kv_c_normed, k_pe, get_forward_context())
+
+    # ---- the definition -------------------------------------------------------------------------------
+    def latent_rows(self, kv_c_normed: torch.Tensor, k_pe: torch.Tensor) -> torch.Tensor:
+        t = kv_c_normed.shape[0]
+        return torch.cat([kv_c_normed.reshape(t, self.kv_lora_rank), k_pe.reshape(t, self.qk_rope_head_dim)], -1)
+
+    def expand(self, latent: torch.Tensor, native: bool):
+        """Latent rows [n, R + rope] -> keys [n, H, nope + rope] and values [n, H, v]."""
+        n = latent.shape[0]
+        kv = run(self.kv_b_proj, native, latent[:, : self.kv_lora_rank])
+        kv = kv.view(n, self.num_heads, self.qk_nope_head_dim + self.v_head_dim)
+        k_pe = latent[:, None, self.kv_lora_rank:].to(kv.dtype).expand(n, self.num_heads, self.qk_rope_head_dim)
+        return torch.cat([kv[..., : self.qk_nope_head_dim], k_pe], -1), kv[..., self.qk_nope_head_dim:]
+
+    def _forward(self, q, kv_c_normed, k_pe, native):
+        t = q.shape[0]
+        qh = q.reshape(t, self.num_heads, self.qk_head_dim)
+        latent = self.latent_rows(kv_c_normed, k_pe)
+        meta = get_forward_context()
+        if meta is None:  # the whole batch is one causal sequence
+            keys, values = self.expand(latent, native)
+            return causal_attention(qh, keys, values, 0, self.scale).reshape(t, -1)
+        cache = self.kv_cache
+        if cache is not None:
+            keep = meta.slot_mapping >= 0
+            cache.view(-1, cache.shape[-1])[meta.slot_mapping[keep]] = latent[keep].to(cache.dtype)
+        out = q.new_empty(t, self.num_heads, self.v_head_dim)
+        a = 0
+        for i, (q_len, n) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu)):
+            b = a + q_len
+            history = self._history(cache, meta, i, n, n - q_len, latent[a:b])
+            keys, values = self.expand(history, native)
+            out[a:b] = causal_attention(qh[a:b], keys, values, n - q_len, self.scale)
+            a = b
+        return out.reshape(t, -1)
+
+    @staticmethod
+    def _history(cache, meta: AttentionMetadata, i: int, length: int, context: int, own: torch.Tensor):
+        """One sequence's latent rows [length, R + rope]: from the paged cache, or (no cache, no
+        context) the step's own rows."""
+        if cache is not None:
+            return gather_kv(cache, meta.block_tables[i], length)
+        if context == 0:
+            return own
+        raise ValueError("a sequence with cached context needs the layer's kv_cache")
+
+    # ---- absorbed weights ---------------------------------------------------------------------------
+    def absorbed_weights(self):
+        """(W_UK [H, nope, R], W_UV [H, v, R]) as views of ``kv_b_proj.weight``."""
+        w = self.kv_b_proj.weight.view(self.num_heads, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank)
+        return w[:, : self.qk_nope_head_dim], w[:, self.qk_nope_head_dim:]
+
+
+# ---- the fast path ----------------------------------------------------------------------------------
+
+def _mla_fast(layer: MLAAttention, q, kv_c_normed, k_pe, meta: AttentionMetadata) -> torch.Tensor:
+    from .mla_decode import store_latent_triton
+
+    t, heads = q.shape[0], layer.num_heads
+    qh = q.reshape(t, heads, layer.qk_head_dim)
+    out = torch.empty(t, heads, layer.v_head_dim, dtype=q.dtype, device=q.device)
+    query_lens, seq_lens = meta.query_lens_cpu, meta.seq_lens_cpu
+    if len(query_lens) != meta.num_seqs or sum(query_lens) != t:
+        raise ValueError(f"metadata host lengths {query_lens} do not describe {meta.num_seqs} sequences "
+                         f"of {t} query tokens")
+    cache = layer.kv_cache
+    batched_decode = False
+    if cache is not None:
+        store_latent_triton(kv_c_normed, k_pe, cache, meta.slot_mapping)
+        if t == meta.num_seqs and all(n == 1 for n in query_lens):  # pure decode: the CUDA-graph case
+            _absorbed_decode(layer, qh, cache, meta.block_tables, meta.seq_lens, out)
+            return out.view(t, -1)
+        batched_decode = min(query_lens, default=0) >= 1 and 1 in query_lens
+        if batched_decode:  # decode rows of a mixed batch: every sequence's last row, others zeroed
+            starts = meta.query_start_loc
+            last_rows = (starts[1:] - 1).long().clamp_(min=0)
+            one_token = (starts[1:] - starts[:-1]) == 1
+            lens = torch.where(one_token, meta.seq_lens, torch.zeros_like(meta.seq_lens))
+            decoded = torch.empty(meta.num_seqs, heads, layer.v_head_dim, dtype=q.dtype, device=q.device)
+            _absorbed_decode(layer, qh.index_select(0, last_rows), cache, meta.block_tables, lens, decoded)
+            out.index_copy_(0, last_rows, decoded)
+    latent = None
+    start = 0
+    for i, (q_len, n) in enumerate(zip(query_lens, seq_lens)):
+        a, start = start, start + q_len
+        if q_len == 0 or (q_len == 1 and batched_decode):
+            continue
+        context = n - q_len
+        if context > 0:
+            history = MLAAttention._history(cache, meta, i, n, context, None)
+        else:  # no cached context: the step's own rows are the whole history, no gather
+            latent = layer.latent_rows(kv_c_normed, k_pe) if latent is None else latent
+            history = latent[a:start]
+        out[a:start] = _expanded_prefill(layer, qh[a:start], history, context)
+    return out.view(t, -1)
+
+
+def _absorbed_decode(layer: MLAAttention, qh, cache, block_tables, seq_lens, out) -> None:
+    """One query row per sequence, in latent space: q_nope · W_UK, the Triton kernel, then W_UV."""
+    from .mla_decode import mla_decode
+
+    b, rank = qh.shape[0], layer.kv_lora_rank
+    w_uk, w_uv = layer.absorbed_weights()
+    absorbed = torch.empty(b, layer.num_heads, rank + layer.qk_rope_head_dim, dtype=qh.dtype, device=qh.device)
+    # [H, B, nope] x [H, nope, R] -> [H, B, R]: each head's query moved into latent space
+    absorbed[..., :rank] = torch.bmm(qh[..., : layer.qk_nope_head_dim].transpose(0, 1), w_uk).transpose(0, 1)
+    absorbed[..., rank:] = qh[..., layer.qk_nope_head_dim:]
+    latent_out = mla_decode(absorbed, cache, block_tables, seq_lens, layer.scale, rank)
+    # [H, B, R] x [H, R, v] -> [H, B, v]
+    out.copy_(torch.bmm(latent_out.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1))
+
+
+def _expanded_prefill(layer: MLAAttention, q, history, context: int) -> torch.Tensor:
+    from .sdpa_prefill import sdpa_causal
+
+    keys, values = layer.expand(history, native=False)
+    pad = layer.qk_head_dim - layer.v_head_dim
+    if PAD_V_FOR_FLASH and pad > 0:
+        values = F.pad(values, (0, pad))
+    return sdpa_causal(q, keys, values, context, layer.scale)[..., : layer.v_head_dim]
