@@ -222,17 +222,8 @@ def _launch_one_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
             return _decode_one_pass_kernel.warmup(*args, grid=grid, **meta)
         return _decode_one_pass_kernel[grid](*args, **meta)
 
-    splits = num_splits
-    if splits is None:
-        resident = None
-        if query.is_cuda and num_seqs * num_kv_heads < sm_count(query.device):
-            key = (query.device, query.dtype, key_cache.dtype, group, head_dim, block_size, config)
-            resident = _RESIDENT.get(key)
-            if resident is None:  # compile once (the split kernel), read its footprint
-                resident = _RESIDENT[key] = _resident_programs_per_sm(
-                    launch((1, 1, 1), True, out, out, seq_lens, warmup=True), query.device)
-        splits = decode_num_splits(num_seqs, num_kv_heads, block_tables.shape[1], sm_count(query.device),
-                                   config, resident)
+    splits = num_splits or one_pass_plan(query, key_cache, block_tables, config,
+                                         lambda: launch((1, 1, 1), True, out, out, seq_lens, warmup=True))["splits"]
     if splits > 1:
         rows = num_seqs * num_kv_heads * splits * group  # [seq, kv head, split, group] rows
         part_out = torch.empty(rows, head_dim, dtype=torch.float32, device=query.device)
@@ -245,6 +236,25 @@ def _launch_one_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
 
 
 _RESIDENT: dict = {}
+
+
+def one_pass_plan(query: torch.Tensor, key_cache: torch.Tensor, block_tables: torch.Tensor,
+                  config: DecodeConfig = DECODE_CONFIG, compile_split_kernel=None) -> dict:
+    """The one-pass launch for these shapes: ``splits`` per sequence and ``resident_per_sm``
+    (programs of the split kernel that fit on one SM at once; None off the GPU or before the
+    kernel was compiled when ``compile_split_kernel`` is not given)."""
+    num_seqs, _, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = key_cache.shape
+    resident = None
+    if query.is_cuda and num_seqs * num_kv_heads < sm_count(query.device):
+        key = (query.device, query.dtype, key_cache.dtype, query.shape[1] // num_kv_heads, head_dim, block_size,
+               config)
+        resident = _RESIDENT.get(key)
+        if resident is None and compile_split_kernel is not None:  # compile once, read the footprint
+            resident = _RESIDENT[key] = _resident_programs_per_sm(compile_split_kernel(), query.device)
+    splits = decode_num_splits(num_seqs, num_kv_heads, block_tables.shape[1], sm_count(query.device), config,
+                               resident)
+    return {"splits": splits, "resident_per_sm": resident}
 
 
 def _resident_programs_per_sm(compiled, device: torch.device) -> Optional[int]:
