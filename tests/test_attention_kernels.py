@@ -250,16 +250,16 @@ def test_resident_programs_from_the_compiled_footprint(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
 
     def compiled(regs, shared, warps):
-        return types.SimpleNamespace(_init_handles=lambda: None, n_regs=regs,
-                                     metadata=types.SimpleNamespace(shared=shared, num_warps=warps))
+        kernel = types.SimpleNamespace(_init_handles=lambda: None, n_regs=regs,
+                                       metadata=types.SimpleNamespace(shared=shared, num_warps=warps))
+        return lambda: kernel
 
     resident = decode_module._resident_programs_per_sm
     assert resident(compiled(107, 38912, 4), "cuda") == 4  # registers: 112 x 128 threads per program
     assert resident(compiled(121, 72192, 8), "cuda") == 2  # registers: 128 x 256 threads
     assert resident(compiled(80, 140288, 8), "cuda") == 1  # shared memory
     assert resident(compiled(32, 1024, 4), "cuda") == 16  # threads: 2048 / 128
-    broken = types.SimpleNamespace(_init_handles=lambda: 1 / 0)
-    assert resident(broken, "cuda") is None  # an unknown Triton: the config's figure is used
+    assert resident(lambda: types.SimpleNamespace(_init_handles=lambda: 1 / 0), "cuda") is None  # an unknown Triton: the config's figure is used
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

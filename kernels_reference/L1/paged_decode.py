@@ -1,24 +1,31 @@
 """Split-K flash-decoding over a paged KV cache, in Triton (the decode half of ``Attention``).
 
-Decode is bound by reading the KV cache once, so the kernel is organised around that read:
+Decode is bound by reading the KV cache once, so the kernels are organised around that read:
 
 * one program per (sequence, kv head, split): all query heads of a GQA group are loaded as one tile
   and share every K/V block the program reads (K/V are read once per group, not once per head);
-* a sequence's blocks are divided evenly among the splits *on the device* (from its ``seq_len``),
-  several blocks per loop iteration, with an online softmax in float32; splits past the end of a
-  short sequence do no work;
-* the latency chain of one loop iteration is kept short, because at batch 1 it is the whole cost:
-  the K and V tiles are requested together before the QK dot, and the block-table entries of the
-  next iteration are requested before this iteration's math;
-* with more than one split, each program writes its normalised partial output and log-sum-exp to
-  a workspace; the splits are merged either by a second small kernel or (``fused_merge``) by the
-  last program of each (sequence, kv head) to finish, found with an atomic counter that the same
-  program resets to zero (so a replayed CUDA graph finds it zeroed).
+* an online softmax in float32 over tiles of several blocks, K and V requested together.
+
+Two kernels, chosen by ``DecodeConfig.kernel``:
+
+* ``"one-pass"`` (default). Split s takes tiles s, s+S, s+2S, ... of its sequence (balanced to one
+  tile whatever the length); every split with work writes a partial and counts itself on an
+  atomic counter per (sequence, kv head); the last to count merges the partials in the same
+  launch and zeroes the counter again (so a replayed CUDA graph finds it zeroed). At a small batch
+  (fewer (sequence, kv head) pairs than SMs) the split count is rounded *down* to what is resident
+  at once: the compiled kernel's registers and shared memory say how many programs fit on an SM,
+  and a second wave would pay the whole latency chain (sequence length -> block table -> K/V)
+  again. Why: on the H200 the two-pass kernel at B1 C8192 compiles to 137 registers (3 programs
+  per SM) but was launched as 4 per SM (528 programs), so a quarter ran in a second wave, followed
+  by a merge launch; its fused merge spilled (255 registers, 2 per SM).
+* ``"two-pass"`` (the earlier kernel, ``TWO_PASS_CONFIG``): contiguous block ranges per split, a
+  second small merge kernel, or (``fused_merge``) the last-program merge of one head at a time.
 
 CUDA-graph contract (the engine captures decode once per batch size and replays it): nothing here
 syncs with the host, and the launch (grid, number of splits, workspace size) is a function of
 tensor *shapes* (number of sequences, ``block_tables.shape[1]``, heads, head size) and module
-constants only, never of metadata values. A sequence with ``seq_len == 0`` (a padded row of a
+constants only (one-pass: and the compiled kernel's footprint, itself fixed by dtypes and
+shapes), never of metadata values. A sequence with ``seq_len == 0`` (a padded row of a
 graph batch) produces zeros.
 """
 from __future__ import annotations
@@ -251,16 +258,18 @@ def one_pass_plan(query: torch.Tensor, key_cache: torch.Tensor, block_tables: to
                config)
         resident = _RESIDENT.get(key)
         if resident is None and compile_split_kernel is not None:  # compile once, read the footprint
-            resident = _RESIDENT[key] = _resident_programs_per_sm(compile_split_kernel(), query.device)
+            resident = _RESIDENT[key] = _resident_programs_per_sm(compile_split_kernel, query.device)
     splits = decode_num_splits(num_seqs, num_kv_heads, block_tables.shape[1], sm_count(query.device), config,
                                resident)
     return {"splits": splits, "resident_per_sm": resident}
 
 
-def _resident_programs_per_sm(compiled, device: torch.device) -> Optional[int]:
-    """Programs of a compiled kernel that fit on one SM at once (registers, shared memory,
-    threads), or None when the compiled kernel or the device does not say."""
+def _resident_programs_per_sm(compile_kernel, device: torch.device) -> Optional[int]:
+    """Programs of a kernel (``compile_kernel()`` returns Triton's compiled kernel) that fit on one
+    SM at once (registers, shared memory, threads), or None when the compiled kernel or the device
+    does not say (a kernel that does not compile fails at its launch, with Triton's own message)."""
     try:
+        compiled = compile_kernel()
         compiled._init_handles()
         regs, shared, warps = compiled.n_regs, compiled.metadata.shared, compiled.metadata.num_warps
         props = torch.cuda.get_device_properties(device)
