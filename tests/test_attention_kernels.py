@@ -91,11 +91,60 @@ def _check_fast_path(nq, nk, d, context, query, dtype, **kw):
     return fast, native
 
 
+KERNEL_CONFIGS = {"one-pass": decode_module.DECODE_CONFIG, "two-pass": decode_module.TWO_PASS_CONFIG}
+
+
+@pytest.mark.parametrize("kernel", list(KERNEL_CONFIGS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("heads", [(8, 2), (4, 4)], ids=["gqa4", "mha"])
-def test_decode_batch_matches_native(dtype, heads):
+def test_decode_batch_matches_native(dtype, heads, kernel, monkeypatch):
     # contexts not multiples of the block size, one shorter than a block, one spanning many blocks
+    monkeypatch.setattr(decode_module, "DECODE_CONFIG", KERNEL_CONFIGS[kernel])
     _check_fast_path(*heads, 64, [40, 17, 63, 3, 100], [1] * 5, dtype)
+
+
+# The one-pass kernel with one block per tile, so that on the interpreter's 4-SM stand-in a few
+# sequences split several ways and every split runs several tiles (interleaved, merged in-launch).
+ONE_PASS_SMALL_TILES = dataclasses.replace(decode_module.DECODE_CONFIG, blocks_per_iter=1)
+
+
+@pytest.mark.parametrize("group", range(1, 9))
+def test_one_pass_every_gqa_group(group, monkeypatch):
+    # 3 sequences x 1 kv head on 4 "SMs": 5 splits; odd contexts, one empty-tailed, shuffled tables
+    monkeypatch.setattr(decode_module, "DECODE_CONFIG", ONE_PASS_SMALL_TILES)
+    _check_fast_path(group, 1, 64, [70, 17, 40], [1, 1, 1], torch.bfloat16, seed=group)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_one_pass_half_and_single_precision(dtype, monkeypatch):
+    monkeypatch.setattr(decode_module, "DECODE_CONFIG", ONE_PASS_SMALL_TILES)
+    _check_fast_path(6, 2, 64, [53, 9], [1, 1], dtype, padded_rows=1)
+
+
+def test_one_pass_head_dim_128_long_single_sequence():
+    # Llama-3.1-8B's group of 4 at d 128, batch 1 over 19 blocks: the default config's own split count
+    _check_fast_path(4, 1, 128, [300], [1], torch.bfloat16)
+
+
+def test_one_pass_batch_128_without_splits():
+    """A batch that fills the SMs: one split per (sequence, kv head), the output written directly.
+    Called directly (not through the layer) and checked against a batched float64 evaluation: at
+    128 sequences the interpreter's per-program cost is what a test pays."""
+    gen = _gen(4)
+    batch, nq, nk, d, width = 128, 2, 1, 32, 2
+    lens = torch.tensor([(7 * i) % 23 for i in range(batch)], dtype=torch.int32)  # 0 (padded row) .. 22
+    tables = torch.randperm(batch * width + 5, generator=gen)[: batch * width].view(batch, width).to(torch.int32)
+    k_cache, v_cache = (torch.randn(batch * width + 5, BLOCK, nk, d, generator=gen).to(torch.bfloat16) for _ in "kv")
+    q = torch.randn(batch, nq, d, generator=gen).to(torch.bfloat16)
+    assert decode_module.one_pass_plan(q, k_cache, tables)["splits"] == 1
+    got = decode_module.paged_decode(q, k_cache, v_cache, tables, lens, d ** -0.5)
+    ks, vs = (c[tables.long()].flatten(1, 2).double() for c in (k_cache, v_cache))  # [B, width*16, nk, d]
+    scores = torch.einsum("bhd,btd->bht", q.double(), ks[:, :, 0]) * d ** -0.5
+    scores = scores.masked_fill(torch.arange(width * BLOCK)[None, None, :] >= lens[:, None, None].long(), float("-inf"))
+    want = torch.einsum("bht,btd->bhd", torch.softmax(scores, -1).nan_to_num(0.0), vs[:, :, 0])
+    assert torch.count_nonzero(got[lens == 0]) == 0 and torch.isfinite(got).all()
+    rel = torch.linalg.vector_norm(got.double() - want) / torch.linalg.vector_norm(want)
+    assert rel < 2 ** -7, rel  # bfloat16 output (8 bits of mantissa), bfloat16 P in P@V, interpreter truncation
 
 
 def test_decode_head_dim_128_grouped_query_7():
@@ -108,12 +157,20 @@ def test_padded_decode_row_gives_zeros_and_stores_nothing(dtype):
     assert torch.count_nonzero(fast[0][2:]) == 0
 
 
-@pytest.mark.parametrize("fused_merge", [False, True], ids=["merge-kernel", "fused-merge"])
+SPLIT_VARIANTS = {
+    "two-pass-merge-kernel": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1),
+    "two-pass-fused-merge": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1, fused_merge=True),
+    "one-pass": ONE_PASS_SMALL_TILES,
+}
+
+
+@pytest.mark.parametrize("variant", list(SPLIT_VARIANTS))
 @pytest.mark.parametrize("splits", [1, 2, 3, 5, 8])
-def test_decode_splits_agree_with_uneven_partitions(splits, fused_merge):
+def test_decode_splits_agree_with_uneven_partitions(splits, variant):
     # 100 tokens = 7 blocks: uneven shares; 3 tokens: one block, most splits empty; 0: no work at all;
     # one block per iteration so a split runs several iterations (the table prefetch is exercised)
-    config = dataclasses.replace(decode_module.DECODE_CONFIG, blocks_per_iter=1, fused_merge=fused_merge)
+    config = SPLIT_VARIANTS[variant]
+    fused_merge = config.fused_merge or config.kernel == "one-pass"
     gen = _gen(1)
     nq, nk, d, lens = 8, 2, 32, [100, 3, 0, 49]
     tables = torch.randperm(40, generator=gen)[:4 * 8].view(4, 8).to(torch.int32)
@@ -136,17 +193,20 @@ def test_decode_splits_agree_with_uneven_partitions(splits, fused_merge):
         torch.testing.assert_close(split[i].double(), torch.einsum("hk,khd->hd", probs, vs), rtol=1e-5, atol=1e-6)
 
 
-def test_decode_launch_depends_on_shapes_not_metadata_values(monkeypatch):
+@pytest.mark.parametrize("kernel", list(KERNEL_CONFIGS))
+def test_decode_launch_depends_on_shapes_not_metadata_values(monkeypatch, kernel):
     """The CUDA-graph contract: same shapes, different seq_lens -> the same grid and workspace."""
     grids = []
-    kernel = decode_module._paged_decode_kernel
+    name = "_decode_one_pass_kernel" if kernel == "one-pass" else "_paged_decode_kernel"
+    real = getattr(decode_module, name)
 
     class Recorder:
         def __getitem__(self, grid):
             grids.append(grid)
-            return kernel[grid]
+            return real[grid]
 
-    monkeypatch.setattr(decode_module, "_paged_decode_kernel", Recorder())
+    monkeypatch.setattr(decode_module, name, Recorder())
+    monkeypatch.setattr(decode_module, "DECODE_CONFIG", KERNEL_CONFIGS[kernel])
     gen = _gen(2)
     tables = torch.randperm(64, generator=gen)[:2 * 16].view(2, 16).to(torch.int32)
     k_cache, v_cache = (torch.randn(64, BLOCK, 2, 32, generator=gen) for _ in "kv")
@@ -167,6 +227,39 @@ def test_decode_splits_favour_small_batches():
     assert splits(256, max_blocks=32) == 1
     assert splits(1, max_blocks=8) == 2  # 8 blocks = 2 iterations of 4
     assert decode_module.decode_num_splits(1, 1, 10 ** 6, 132, dataclasses.replace(config, max_splits=16)) == 16
+
+
+def test_one_pass_splits_stay_within_one_resident_wave():
+    """One-pass at a small batch: programs rounded *down* to what fits at once (a second wave would
+    pay the whole latency chain again), capped by the compiled kernel's residency and max_splits."""
+    config = decode_module.DecodeConfig(kernel="one-pass", blocks_per_iter=4, small_batch_programs_per_sm=4,
+                                        programs_per_sm=2, max_splits=128)
+    splits = functools.partial(decode_module.decode_num_splits, num_kv_heads=8, num_sms=132, config=config)
+    assert splits(1, max_blocks=512) == 66  # 528 programs = 4 per SM
+    assert splits(1, max_blocks=512, resident_per_sm=3) == 49  # 392 programs <= 396 slots (50 would not fit)
+    assert splits(5, max_blocks=512) == 13  # 520 programs (14 splits: 560 > 528)
+    assert splits(32, max_blocks=128) == 2  # the SMs are full: the two-pass rule
+    assert decode_module.decode_num_splits(1, 8, 512, 132) == min(decode_module.DECODE_CONFIG.max_splits, 66)
+
+
+def test_resident_programs_from_the_compiled_footprint(monkeypatch):
+    """Registers (per warp, 256 at a time), shared memory (+1 KiB per block) and threads per SM."""
+    import types
+    props = types.SimpleNamespace(regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472,
+                                  max_threads_per_multi_processor=2048)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+
+    def compiled(regs, shared, warps):
+        kernel = types.SimpleNamespace(_init_handles=lambda: None, n_regs=regs,
+                                       metadata=types.SimpleNamespace(shared=shared, num_warps=warps))
+        return lambda: kernel
+
+    resident = decode_module._resident_programs_per_sm
+    assert resident(compiled(107, 38912, 4), "cuda") == 4  # registers: 112 x 128 threads per program
+    assert resident(compiled(121, 72192, 8), "cuda") == 2  # registers: 128 x 256 threads
+    assert resident(compiled(80, 140288, 8), "cuda") == 1  # shared memory
+    assert resident(compiled(32, 1024, 4), "cuda") == 16  # threads: 2048 / 128
+    assert resident(lambda: types.SimpleNamespace(_init_handles=lambda: 1 / 0), "cuda") is None  # an unknown Triton: the config's figure is used
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -47,7 +47,7 @@ CHUNK = (3072, 1024)  # (cached context, new tokens)
 SWEEP = {"blocks_per_iter": [2, 4, 8], "num_warps": [4, 8], "programs_per_sm": [1, 2, 4],
          "small_batch_programs_per_sm": [4, 8], "max_splits": [64, 128], "fused_merge": [False, True]}
 EXTRA_DECODE = [{"num_stages": 1}, {"num_stages": 3}, {"fused_merge": True}]  # changes to the default
-PREVIOUS_DEFAULT = {"blocks_per_iter": 4, "num_warps": 4, "num_stages": 2, "programs_per_sm": 4,
+PREVIOUS_DEFAULT = {"kernel": "two-pass", "blocks_per_iter": 4, "num_warps": 4, "num_stages": 2, "programs_per_sm": 4,
                     "small_batch_programs_per_sm": 4, "max_splits": 64, "fused_merge": False}
 STORE_WARPS = [2, 4, 8]
 PREFILL_VARIANTS = [  # (name, forced backend or None for torch's choice, expand K/V)

@@ -1,24 +1,31 @@
 """Split-K flash-decoding over a paged KV cache, in Triton (the decode half of ``Attention``).
 
-Decode is bound by reading the KV cache once, so the kernel is organised around that read:
+Decode is bound by reading the KV cache once, so the kernels are organised around that read:
 
 * one program per (sequence, kv head, split): all query heads of a GQA group are loaded as one tile
   and share every K/V block the program reads (K/V are read once per group, not once per head);
-* a sequence's blocks are divided evenly among the splits *on the device* (from its ``seq_len``),
-  several blocks per loop iteration, with an online softmax in float32; splits past the end of a
-  short sequence do no work;
-* the latency chain of one loop iteration is kept short, because at batch 1 it is the whole cost:
-  the K and V tiles are requested together before the QK dot, and the block-table entries of the
-  next iteration are requested before this iteration's math;
-* with more than one split, each program writes its normalised partial output and log-sum-exp to
-  a workspace; the splits are merged either by a second small kernel or (``fused_merge``) by the
-  last program of each (sequence, kv head) to finish, found with an atomic counter that the same
-  program resets to zero (so a replayed CUDA graph finds it zeroed).
+* an online softmax in float32 over tiles of several blocks, K and V requested together.
+
+Two kernels, chosen by ``DecodeConfig.kernel``:
+
+* ``"one-pass"`` (default). Split s takes tiles s, s+S, s+2S, ... of its sequence (balanced to one
+  tile whatever the length); every split with work writes a partial and counts itself on an
+  atomic counter per (sequence, kv head); the last to count merges the partials in the same
+  launch and zeroes the counter again (so a replayed CUDA graph finds it zeroed). At a small batch
+  (fewer (sequence, kv head) pairs than SMs) the split count is rounded *down* to what is resident
+  at once: the compiled kernel's registers and shared memory say how many programs fit on an SM,
+  and a second wave would pay the whole latency chain (sequence length -> block table -> K/V)
+  again. Why: on the H200 the two-pass kernel at B1 C8192 compiles to 137 registers (3 programs
+  per SM) but was launched as 4 per SM (528 programs), so a quarter ran in a second wave, followed
+  by a merge launch; its fused merge spilled (255 registers, 2 per SM).
+* ``"two-pass"`` (the earlier kernel, ``TWO_PASS_CONFIG``): contiguous block ranges per split, a
+  second small merge kernel, or (``fused_merge``) the last-program merge of one head at a time.
 
 CUDA-graph contract (the engine captures decode once per batch size and replays it): nothing here
 syncs with the host, and the launch (grid, number of splits, workspace size) is a function of
 tensor *shapes* (number of sequences, ``block_tables.shape[1]``, heads, head size) and module
-constants only, never of metadata values. A sequence with ``seq_len == 0`` (a padded row of a
+constants only (one-pass: and the compiled kernel's footprint, itself fixed by dtypes and
+shapes), never of metadata values. A sequence with ``seq_len == 0`` (a padded row of a
 graph batch) produces zeros.
 """
 from __future__ import annotations
@@ -40,22 +47,36 @@ LOG2E = 1.4426950408889634
 
 @dataclasses.dataclass(frozen=True)
 class DecodeConfig:
-    """Tuning knobs of the decode kernel (tools/gpu_attention.py sweeps them on the H200)."""
+    """Tuning knobs of the decode kernels (tools/h200_decode_b1.py times them on the H200)."""
 
+    # "one-pass": split-KV whose last split to finish merges, in the same launch, with as many
+    # programs at a small batch as are resident at once (one wave). "two-pass": the earlier kernel
+    # (contiguous split ranges, a second merge launch unless fused_merge), kept for comparison.
+    kernel: str = "one-pass"
     blocks_per_iter: int = 4  # cache blocks (of block_size tokens) per loop iteration
-    num_warps: int = 4
-    num_stages: int = 2
+    num_warps: int = 8
+    # Triton's software pipeline depth. With the block-table load ahead of the K/V loads, 5 is the
+    # first depth at which Triton (3.9, sm_90) keeps two K/V tiles per program in flight.
+    num_stages: int = 5
     # Split a batch until about this many programs per SM are in flight. A batch whose
     # (sequence, kv head) pairs do not fill the SMs (batch 1-16 of an 8-kv-head model on an H200)
     # is latency-bound: more, shorter splits help it; a batch that does fill them only pays for
     # splitting (workspace traffic, a merge), so it is split just enough to cover the SMs twice.
+    # One-pass: a small batch is split to at most this many programs per SM *and* no more than fit
+    # on an SM at once (from the compiled kernel's registers and shared memory), so there is no
+    # second wave that would pay the whole latency chain again.
     programs_per_sm: int = 2
     small_batch_programs_per_sm: int = 4
-    max_splits: int = 128
-    fused_merge: bool = False  # merge splits in the decode kernel (atomic counter) instead of a 2nd launch
+    max_splits: int = 32  # one-pass: the merging program reads splits x group x head_size floats
+    fused_merge: bool = False  # two-pass only: merge in the decode kernel (atomic counter)
 
 
 DECODE_CONFIG = DecodeConfig()
+# The configuration used before the one-pass kernel (its measured H200 numbers are in
+# docs/perf/h200-attention.md); tools/h200_decode_b1.py times it beside the default.
+TWO_PASS_CONFIG = DecodeConfig(kernel="two-pass", blocks_per_iter=4, num_warps=4, num_stages=2, programs_per_sm=2,
+                               small_batch_programs_per_sm=4, max_splits=128, fused_merge=False)
+KERNELS = ("one-pass", "two-pass")
 
 
 @functools.lru_cache(maxsize=None)
@@ -71,15 +92,39 @@ def sm_count(device: torch.device) -> int:
 
 
 def decode_num_splits(num_seqs: int, num_kv_heads: int, max_blocks: int, num_sms: int,
-                      config: DecodeConfig = DECODE_CONFIG) -> int:
+                      config: DecodeConfig = DECODE_CONFIG, resident_per_sm: Optional[int] = None) -> int:
     """Splits per sequence, from shapes only: enough programs to fill the GPU, never more splits
     than a full-width block table has loop iterations (so a long sequence never has an idle split
-    for lack of blocks), at least one."""
+    for lack of blocks), at least one. ``resident_per_sm``: programs of the compiled one-pass
+    kernel that fit on one SM at once (None: unknown, the config's figure is trusted)."""
     programs = max(num_seqs * num_kv_heads, 1)
-    per_sm = config.small_batch_programs_per_sm if programs < num_sms else config.programs_per_sm
-    wanted = -(-per_sm * num_sms // programs)
     iterations = max(-(-max_blocks // config.blocks_per_iter), 1)
+    if config.kernel == "one-pass" and programs < num_sms:
+        # Latency-bound: as many programs as run at once, rounded *down* so all start together.
+        per_sm = config.small_batch_programs_per_sm
+        if resident_per_sm:
+            per_sm = min(per_sm, resident_per_sm)
+        wanted = per_sm * num_sms // programs
+    else:
+        per_sm = config.small_batch_programs_per_sm if programs < num_sms else config.programs_per_sm
+        wanted = -(-per_sm * num_sms // programs)
     return max(1, min(wanted, iterations, config.max_splits))
+
+
+def _check_inputs(query, key_cache, value_cache, block_tables, seq_lens):
+    if query.dim() != 3 or key_cache.dim() != 4 or key_cache.shape != value_cache.shape:
+        raise ValueError(f"expected query [B, nq, d] and caches [blocks, block_size, nk, d], got "
+                         f"{tuple(query.shape)}, {tuple(key_cache.shape)}, {tuple(value_cache.shape)}")
+    num_seqs, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, cache_dim = key_cache.shape
+    if cache_dim != head_dim or num_heads % num_kv_heads:
+        raise ValueError(f"{num_heads} query heads of size {head_dim} do not fit a cache of "
+                         f"{num_kv_heads} kv heads of size {cache_dim}")
+    if block_tables.dim() != 2 or block_tables.shape[0] != num_seqs or seq_lens.shape != (num_seqs,):
+        raise ValueError(f"block_tables {tuple(block_tables.shape)} / seq_lens {tuple(seq_lens.shape)} "
+                         f"do not describe {num_seqs} sequences")
+    if key_cache.stride(-1) != 1 or value_cache.stride(-1) != 1:
+        raise ValueError("the KV cache must have a unit stride over the head dimension")
 
 
 def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -92,42 +137,45 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
     key_cache / value_cache [num_blocks, block_size, nk, d]; block_tables [B, max_blocks] int32;
     seq_lens [B] int32 (tokens in the cache, including this step's). Returns ``out`` [B, nq, d]
     (allocated in the query's dtype when not given). ``num_splits`` overrides the shape-derived
-    choice (tests use it to force uneven partitions).
+    choice (tests use it to force uneven partitions). ``config.kernel`` picks the kernel.
     """
     if triton is None:
         raise RuntimeError("paged_decode needs Triton")
     config = config or DECODE_CONFIG
-    if query.dim() != 3 or key_cache.dim() != 4 or key_cache.shape != value_cache.shape:
-        raise ValueError(f"expected query [B, nq, d] and caches [blocks, block_size, nk, d], got "
-                         f"{tuple(query.shape)}, {tuple(key_cache.shape)}, {tuple(value_cache.shape)}")
-    num_seqs, num_heads, head_dim = query.shape
-    _, block_size, num_kv_heads, cache_dim = key_cache.shape
-    if cache_dim != head_dim or num_heads % num_kv_heads:
-        raise ValueError(f"{num_heads} query heads of size {head_dim} do not fit a cache of "
-                         f"{num_kv_heads} kv heads of size {cache_dim}")
-    if block_tables.dim() != 2 or block_tables.shape[0] != num_seqs or seq_lens.shape != (num_seqs,):
-        raise ValueError(f"block_tables {tuple(block_tables.shape)} / seq_lens {tuple(seq_lens.shape)} "
-                         f"do not describe {num_seqs} sequences")
+    if config.kernel not in KERNELS:
+        raise ValueError(f"unknown decode kernel {config.kernel!r}; expected one of {KERNELS}")
+    _check_inputs(query, key_cache, value_cache, block_tables, seq_lens)
     if query.stride(-1) != 1:
         query = query.contiguous()
-    if key_cache.stride(-1) != 1 or value_cache.stride(-1) != 1:
-        raise ValueError("the KV cache must have a unit stride over the head dimension")
     if block_tables.stride(-1) != 1:
         block_tables = block_tables.contiguous()
     if out is None:
-        out = torch.empty(num_seqs, num_heads, head_dim, dtype=query.dtype, device=query.device)
-    if num_seqs == 0:
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    if query.shape[0] == 0:
         return out
+    tile = config.blocks_per_iter * key_cache.shape[1]
+    if tile < 16 or tile & (tile - 1):
+        raise ValueError(f"blocks_per_iter * block_size must be a power of two >= 16, got {tile}")
+    launch = _launch_one_pass if config.kernel == "one-pass" else _launch_two_pass
+    launch(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits)
+    return out
 
+
+def _f32_dot(query: torch.Tensor) -> bool:
+    # float32 inputs keep full precision (no TF32); Triton's interpreter multiplies bfloat16
+    # tiles wrongly (it reads their raw bits), so off the GPU half tiles are upcast first.
+    return query.dtype == torch.float32 or not query.is_cuda
+
+
+def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits):
+    num_seqs, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = key_cache.shape
     group = num_heads // num_kv_heads
     splits = num_splits or decode_num_splits(num_seqs, num_kv_heads, block_tables.shape[1],
                                              sm_count(query.device), config)
     # tl.dot wants every tile dimension >= 16; padded query rows are computed and dropped.
     group_pad = max(16, triton.next_power_of_2(group))
     dim_pad = max(16, triton.next_power_of_2(head_dim))
-    tile = config.blocks_per_iter * block_size
-    if tile < 16 or tile & (tile - 1):
-        raise ValueError(f"blocks_per_iter * block_size must be a power of two >= 16, got {tile}")
     fused_merge = splits > 1 and config.fused_merge
     if splits > 1:
         part_out = torch.empty(num_seqs, num_heads, splits, head_dim, dtype=torch.float32, device=query.device)
@@ -144,10 +192,7 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
         block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, DIM_PAD=dim_pad,
         BLOCK_SIZE=block_size, BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=splits > 1,
-        FUSED_MERGE=fused_merge, SPLITS_PAD=triton.next_power_of_2(splits),
-        # float32 inputs keep full precision (no TF32); Triton's interpreter multiplies bfloat16
-        # tiles wrongly (it reads their raw bits), so off the GPU half tiles are upcast first.
-        F32_DOT=query.dtype == torch.float32 or not query.is_cuda,
+        FUSED_MERGE=fused_merge, SPLITS_PAD=triton.next_power_of_2(splits), F32_DOT=_f32_dot(query),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if splits > 1 and not fused_merge:
@@ -156,7 +201,85 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
             HEAD_DIM=head_dim, DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(splits),
             num_warps=4,
         )
-    return out
+
+
+def _launch_one_pass(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits):
+    num_seqs, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = key_cache.shape
+    group = num_heads // num_kv_heads
+    group_pow2 = triton.next_power_of_2(group)
+    dim_pad = max(16, triton.next_power_of_2(head_dim))
+    # The merge reads MERGE_CHUNK splits x group x head_size floats per step: about 64 per thread.
+    merge_chunk = max(1, (64 * 32 * config.num_warps) // (group_pow2 * dim_pad))
+    merge_chunk = 1 << (merge_chunk.bit_length() - 1)
+
+    def launch(grid, split, part_out, part_lse, counters, warmup=False):
+        args = (query, key_cache, value_cache, block_tables, seq_lens, out, part_out, part_lse, counters,
+                scale * LOG2E,
+                query.stride(0), query.stride(1),
+                key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+                value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+                block_tables.stride(0), out.stride(0), out.stride(1))
+        # tl.dot wants every tile dimension >= 16; padded query rows are computed and dropped.
+        meta = dict(GROUP=group, GROUP_PAD=max(16, group_pow2), GROUP_POW2=group_pow2, HEAD_DIM=head_dim,
+                    DIM_PAD=dim_pad, BLOCK_SIZE=block_size, BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=split,
+                    MERGE_CHUNK=merge_chunk, F32_DOT=_f32_dot(query),
+                    num_warps=config.num_warps, num_stages=config.num_stages)
+        if warmup:
+            return _decode_one_pass_kernel.warmup(*args, grid=grid, **meta)
+        return _decode_one_pass_kernel[grid](*args, **meta)
+
+    splits = num_splits or one_pass_plan(query, key_cache, block_tables, config,
+                                         lambda: launch((1, 1, 1), True, out, out, seq_lens, warmup=True))["splits"]
+    if splits > 1:
+        rows = num_seqs * num_kv_heads * splits * group  # [seq, kv head, split, group] rows
+        part_out = torch.empty(rows, head_dim, dtype=torch.float32, device=query.device)
+        part_lse = torch.empty(rows, dtype=torch.float32, device=query.device)
+        counters = _split_counters(query.device, num_seqs * num_kv_heads)
+    else:  # one split writes the final output directly; the workspace pointers are unused
+        part_out = part_lse = out
+        counters = seq_lens
+    launch((num_seqs, num_kv_heads, splits), splits > 1, part_out, part_lse, counters)
+
+
+_RESIDENT: dict = {}
+
+
+def one_pass_plan(query: torch.Tensor, key_cache: torch.Tensor, block_tables: torch.Tensor,
+                  config: DecodeConfig = DECODE_CONFIG, compile_split_kernel=None) -> dict:
+    """The one-pass launch for these shapes: ``splits`` per sequence and ``resident_per_sm``
+    (programs of the split kernel that fit on one SM at once; None off the GPU or before the
+    kernel was compiled when ``compile_split_kernel`` is not given)."""
+    num_seqs, _, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = key_cache.shape
+    resident = None
+    if query.is_cuda and num_seqs * num_kv_heads < sm_count(query.device):
+        key = (query.device, query.dtype, key_cache.dtype, query.shape[1] // num_kv_heads, head_dim, block_size,
+               config)
+        resident = _RESIDENT.get(key)
+        if resident is None and compile_split_kernel is not None:  # compile once, read the footprint
+            resident = _RESIDENT[key] = _resident_programs_per_sm(compile_split_kernel, query.device)
+    splits = decode_num_splits(num_seqs, num_kv_heads, block_tables.shape[1], sm_count(query.device), config,
+                               resident)
+    return {"splits": splits, "resident_per_sm": resident}
+
+
+def _resident_programs_per_sm(compile_kernel, device: torch.device) -> Optional[int]:
+    """Programs of a kernel (``compile_kernel()`` returns Triton's compiled kernel) that fit on one
+    SM at once (registers, shared memory, threads), or None when the compiled kernel or the device
+    does not say (a kernel that does not compile fails at its launch, with Triton's own message)."""
+    try:
+        compiled = compile_kernel()
+        compiled._init_handles()
+        regs, shared, warps = compiled.n_regs, compiled.metadata.shared, compiled.metadata.num_warps
+        props = torch.cuda.get_device_properties(device)
+    except Exception:  # noqa: BLE001 - another Triton's internals: fall back to the config
+        return None
+    regs_per_warp = -(-max(regs, 1) * 32 // 256) * 256  # registers are allocated per warp, 256 at a time
+    by_regs = getattr(props, "regs_per_multiprocessor", 65536) // (regs_per_warp * warps)
+    by_smem = getattr(props, "shared_memory_per_multiprocessor", 233472) // (shared + 1024)  # 1 KiB reserved per block
+    by_threads = props.max_threads_per_multi_processor // (32 * warps)
+    return max(1, min(by_regs, by_smem, by_threads, 32))
 
 
 _COUNTERS: dict = {}
@@ -310,3 +433,129 @@ if triton is not None:
         head = tl.program_id(1)
         _merge_one_head(part_out_ptr, part_lse_ptr, out_ptr, (seq * tl.num_programs(1) + head) * num_splits,
                         seq * o_s_seq + head * o_s_head, num_splits, HEAD_DIM, DIM_PAD, SPLITS_PAD)
+
+    @triton.jit
+    def _decode_one_pass_kernel(
+        q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr,
+        counters_ptr, scale_log2,
+        q_s_seq, q_s_head,
+        k_s_block, k_s_tok, k_s_head,
+        v_s_block, v_s_tok, v_s_head,
+        bt_s_seq, o_s_seq, o_s_head,
+        GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, GROUP_POW2: tl.constexpr, HEAD_DIM: tl.constexpr,
+        DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCKS_PER_ITER: tl.constexpr,
+        SPLIT: tl.constexpr, MERGE_CHUNK: tl.constexpr, F32_DOT: tl.constexpr,
+    ):
+        """One program per (sequence, kv head, split); split s takes tiles s, s + S, s + 2S, ... of
+        the sequence (a tile = BLOCKS_PER_ITER cache blocks). With S > 1 the last split of a
+        (sequence, kv head) to finish merges all of them, in the same launch."""
+        seq = tl.program_id(0).to(tl.int64)
+        kv_head = tl.program_id(1)
+        split = tl.program_id(2)
+        num_kv_heads = tl.num_programs(1)
+        num_splits = tl.num_programs(2)
+        TILE: tl.constexpr = BLOCKS_PER_ITER * BLOCK_SIZE
+
+        seq_len = tl.load(seq_lens_ptr + seq)
+        num_tiles = tl.cdiv(seq_len, TILE)
+
+        g = tl.arange(0, GROUP_PAD)
+        d = tl.arange(0, DIM_PAD)
+        heads = kv_head * GROUP + g
+        d_mask = (d < HEAD_DIM)[None, :]
+        row_mask = (g < GROUP)[:, None] & d_mask
+        q = tl.load(q_ptr + seq * q_s_seq + heads[:, None] * q_s_head + d[None, :], mask=row_mask, other=0.0)
+
+        t = tl.arange(0, TILE)
+        offset_in_block = t % BLOCK_SIZE
+        table = block_tables_ptr + seq * bt_s_seq
+        k_base = k_cache_ptr + kv_head * k_s_head + offset_in_block[:, None] * k_s_tok + d[None, :]
+        v_base = v_cache_ptr + kv_head * v_s_head + offset_in_block[:, None] * v_s_tok + d[None, :]
+        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)  # running max, in log2 units
+        l = tl.zeros([GROUP_PAD], tl.float32)
+        acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
+        # Interleaved tiles: every split's share differs by at most one tile, and a split's first
+        # table read does not depend on how the sequence is divided.
+        for tile in range(split, num_tiles, num_splits):
+            token = tile * TILE + t
+            valid = token < seq_len
+            physical = tl.load(table + token // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
+            kv_mask = valid[:, None] & d_mask
+            k = tl.load(k_base + physical[:, None] * k_s_block, mask=kv_mask, other=0.0)
+            v = tl.load(v_base + physical[:, None] * v_s_block, mask=kv_mask, other=0.0)
+            if F32_DOT:
+                s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            s = tl.where(valid[None, :], s * scale_log2, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))
+            alpha = tl.exp2(m - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l = l * alpha + tl.sum(p, axis=1)
+            p_low = p.to(v.dtype)  # P@V takes p at the cache's precision, as on tensor cores
+            if F32_DOT:
+                pv = tl.dot(p_low.to(tl.float32), v.to(tl.float32), input_precision="ieee")
+            else:
+                pv = tl.dot(p_low, v)
+            acc = acc * alpha[:, None] + pv
+            m = m_new
+
+        has_work = l > 0.0  # false for a split without tiles and for a padded row (seq_len 0)
+        result = acc / tl.where(has_work, l, 1.0)[:, None]
+        if not SPLIT:
+            tl.store(out_ptr + seq * o_s_seq + heads[:, None] * o_s_head + d[None, :],
+                     result.to(out_ptr.dtype.element_ty), mask=row_mask)
+        else:
+            # Workspace rows [seq, kv head, split, group]: a (seq, kv head)'s partials are contiguous.
+            pair = seq * num_kv_heads + kv_head
+            # Only splits with tiles write (the merge reads those); the split test is broadcast to
+            # a tensor because Triton's interpreter rejects a scalar inside a mask.
+            row = (pair * num_splits + split) * GROUP + g
+            row_live = (g < GROUP) & (tl.zeros([GROUP_PAD], tl.int32) + split < num_tiles)
+            tl.store(part_out_ptr + row[:, None] * HEAD_DIM + d[None, :], result,
+                     mask=row_live[:, None] & d_mask)
+            lse = m + tl.log2(tl.where(has_work, l, 1.0))
+            tl.store(part_lse_ptr + row, lse, mask=row_live)
+            # Every thread's partial stores happen before the counter's release (barrier, then an
+            # acq_rel atomic at GPU scope); the split that counts last sees all partials.
+            tl.debug_barrier()
+            counter = counters_ptr + pair
+            finished_before = tl.atomic_add(counter, 1, sem="acq_rel")
+            if finished_before == num_splits - 1:
+                tl.atomic_xchg(counter, 0)  # zero again for the next launch / graph replay
+                _merge_group(part_out_ptr, part_lse_ptr, out_ptr, pair * num_splits * GROUP,
+                             seq * o_s_seq + kv_head * GROUP * o_s_head, o_s_head,
+                             tl.minimum(num_tiles, num_splits), GROUP, GROUP_POW2, HEAD_DIM, DIM_PAD,
+                             MERGE_CHUNK)
+
+    @triton.jit
+    def _merge_group(part_out_ptr, part_lse_ptr, out_ptr, row0, out_offset, o_s_head, active_splits,
+                     GROUP: tl.constexpr, GROUP_POW2: tl.constexpr, HEAD_DIM: tl.constexpr,
+                     DIM_PAD: tl.constexpr, MERGE_CHUNK: tl.constexpr):
+        """The GROUP heads of one (sequence, kv head) from its first ``active_splits`` partials (the
+        splits that had tiles), MERGE_CHUNK splits at a time with a running max. Partials are read
+        at L2 (``.cg``): other SMs wrote them during this launch."""
+        c = tl.arange(0, MERGE_CHUNK)[:, None]
+        g = tl.arange(0, GROUP_POW2)[None, :]
+        d = tl.arange(0, DIM_PAD)[None, None, :]
+        top = tl.full([GROUP_POW2], float("-inf"), tl.float32)
+        total = tl.zeros([GROUP_POW2], tl.float32)
+        merged = tl.zeros([GROUP_POW2, DIM_PAD], tl.float32)
+        for first in range(0, active_splits, MERGE_CHUNK):
+            mask = ((first + c) < active_splits) & (g < GROUP)  # [chunk, group]
+            row = row0 + (first + c) * GROUP + g
+            lse = tl.load(part_lse_ptr + row, mask=mask, other=float("-inf"), cache_modifier=".cg")
+            parts = tl.load(part_out_ptr + row[:, :, None] * HEAD_DIM + d,
+                            mask=mask[:, :, None] & (d < HEAD_DIM), other=0.0, cache_modifier=".cg")
+            new_top = tl.maximum(top, tl.max(lse, axis=0))
+            base = tl.where(new_top == float("-inf"), 0.0, new_top)  # nothing yet: weights 0
+            w = tl.exp2(lse - base[None, :])
+            rescale = tl.exp2(top - base)
+            total = total * rescale + tl.sum(w, axis=0)
+            merged = merged * rescale[:, None] + tl.sum(parts * w[:, :, None], axis=0)
+            top = new_top
+        merged = merged / tl.where(total > 0.0, total, 1.0)[:, None]
+        gg = tl.arange(0, GROUP_POW2)[:, None]
+        dd = tl.arange(0, DIM_PAD)[None, :]
+        tl.store(out_ptr + out_offset + gg * o_s_head + dd, merged.to(out_ptr.dtype.element_ty),
+                 mask=(gg < GROUP) & (dd < HEAD_DIM))

@@ -1,0 +1,397 @@
+"""Paged decode at batch 1 (and regression shapes): the one-pass kernel against the two-pass one.
+
+    python3 tools/h200_decode_b1.py               # on the H200, from the repo root (well under 2 minutes)
+    python3 tools/h200_decode_b1.py --tiny-cpu    # tiny shapes, Triton interpreter, CPU wall times
+
+Llama-3.1-8B attention (32 q heads, 8 kv heads, d 128), paged cache [blocks, 16, 8, 128] in bfloat16,
+block tables shuffled. Cases: B1 C8192 (the target), B1 C2048, B1 C32768, B32 C2048, B128 C1024.
+
+1. Checks, per case and kernel: the output against a float32 evaluation (relative L2 and max abs
+   error; the new kernel must be as close as the old one, within 2x, and within 1e-2); the output of
+   the timed graphs after all timing replays (the one-pass merge counters must still be zero); and
+   the one-pass kernel captured once, then replayed after seq_lens and the block table changed in
+   place (the CUDA-graph contract).
+2. Timing, the suite's amortised method (src/fk_pytest/timing.py): per implementation a graph of one
+   call and a graph of K calls, call j on its own copy of the cache (no call finds its K/V in L2),
+   K so that a K-call replay lasts >= 100 us (at least 2); the L2 flushed before every replay;
+   implementations interleaved round by round; per call = median over rounds of
+   (K-call replay - one-call replay) / (K - 1).
+3. Bandwidth: bytes = KV cache read once + q + out. The fraction is of 4.24 TB/s (the brief's H200
+   copy figure) and of a device-to-device copy measured here (1 GiB, events).
+4. At the batch-1 cases, a sweep of the one-pass knobs (tile, warps, pipeline depth, split cap), the
+   two-pass kernel with its fused merge, and the two-pass kernel held to one wave (2 programs per
+   SM), so the table says which design choice moved the time.
+
+Prints markdown tables last; writes $OUT/h200_decode_b1.json when OUT is set.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "src")]
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tiny-cpu", action="store_true", help="tiny shapes on the CPU (Triton interpreter)")
+    p.add_argument("--no-sweep", action="store_true", help="old and new default configs only")
+    return p.parse_args()
+
+
+ARGS = parse_args()
+if ARGS.tiny_cpu:
+    os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is defined
+
+import torch  # noqa: E402
+
+from kernels_reference.L1 import paged_decode as decode_mod  # noqa: E402
+
+DEVICE = torch.device("cpu" if ARGS.tiny_cpu else "cuda")
+GPU = DEVICE.type == "cuda"  # timed with CUDA graphs (else one wall-clock call each)
+NQ, NK, HD, BLOCK = 32, 8, 128, 16
+CASES = [(1, 8192), (1, 2048), (1, 32768), (32, 2048), (128, 1024)]
+COPY_TBPS = 4.24  # H200 copy bandwidth quoted in the brief
+TARGET_US = 100.0  # a K-call replay lasts at least this long
+MAX_CALLS = 64
+SETS_BYTES = 3 << 30  # cache copies per case, shared by all implementations
+ROUNDS = 60
+if ARGS.tiny_cpu:
+    NQ, NK, HD = 8, 2, 64
+    CASES = [(1, 200), (3, 40)]
+
+OLD = decode_mod.TWO_PASS_CONFIG
+NEW = decode_mod.DECODE_CONFIG
+SWEEP = {  # label -> changes to the new default (one-pass) or to the old config (two-pass)
+    "1p bpi4 w4 st2 (1 tile in flight, 4/SM)": ("new", dict(num_warps=4, num_stages=2, max_splits=64)),
+    "1p bpi4 w4 st5 (3/SM)": ("new", dict(num_warps=4, max_splits=64)),
+    "1p bpi4 w4 st5 cap32": ("new", dict(num_warps=4)),
+    "1p bpi4 w8 st2": ("new", dict(num_stages=2)),
+    "1p bpi4 w8 st5 cap16": ("new", dict(max_splits=16)),
+    "1p bpi4 w8 st5 cap64": ("new", dict(max_splits=64)),
+    "1p bpi8 w8 st5 (2 x 64 KiB tiles, 1/SM)": ("new", dict(blocks_per_iter=8)),
+    "1p bpi8 w8 st2": ("new", dict(blocks_per_iter=8, num_stages=2)),
+    "1p bpi8 w4 st2": ("new", dict(blocks_per_iter=8, num_warps=4, num_stages=2)),
+    "1p bpi2 w4 st5 cap64": ("new", dict(blocks_per_iter=2, num_warps=4, max_splits=64)),
+    "2p fused merge": ("old", dict(fused_merge=True)),
+    "2p one wave (2/SM)": ("old", dict(small_batch_programs_per_sm=2)),
+}
+if ARGS.tiny_cpu:
+    SWEEP = {"1p bpi2 w4": ("new", dict(blocks_per_iter=2, num_warps=4)), "2p fused merge": ("old", dict(fused_merge=True))}
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+
+def make_sets(batch, context, count, seed=0):
+    """``count`` input sets: set 0 random, the others copies of it in their own memory (so a call
+    on set j never finds set j-1's K/V in L2, and every call's output equals set 0's)."""
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    per_seq = -(-context // BLOCK)
+    blocks = batch * per_seq + 2
+    tables = torch.randperm(blocks, generator=g, device=DEVICE)[: batch * per_seq].view(batch, per_seq)
+    first = {
+        "q": torch.randn(batch, NQ, HD, generator=g, device=DEVICE).to(torch.bfloat16),
+        "k": torch.randn(blocks, BLOCK, NK, HD, generator=g, device=DEVICE).to(torch.bfloat16),
+        "v": torch.randn(blocks, BLOCK, NK, HD, generator=g, device=DEVICE).to(torch.bfloat16),
+        "bt": tables.to(torch.int32).contiguous(),
+        "sl": torch.full((batch,), context, dtype=torch.int32, device=DEVICE),
+    }
+    return [first] + [{k: v.clone() for k, v in first.items()} for _ in range(count - 1)]
+
+
+def set_bytes(s):
+    return sum(t.numel() * t.element_size() for t in s.values())
+
+
+def decode_bytes(batch, context):
+    return (2 * batch * context * NK * HD + 2 * batch * NQ * HD) * 2  # K and V once, q in, out, bf16
+
+
+def reference_f32(s):
+    """Float32 attention of each sequence's query over its gathered K/V (GQA by grouping heads)."""
+    q, bt, sl = s["q"].float(), s["bt"].long(), s["sl"]
+    batch, width = bt.shape
+    ks, vs = (s[n][bt].flatten(1, 2).float() for n in "kv")  # [B, width*16, nk, d]
+    qg = q.view(batch, NK, NQ // NK, HD)
+    scores = torch.einsum("bkgd,btkd->bkgt", qg, ks) * HD ** -0.5
+    past_end = torch.arange(width * BLOCK, device=q.device)[None, :] >= sl[:, None].long()
+    scores = scores.masked_fill(past_end[:, None, None, :], float("-inf"))
+    out = torch.einsum("bkgt,btkd->bkgd", torch.softmax(scores, dim=-1), vs)
+    return out.reshape(batch, NQ, HD)
+
+
+def errors(got, want):
+    got, want = got.float(), want.float()
+    rel = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+    return {"rel_l2": rel, "max_abs": float((got - want).abs().max()), "finite": bool(torch.isfinite(got).all())}
+
+
+def decode_call(config):
+    return lambda s: decode_mod.paged_decode(s["q"], s["k"], s["v"], s["bt"], s["sl"], HD ** -0.5, config=config)
+
+
+# ---- timing --------------------------------------------------------------------------------------
+
+class Amortised:
+    """One implementation: a one-call graph (set 0) and a K-call graph (call j on set j)."""
+
+    def __init__(self, fn, sets, calls):
+        self.fn, self.calls = fn, calls
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # compilation and lazy buffers before any capture
+            for s in sets[:2]:
+                fn(s)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        self.one = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.one):
+            self.one_out = fn(sets[0])
+        self.many = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.many):
+            self.many_out = [fn(s) for s in sets[:calls]]
+
+
+def single_us(fn, sets, flush, tries=5):
+    """Median of a few flushed one-call graph replays (picks K)."""
+    runner = Amortised(fn, sets, 1)
+    times = []
+    for _ in range(tries):
+        flush()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        runner.one.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def time_amortised(runners, flush, rounds=ROUNDS):
+    """Per-call us of every runner, interleaved (order flipped each round), L2 flushed before each
+    replay, all events read after one final synchronisation."""
+    names = list(runners)
+    ev = {n: [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(rounds)] for n in names}
+    for i in range(rounds):
+        for n in (names if i % 2 == 0 else names[::-1]):
+            e = ev[n][i]
+            flush()
+            e[0].record()
+            runners[n].one.replay()
+            e[1].record()
+            flush()
+            e[2].record()
+            runners[n].many.replay()
+            e[3].record()
+    torch.cuda.synchronize()
+    out = {}
+    for n in names:
+        k = runners[n].calls
+        one = [e[0].elapsed_time(e[1]) * 1e3 for e in ev[n]]
+        many = [e[2].elapsed_time(e[3]) * 1e3 for e in ev[n]]
+        per_call = sorted((m - o) / (k - 1) for m, o in zip(many, one))
+        q1, q3 = per_call[len(per_call) // 4], per_call[3 * len(per_call) // 4]
+        med = statistics.median(per_call)
+        out[n] = {"us": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "single_us": statistics.median(one),
+                  "calls": k, "rounds": rounds, "mode": "cuda-graph amortised"}
+    return out
+
+
+def measured_copy_tbps():
+    if not GPU:
+        return None
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.int8, device=DEVICE).random_()
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(10):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    del src, dst
+    return 2 * n / statistics.median(times) / 1e12
+
+
+# ---- checks ---------------------------------------------------------------------------------------
+
+def check_graph_replay_new_metadata():
+    """The one-pass kernel captured at B1 C8192, replayed after seq_len and the block table changed
+    in place (shorter, reshuffled), three times: each replay equals the float32 evaluation."""
+    context = 8192 if GPU else 200
+    s = make_sets(1, context, 1, seed=11)[0]
+    want_full = reference_f32(s)
+    fn = decode_call(NEW)
+    if not GPU:
+        got = fn(s)
+        return {"check": "graph-replay-new-metadata", "ok": errors(got, want_full)["rel_l2"] < 1e-2}
+    fn(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(s)
+    worst, ok = 0.0, True
+    g = torch.Generator(device=DEVICE).manual_seed(12)
+    for length in (context, context // 2 + 37, 5):
+        s["sl"].fill_(length)
+        s["bt"].copy_(s["bt"][:, torch.randperm(s["bt"].shape[1], generator=g, device=DEVICE)])
+        graph.replay()
+        torch.cuda.synchronize()
+        err = errors(out, reference_f32(s))
+        worst = max(worst, err["rel_l2"])
+        ok = ok and err["finite"] and err["rel_l2"] < 1e-2
+    counters_zero = all(int(torch.count_nonzero(c)) == 0 for c in decode_mod._COUNTERS.values())
+    return {"check": "graph-replay-new-metadata", "ok": ok and counters_zero, "worst_rel_l2": worst,
+            "counters_zero": counters_zero}
+
+
+# ---- main -----------------------------------------------------------------------------------------
+
+def implementations(batch):
+    impls = {"old": OLD, "new": NEW}
+    if batch == 1 and not ARGS.no_sweep:
+        for label, (base, change) in SWEEP.items():
+            impls[label] = dataclasses.replace(NEW if base == "new" else OLD, **change)
+    return impls
+
+
+def plan(config, s):
+    if config.kernel == "one-pass":
+        return decode_mod.one_pass_plan(s["q"], s["k"], s["bt"], config)
+    return {"splits": decode_mod.decode_num_splits(s["q"].shape[0], NK, s["bt"].shape[1],
+                                                   decode_mod.sm_count(DEVICE), config), "resident_per_sm": None}
+
+
+def run_case(batch, context, flush, result):
+    t0 = time.time()
+    impls = implementations(batch)
+    probe = make_sets(batch, context, 1)
+    want = reference_f32(probe[0])
+    rows = {}
+    for name, cfg in impls.items():  # correctness first (compiles every kernel once)
+        row = rows[name] = {"case": f"B{batch} C{context}", "impl": name, "config": dataclasses.asdict(cfg)}
+        try:
+            got = decode_call(cfg)(probe[0])
+            row.update(errors(got, want), **plan(cfg, probe[0]))
+        except Exception as exc:  # noqa: BLE001 - a variant that fails is recorded, not fatal
+            row["error"] = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+    base_err = max(rows["old"].get("rel_l2", 0.0), 2 ** -9)
+    for row in rows.values():
+        row["ok"] = "error" not in row and row["finite"] and row["rel_l2"] < 1e-2 and row["rel_l2"] <= 2 * base_err
+    live = {n: impls[n] for n, r in rows.items() if "error" not in r}
+    if GPU:
+        single = single_us(decode_call(live["new"] if "new" in live else next(iter(live.values()))), probe, flush)
+        calls = max(2, min(MAX_CALLS, math.ceil(TARGET_US / single), SETS_BYTES // set_bytes(probe[0])))
+        del probe
+        sets = make_sets(batch, context, calls)
+        runners = {}
+        for name, cfg in live.items():
+            try:
+                runners[name] = Amortised(decode_call(cfg), sets, calls)
+            except Exception as exc:  # noqa: BLE001
+                rows[name]["error"] = f"capture: {type(exc).__name__}: {exc}"
+        for name, t in time_amortised(runners, flush).items():
+            rows[name].update(t)
+            # the timed graphs after all their replays: the first and last call of the K-call graph
+            r = runners[name]
+            after = [errors(r.many_out[0], want), errors(r.many_out[-1], want), errors(r.one_out, want)]
+            rows[name]["after_timing_rel_l2"] = max(e["rel_l2"] for e in after)
+            rows[name]["ok"] = rows[name]["ok"] and rows[name]["after_timing_rel_l2"] < 1e-2
+        del runners, sets
+        torch.cuda.empty_cache()
+    else:  # the interpreter: one wall-clock call each, informational only
+        for name, cfg in live.items():
+            t = time.perf_counter()
+            decode_call(cfg)(probe[0])
+            rows[name].update({"us": (time.perf_counter() - t) * 1e6, "calls": 1, "mode": "cpu-wall"})
+    nbytes = decode_bytes(batch, context)
+    for row in rows.values():
+        row["bytes"] = nbytes
+        if "us" in row:
+            row["tbps"] = nbytes / (row["us"] * 1e-6) / 1e12
+            row["frac_4.24"] = row["tbps"] / COPY_TBPS
+            if result.get("copy_tbps"):
+                row["frac_measured_copy"] = row["tbps"] / result["copy_tbps"]
+    result["rows"] += list(rows.values())
+    print(f"B{batch} C{context}: {time.time() - t0:.1f} s", flush=True)
+
+
+def fmt(x, spec=".2f"):
+    return "-" if x is None else format(x, spec)
+
+
+def print_tables(result):
+    rows = result["rows"]
+    by_case = {}
+    for r in rows:
+        by_case.setdefault(r["case"], {})[r["impl"]] = r
+    print("\n## Paged decode, Llama-3.1-8B heads 32/8 d128, bf16 cache, block 16 "
+          f"({'amortised CUDA-graph us per call' if GPU else 'CPU interpreter wall us: no meaning'})")
+    print(f"copy bandwidth: 4.24 TB/s (brief), measured here {fmt(result.get('copy_tbps'))} TB/s\n")
+    print("| case | old us | new us | new frac of 4.24 TB/s | new frac of measured copy | speedup | new splits | checks |")
+    print("|---|---|---|---|---|---|---|---|")
+    for case, impls in by_case.items():
+        old, new = impls.get("old", {}), impls.get("new", {})
+        speed = old["us"] / new["us"] if "us" in old and "us" in new else None
+        ok = all(impls[n].get("ok") for n in ("old", "new") if n in impls)
+        print(f"| {case} | {fmt(old.get('us'))} | {fmt(new.get('us'))} | {fmt(new.get('frac_4.24'))} | "
+              f"{fmt(new.get('frac_measured_copy'))} | {fmt(speed)} | {new.get('splits', '-')} | "
+              f"{'ok' if ok else 'FAILED'} |")
+    sweep = [r for r in rows if r["impl"] not in ("old", "new") or r["case"].startswith("B1 ")]
+    if any(r["impl"] not in ("old", "new") for r in sweep):
+        print("\n| case | variant | us | frac of 4.24 | splits | resident/SM | K | spread | check |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in sorted(sweep, key=lambda r: (r["case"], r.get("us", 1e9))):
+            print(f"| {r['case']} | {r['impl']} | {fmt(r.get('us'))} | {fmt(r.get('frac_4.24'))} | "
+                  f"{r.get('splits', '-')} | {r.get('resident_per_sm') or '-'} | {r.get('calls', '-')} | "
+                  f"{fmt(r.get('spread'))} | {'ok' if r.get('ok') else r.get('error', 'FAILED')[:60]} |")
+    checks = result["checks"]
+    print("\n| check | ok |\n|---|---|")
+    for c in checks:
+        print(f"| {c['check']} | {'ok' if c['ok'] else 'FAILED'} |")
+
+
+def main():
+    t0 = time.time()
+    result = {"device": torch.cuda.get_device_name() if GPU else "cpu (interpreter)",
+              "torch": torch.__version__, "triton": __import__("triton").__version__,
+              "new_config": dataclasses.asdict(NEW), "old_config": dataclasses.asdict(OLD), "rows": [], "checks": []}
+    result["copy_tbps"] = measured_copy_tbps()
+    flush = None
+    if GPU:
+        from fk_pytest.timing import L2Flusher
+        flush = L2Flusher(DEVICE)
+    try:
+        result["checks"].append(check_graph_replay_new_metadata())
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        result["checks"].append({"check": "graph-replay-new-metadata", "ok": False, "error": repr(exc)})
+    for batch, context in CASES:
+        try:
+            run_case(batch, context, flush, result)
+        except Exception as exc:  # noqa: BLE001 - the other cases still run
+            traceback.print_exc()
+            result["rows"].append({"case": f"B{batch} C{context}", "impl": "old", "error": repr(exc)})
+    result["wall_s"] = time.time() - t0
+    if os.environ.get("OUT"):
+        os.makedirs(os.environ["OUT"], exist_ok=True)
+        with open(os.path.join(os.environ["OUT"], "h200_decode_b1.json"), "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    print_tables(result)
+    print(f"\nwall {result['wall_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
