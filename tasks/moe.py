@@ -1,0 +1,210 @@
+"""Mixture-of-experts tasks: the routing-aware correctness rule and the shared MoE case shapes.
+
+Routing. At L2 and above the router logits are computed inside the module, in the model dtype. A
+token whose k-th and (k+1)-th largest logits are closer than that dtype can resolve goes to
+either expert in an honest implementation (rounding is monotone, so a wider gap keeps its order,
+but a narrower one may become a tie or swap with a different summation order or a 1-ulp different
+input), and its output then differs by O(1): no error bar can separate that from a wrong kernel.
+Such tokens are left out of the comparison (``Task.undetermined_rows``): the truth's FusedMoE
+modules record the float64 logits they see, and a token is undetermined when
+
+    logit_k - logit_(k+1) < ROUTING_ULPS * eps(dtype) * max(|logit_k|, |logit_(k+1)|, rms(logits))
+
+i.e. within a few units in the last place of the two competing logits (their own rounding), or of
+the logits' typical size (the rounding the gate's input carries at L3 and L4). Softmax is monotone,
+so logit order is probability order. With Qwen3-30B-A3B's 128 experts and k = 8 in bf16 a sizable
+share of tokens is undetermined (the 8th and 9th logits are typically ~0.06 sigma apart): the cap
+on the excluded share is 50% per draw, and one-token draws are redrawn (fk_pytest.correctness).
+
+Where an undetermined token's difference goes: at L2 and L3 only its own row of the block's output
+(the MoE block is the last step of a layer). Across layers (L4) it also reaches, in every later
+layer, its own and its sequence's later tokens' rows and their K/V cache slots (attention mixes
+them), so those are left out too.
+"""
+from typing import Callable, Dict, List, Tuple
+
+import torch
+from hypothesis import strategies as st
+
+from fk_pytest.task import DTYPE_NAMES
+from kernels_reference.L1.fused_moe import FusedMoE
+
+from .configs import load_config
+from .dense import DenseTask
+from .workload import fuzz_cap
+
+ROUTING_ULPS = 2.0
+
+
+class RouterLogits:
+    """Records, per FusedMoE module of a (truth) model in forward order, the router logits it saw."""
+
+    def __init__(self, root: torch.nn.Module):
+        self.calls: List[Tuple[str, int, torch.Tensor]] = []  # (module name, top_k, logits)
+        for name, module in root.named_modules():
+            if isinstance(module, FusedMoE):
+                module.forward_native = self._recording(name, module, module.forward_native)
+
+    def _recording(self, name, module, native):
+        def forward_native(hidden_states, router_logits):
+            self.calls.append((name, module.top_k, router_logits.detach()))
+            return native(hidden_states, router_logits)
+        return forward_native
+
+
+def undetermined_tokens(logits: torch.Tensor, top_k: int, dtype: torch.dtype, ulps: float = ROUTING_ULPS) -> torch.Tensor:
+    """Bool [T]: tokens whose k-th and (k+1)-th logits are within rounding of each other at ``dtype``."""
+    if top_k >= logits.shape[-1] or not dtype.is_floating_point or dtype == torch.float64:
+        return torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    logits = logits.to(torch.float64)
+    top = torch.topk(logits, top_k + 1, dim=-1).values
+    kth, next_ = top[:, top_k - 1], top[:, top_k]
+    rms = logits.pow(2).mean(-1).sqrt()
+    scale = torch.maximum(torch.maximum(kth.abs(), next_.abs()), rms)
+    return (kth - next_) < ulps * torch.finfo(dtype).eps * scale
+
+
+def token_rule(outputs: Tuple[str, ...]) -> Callable:
+    """The hook for tasks whose MoE block is the last step (L2 block, L3 layer): an undetermined
+    token (in any of the module's MoE calls) leaves out its own row of ``outputs``."""
+    def undetermined_rows(self, case, inputs, truth_module):
+        seen = RouterLogits(truth_module)
+
+        def masks():
+            if not seen.calls:
+                return {}
+            tokens = torch.stack([undetermined_tokens(x, k, case.dtype) for _, k, x in seen.calls]).any(0)
+            return {name: tokens for name in outputs}
+        return masks
+    return undetermined_rows
+
+
+def layer_of(module_name: str) -> int:
+    """``model.layers.3.mlp.experts`` -> 3."""
+    parts = module_name.split(".")
+    return int(parts[parts.index("layers") + 1])
+
+
+def model_rule(self, case, inputs, truth_module):
+    """The hook for whole models (L4) over the paged cache: an undetermined token at layer l also
+    leaves out its sequence's later tokens, and their K/V cache slots in layers after l."""
+    seen = RouterLogits(truth_module)
+    meta = inputs["metadata"]
+
+    def masks():
+        tokens = len(meta.slot_mapping)
+        rows = torch.zeros(tokens, dtype=torch.bool)
+        caches = {name: None for name in self.cache_names()}
+        layers = len(self.cache_names()) // 2
+        starts = meta.query_start_loc.tolist()
+        for name, k, logits in seen.calls:
+            layer = layer_of(name)
+            bad = undetermined_tokens(logits, k, case.dtype).cpu()
+            spread = bad.clone()
+            if layer < layers - 1:  # a later layer's attention carries it to the sequence's later tokens
+                for s, e in zip(starts[:-1], starts[1:]):
+                    hit = bad[s:e].nonzero()
+                    if len(hit):
+                        spread[s + int(hit[0]):e] = True
+            rows |= spread
+            slots = meta.slot_mapping.cpu()[spread]
+            for later in range(layer + 1, layers):
+                for kind in ("k", "v"):
+                    cache = inputs[f"{kind}_cache_{later}"]
+                    mask = caches[f"{kind}_cache_{later}"]
+                    if mask is None:
+                        mask = caches[f"{kind}_cache_{later}"] = torch.zeros(cache.shape[:2], dtype=torch.bool)
+                    mask.view(-1)[slots] = True
+        out = {name: rows for name in self.output_names(case)}
+        out.update({n: m.to(inputs["metadata"].slot_mapping.device) for n, m in caches.items() if m is not None})
+        return out
+    return masks
+
+
+# ---- L2 block tasks ----------------------------------------------------------------------------------
+# CPU profile: a cut of each real config: its real E and k, narrower hidden and expert widths (a
+# float64 truth of 128 full-width experts is too slow for the interpreter's budget).
+CPU_CUT = {"hidden_size": 256, "moe_intermediate_size": 64}
+MOE_TOKENS = {"cpu": {"decode": (1, 5), "prefill": (33,)},
+              "full": {"decode": (1, 32, 128), "prefill": (1024, 8192)}}
+
+
+def cut_config(model: str, profile: str) -> Dict:
+    """The model's config; on the CPU profile narrowed to ``CPU_CUT`` (E, k and layers kept)."""
+    cfg = dict(load_config(model))
+    if profile == "cpu":
+        cfg.update(hidden_size=CPU_CUT["hidden_size"], head_dim=32,
+                   num_attention_heads=min(cfg["num_attention_heads"], 8),
+                   num_key_value_heads=min(cfg.get("num_key_value_heads") or cfg["num_attention_heads"], 4))
+        if "moe_intermediate_size" in cfg:
+            cfg["moe_intermediate_size"] = CPU_CUT["moe_intermediate_size"]
+        cfg["intermediate_size"] = CPU_CUT["moe_intermediate_size"] * (2 if "moe_intermediate_size" in cfg else 1)
+    return cfg
+
+
+class MoEBlockTask(DenseTask):
+    """An L2 MoE block: hidden states in, hidden states out; weights from a (cut) real config.
+
+    Subclasses give ``block_args(cfg) -> init args`` and ``models``; FLOPs/bytes count the k
+    routed experts per token (plus shared experts) and every expert's weights read once."""
+
+    family = "moe"
+    level = 2
+    input_name = "hidden_states"
+    undetermined_rows = token_rule(("out",))
+
+    def block_args(self, cfg) -> Dict:
+        raise NotImplementedError
+
+    def expert_widths(self, init) -> Tuple[int, int, int, int]:
+        """(experts, k, expert width, dense width per token outside the routed experts)."""
+        raise NotImplementedError
+
+    def cases(self, profile):
+        from fk_pytest import Case
+        from .workload import model_dtype
+
+        out = []
+        for model in self.models:
+            cfg, dt = cut_config(model, profile), model_dtype(model)
+            init = self.block_args(cfg)
+            for phase, counts in MOE_TOKENS[profile].items():
+                for t in counts:
+                    out.append(Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model,
+                                    params=dict(init=init, tokens=t, fan_in=cfg["hidden_size"],
+                                                fan_out=cfg["hidden_size"], pad=0, profile=profile)))
+        return out
+
+    def init_weights(self, module, gen):
+        # every matrix N(0, 1/fan_in) (stacked experts: per expert), norms near 1
+        with torch.no_grad():
+            for p in module.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen, device=p.device) * p.shape[-1] ** -0.5)
+
+    def fuzz_strategy(self, dtype, profile):
+        from fk_pytest import Case
+        from fk_pytest.fuzz import token_counts
+
+        @st.composite
+        def draw_case(draw):
+            model = draw(st.sampled_from(self.models))
+            cfg = cut_config(model, profile)
+            init = self.block_args(cfg)
+            t = fuzz_cap(draw(token_counts(300)), 16 * cfg["hidden_size"], profile)
+            pad = draw(st.sampled_from([0, 0, 8]))
+            return Case(f"fuzz-{model}-T{t}-pad{pad}-{DTYPE_NAMES[dtype]}", dtype, model=model,
+                        params=dict(init=init, tokens=t, fan_in=cfg["hidden_size"], fan_out=cfg["hidden_size"],
+                                    pad=pad, profile=profile))
+
+        return draw_case()
+
+    def io_bytes(self, case):
+        e, k, width, dense = self.expert_widths(case["init"])
+        t, h = case["tokens"], case["fan_in"]
+        touched = min(e, t * k)  # experts that receive a token (all of them once t * k >= E)
+        return (2 * t * h + touched * 3 * h * width + 3 * h * dense + h * e) * torch.finfo(case.dtype).bits // 8
+
+    def flops(self, case):
+        e, k, width, dense = self.expert_widths(case["init"])
+        t, h = case["tokens"], case["fan_in"]
+        return 2 * t * (h * e + 3 * h * (k * width + dense))
