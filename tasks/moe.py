@@ -175,12 +175,6 @@ class MoEBlockTask(DenseTask):
                                                 fan_out=cfg["hidden_size"], pad=0, profile=profile)))
         return out
 
-    def init_weights(self, module, gen):
-        # every matrix N(0, 1/fan_in) (stacked experts: per expert), norms near 1
-        with torch.no_grad():
-            for p in module.parameters():
-                p.copy_(torch.randn(p.shape, generator=gen, device=p.device) * p.shape[-1] ** -0.5)
-
     def fuzz_strategy(self, dtype, profile):
         from fk_pytest import Case
         from fk_pytest.fuzz import token_counts
@@ -208,3 +202,59 @@ class MoEBlockTask(DenseTask):
         e, k, width, dense = self.expert_widths(case["init"])
         t, h = case["tokens"], case["fan_in"]
         return 2 * t * (h * e + 3 * h * (k * width + dense))
+
+
+# ---- L3 / L4 over the paged cache ------------------------------------------------------------------
+def moe_arch_config(model: str, profile: str, layers: int = 1, vocab_shard: int = 1):
+    """LlamaArchConfig of a MoE model: on the CPU profile its ``cut_config``; ``layers`` deep. The
+    Qwen3-MoE cut makes layer 0 dense (``mlp_only_layers``, a real config switch) when 2+ layers
+    deep, so a routing near-tie (a third of its bf16 tokens have one) cannot spread through the next
+    layer's attention into a whole prefill sequence."""
+    from kernels_reference.model_config import LlamaArchConfig
+
+    cfg = cut_config(model, profile)
+    cfg["num_hidden_layers"] = layers
+    cfg["vocab_size"] = cfg["vocab_size"] // vocab_shard
+    if cfg.get("num_experts", 0) >= 64 and layers > 1:
+        cfg["mlp_only_layers"] = [0]
+    return LlamaArchConfig.from_hf(cfg)
+
+
+MOE_MODELS = ("mixtral-8x7b", "qwen3-30b-a3b")
+
+
+def paged_heads(model: str, profile: str):
+    c = moe_arch_config(model, profile)
+    return c.num_attention_heads, c.num_key_value_heads, c.head_dim
+
+
+def moe_weight_elems(c, layers: int) -> Tuple[int, int]:
+    """(weights read, weights used per token) per layer stack, in elements, for bytes/FLOPs."""
+    attn = c.hidden_size * (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
+    experts = 3 * c.hidden_size * c.moe_intermediate_size
+    per_layer_read = attn + c.num_experts * (experts + c.hidden_size)
+    per_layer_used = attn + c.top_k * experts + c.num_experts * c.hidden_size
+    return layers * per_layer_read, layers * per_layer_used
+
+
+class MoELayerTask:
+    """Mixin for the MoE decoder-layer (L3) and model (L4) tasks over the paged cache: cases per
+    MoE model at its (cut) config; heads and costs from that config."""
+
+    models = {"cpu": MOE_MODELS, "full": MOE_MODELS}
+    depth = 1
+    vocab_shards = {"cpu": 1, "full": 1}
+
+    def config(self, case):
+        return moe_arch_config(case["model"], case["profile"], self.depth, case.params.get("vocab_shard", 1))
+
+    def heads(self, case):
+        return paged_heads(case["model"], case["profile"])
+
+    def io_bytes(self, case):
+        read, _ = moe_weight_elems(self.config(case), self.depth)
+        return self.attention_io(case) + read * torch.finfo(case.dtype).bits // 8
+
+    def flops(self, case):
+        _, used = moe_weight_elems(self.config(case), self.depth)
+        return self.attention_flops(case) + 2 * sum(case["query"]) * used
