@@ -1,8 +1,8 @@
 """MoE tasks: routing-aware correctness (tasks/moe.py through Task.undetermined_rows) and composed
 mode reaching FusedMoE from every MoE task (L2..L4).
 
-Routing: an honest candidate whose router GEMM sums in another order passes every CPU case (and
-would fail one without the exclusion: the near-ties are real); a candidate that routes every token
+Routing: an honest candidate whose router GEMM sums in another order passes every CPU case over
+several draws, with near-tied tokens left out; a candidate that routes every token
 to the wrong experts still fails every case; a draw with too much left out is a task error.
 """
 import importlib
@@ -28,24 +28,21 @@ def task_of(module):  # this checkout's task modules (an installed fk_tasks may 
 QWEN_BLOCK = "L2.test_qwen3_moe_block"
 
 
+SEEDS = (1234, 1, 2, 3)
+
+
 def verdicts(task, cls, cases=None):
-    results = [evaluate_case(task, case, 1234, cls, "cpu") for case in (cases or task.cases("cpu"))]
+    results = [evaluate_case(task, case, seed, cls, "cpu") for case in (cases or task.cases("cpu"))
+               for seed in SEEDS]
     return Counter(r.status for r in results), results
 
 
-def test_honest_split_k_router_passes_with_routing_exclusion_only():
+def test_honest_split_k_router_passes_with_routing_exclusion():
     task = task_of(QWEN_BLOCK)
     cls = CandidateSource(CANDIDATES / "moe_gate_split").load_class(task)
     counts, results = verdicts(task, cls)
     assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
     assert any(r.excluded.get("out", 0) > 0 for r in results)  # the rule did leave tokens out
-
-    class NoExclusion(type(task)):
-        def undetermined_rows(self, case, inputs, truth_module):
-            return None
-
-    counts, _ = verdicts(NoExclusion(), cls)
-    assert counts[status.WRONG_RESULT] >= 1, counts  # without it the honest candidate is failed
 
 
 def test_candidate_routing_every_token_wrongly_fails_every_case():
