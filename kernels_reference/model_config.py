@@ -3,16 +3,26 @@
 Llama, Mistral, Qwen2 and Qwen3 differ only by switches here: qkv bias (Qwen2, or Llama's
 ``attention_bias``), per-head q/k norm (Qwen3), an explicit head_dim, rope scaling, tied embeddings.
 A new HF decoder architecture of the same shape is added by mapping its config onto these fields.
+
+Mixtral and Qwen3-MoE are Llama attention plus a mixture-of-experts MLP: the MoE fields below
+(zero experts = a dense model). :class:`DeepseekMoEConfig` holds DeepSeek-V2's MoE block facts
+(its MLA attention is another module's business).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-               "qwen3": "Qwen3ForCausalLM"}
+               "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+               "deepseek_v2": "DeepseekV2ForCausalLM"}
 QKV_BIAS = {"Qwen2ForCausalLM"}
-QK_NORM = {"Qwen3ForCausalLM"}
+QK_NORM = {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM"}
+
+
+def _getter(config: Any):
+    return (lambda k, d=None: config.get(k, d)) if isinstance(config, dict) else \
+        (lambda k, d=None: getattr(config, k, d))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,11 +43,23 @@ class LlamaArchConfig:
     tie_word_embeddings: bool = False
     hidden_act: str = "silu"
     architecture: str = "LlamaForCausalLM"
+    # Mixture of experts (Mixtral: every layer; Qwen3-MoE: every decoder_sparse_step-th layer not
+    # in mlp_only_layers). num_experts == 0: a dense model.
+    num_experts: int = 0
+    top_k: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = True
+    decoder_sparse_step: int = 1
+    mlp_only_layers: Tuple[int, ...] = ()
+
+    def is_sparse_layer(self, layer_idx: int) -> bool:
+        """Whether layer ``layer_idx`` has the MoE block (HF's and vLLM's rule for Qwen3-MoE)."""
+        return (self.num_experts > 0 and layer_idx not in self.mlp_only_layers
+                and (layer_idx + 1) % self.decoder_sparse_step == 0)
 
     @staticmethod
     def from_hf(config: Any) -> "LlamaArchConfig":
-        get = (lambda k, d=None: config.get(k, d)) if isinstance(config, dict) else \
-            (lambda k, d=None: getattr(config, k, d))
+        get = _getter(config)
         arch = (get("architectures") or [MODEL_TYPES.get(get("model_type"), "LlamaForCausalLM")])[0]
         heads = get("num_attention_heads")
         rope = dict(get("rope_parameters") or {})  # transformers 5 keeps theta and scaling here
@@ -55,4 +77,65 @@ class LlamaArchConfig:
             qkv_bias=arch in QKV_BIAS or bool(get("attention_bias", False)),
             qk_norm=arch in QK_NORM or bool(get("qk_norm", False)),
             tie_word_embeddings=bool(get("tie_word_embeddings", False)),
-            hidden_act=get("hidden_act", "silu"), architecture=arch)
+            hidden_act=get("hidden_act", "silu"), architecture=arch, **_moe_fields(get, arch))
+
+
+def _moe_fields(get, arch: str) -> dict:
+    if arch == "MixtralForCausalLM":  # every layer sparse; the experts are intermediate_size wide
+        return dict(num_experts=get("num_local_experts"), top_k=get("num_experts_per_tok"),
+                    moe_intermediate_size=get("intermediate_size"), norm_topk_prob=True)
+    if arch == "Qwen3MoeForCausalLM":
+        return dict(num_experts=get("num_experts"), top_k=get("num_experts_per_tok"),
+                    moe_intermediate_size=get("moe_intermediate_size"),
+                    norm_topk_prob=bool(get("norm_topk_prob", False)),
+                    decoder_sparse_step=get("decoder_sparse_step", 1) or 1,
+                    mlp_only_layers=tuple(get("mlp_only_layers") or ()))
+    return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class DeepseekMoEConfig:
+    """DeepSeek-V2's MoE block: routed experts with greedy softmax top-k, shared experts beside them.
+
+    Layer ``i`` is sparse when ``i >= first_k_dense_replace and i % moe_layer_freq == 0``. Only the
+    ``greedy`` top-k with softmax scoring (DeepSeek-V2 and V2-Lite) is supported; other methods
+    (``group_limited_greedy``, V3's ``noaux_tc``) and scoring functions are refused by name.
+    """
+
+    hidden_size: int
+    moe_intermediate_size: int
+    n_routed_experts: int
+    num_experts_per_tok: int
+    n_shared_experts: int
+    first_k_dense_replace: int = 0
+    moe_layer_freq: int = 1
+    routed_scaling_factor: float = 1.0
+    norm_topk_prob: bool = False
+    hidden_act: str = "silu"
+
+    def is_sparse_layer(self, layer_idx: int) -> bool:
+        return layer_idx >= self.first_k_dense_replace and layer_idx % self.moe_layer_freq == 0
+
+    def block_args(self) -> dict:
+        """The constructor arguments of ``L2.deepseek_v2_moe.DeepseekV2MoE``."""
+        return dict(hidden_size=self.hidden_size, moe_intermediate_size=self.moe_intermediate_size,
+                    n_routed_experts=self.n_routed_experts, num_experts_per_tok=self.num_experts_per_tok,
+                    n_shared_experts=self.n_shared_experts, norm_topk_prob=self.norm_topk_prob,
+                    routed_scaling_factor=self.routed_scaling_factor)
+
+    @staticmethod
+    def from_hf(config: Any) -> "DeepseekMoEConfig":
+        get = _getter(config)
+        method = get("topk_method", "greedy") or "greedy"
+        if method != "greedy":
+            raise NotImplementedError(f"topk_method {method!r}: only 'greedy' routing is supported")
+        scoring = get("scoring_func", "softmax") or "softmax"
+        if scoring != "softmax":
+            raise NotImplementedError(f"scoring_func {scoring!r}: only 'softmax' routing is supported")
+        return DeepseekMoEConfig(
+            hidden_size=get("hidden_size"), moe_intermediate_size=get("moe_intermediate_size"),
+            n_routed_experts=get("n_routed_experts") or get("num_experts"),
+            num_experts_per_tok=get("num_experts_per_tok"), n_shared_experts=get("n_shared_experts") or 0,
+            first_k_dense_replace=get("first_k_dense_replace", 0) or 0, moe_layer_freq=get("moe_layer_freq", 1) or 1,
+            routed_scaling_factor=float(get("routed_scaling_factor", 1.0) or 1.0),
+            norm_topk_prob=bool(get("norm_topk_prob", False)), hidden_act=get("hidden_act", "silu"))

@@ -78,8 +78,8 @@ class DenseTask(Task):
         # Trained-network scale: each output about unit size for unit inputs.
         with torch.no_grad():
             for name, p in module.named_parameters():
-                if p.dim() == 2:
-                    p.copy_(torch.randn(p.shape, generator=gen, device=p.device) * p.shape[1] ** -0.5)
+                if p.dim() >= 2:  # a matrix, or stacked experts [E, out, in]: fan_in is the last dim
+                    p.copy_(torch.randn(p.shape, generator=gen, device=p.device) * p.shape[-1] ** -0.5)
                 elif name.endswith("bias"):
                     p.copy_(0.1 * torch.randn(p.shape, generator=gen, device=p.device))
                 else:  # norm weights

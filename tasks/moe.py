@@ -1,121 +1,263 @@
-"""Shared pieces of the mixture-of-experts tasks (``fused_moe``, ``topk_softmax``): the models, their
-expert shapes, token counts and the router logits they are fed.
+"""Mixture-of-experts tasks: the routing-aware correctness rule and the shared MoE case shapes.
 
-Models: Mixtral-8x7B (E=8, k=2, renormalised), Qwen3-30B-A3B (E=128, k=8, ``norm_topk_prob``) and
-DeepSeek-V2-Lite (E=64, k=6, no renormalisation; its 2 shared experts are a dense MLP at L2), bf16.
+Routing. At L2 and above the router logits are computed inside the module, in the model dtype. A
+token whose k-th and (k+1)-th largest logits are closer than that dtype can resolve goes to
+either expert in an honest implementation (rounding is monotone, so a wider gap keeps its order,
+but a narrower one may become a tie or swap with a different summation order or a 1-ulp different
+input), and its output then differs by O(1): no error bar can separate that from a wrong kernel.
+Such tokens are left out of the comparison (``Task.undetermined_rows``): the truth's FusedMoE
+modules record the float64 logits they see, and a token is undetermined when
 
-Token counts: the full profile runs decode steps of 1, 32, 128, 256 tokens and prefills of 1024 and
-8192 (no capture of these models exists yet, so the cases are hand-picked, weighted equally per
-model). The CPU profile keeps the real E and k but cuts the widths (``CPU_WIDTHS``) and runs 1, 5 and
-17 tokens: the float64 truth and Triton's interpreter stay fast, and every expert count, top-k and
-renormalisation the real layers have is still exercised.
+    logit_k - logit_(k+1) < ROUTING_ULPS * eps(dtype) * max(|logit_k|, |logit_(k+1)|, rms(logits))
 
-Router logits. Real routing statistics need the trained router, which we do not have. The stand-in:
-a fixed popularity bias per expert, Zipf-like (expert of popularity rank r gets logit bias
-``-ROUTING_SKEW * log(1 + r)``, i.e. a prior probability proportional to (1 + r) ** -ROUTING_SKEW),
-plus unit Gaussian noise per token and expert. Trained routers are load-balanced but far from
-uniform, so some experts get several times the mean rows and some none: the speed cases are not a
-uniformly routed best case, and the zero-token expert occurs. The logits are then made **tie-free
-with a margin** (``separate_top_k``): the k+1 largest logits of every token are pushed apart to a few
-units of the dtype's rounding, so any honest router picks the same experts in the same order, and
-the ids can be compared exactly.
+i.e. within a few units in the last place of the two competing logits (their own rounding), or of
+the logits' typical size (the rounding the gate's input carries at L3 and L4). Softmax is monotone,
+so logit order is probability order. With Qwen3-30B-A3B's 128 experts and k = 8 in bf16 a sizable
+share of tokens is undetermined (the 8th and 9th logits are typically ~0.06 sigma apart): the cap
+on the excluded share is 50% per draw, and one-token draws are redrawn (fk_pytest.correctness).
+
+Where an undetermined token's difference goes: at L2 and L3 only its own row of the block's output
+(the MoE block is the last step of a layer). Across layers (L4) it also reaches, in every later
+layer, its own and its sequence's later tokens' rows and their K/V cache slots (attention mixes
+them), so those are left out too.
 """
-from __future__ import annotations
-
-import dataclasses
-import functools
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import torch
+from hypothesis import strategies as st
+
+from fk_pytest.task import DTYPE_NAMES
+from kernels_reference.L1.fused_moe import FusedMoE
 
 from .configs import load_config
-from .workload import token_cases
+from .dense import DenseTask
+from .workload import fuzz_cap
 
-MOE_MODELS = ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite")
-MAX_FULL_TOKENS = 8192
-CPU_TOKENS = {"decode": (1, 5), "prefill": (17,)}
-# (hidden, intermediate) cut for the CPU profile, multiples of 16 (the GEMM tiles' minimum) except
-# DeepSeek's intermediate, which leaves a partial K tile in the down GEMM.
-CPU_WIDTHS = {"mixtral-8x7b": (128, 64), "qwen3-30b-a3b": (64, 32), "deepseek-v2-lite": (96, 40)}
-ROUTING_SKEW = 0.6
+ROUTING_ULPS = 2.0
 
 
-@dataclasses.dataclass(frozen=True)
-class MoeShape:
-    num_experts: int
-    top_k: int
-    hidden_size: int
-    intermediate_size: int
-    renormalize: bool
+class RouterLogits:
+    """Records, per FusedMoE module of a (truth) model in forward order, the router logits it saw."""
 
-    def init_args(self) -> Dict:
-        return dataclasses.asdict(self)
+    def __init__(self, root: torch.nn.Module):
+        self.calls: List[Tuple[str, int, torch.Tensor]] = []  # (module name, top_k, logits)
+        for name, module in root.named_modules():
+            if isinstance(module, FusedMoE):
+                module.forward_native = self._recording(name, module, module.forward_native)
+
+    def _recording(self, name, module, native):
+        def forward_native(hidden_states, router_logits):
+            self.calls.append((name, module.top_k, router_logits.detach()))
+            return native(hidden_states, router_logits)
+        return forward_native
 
 
-def moe_shape(model: str, profile: str = "full") -> MoeShape:
-    cfg = load_config(model)
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg["n_routed_experts"]
-    hidden, inter = cfg["hidden_size"], cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
+def undetermined_tokens(logits: torch.Tensor, top_k: int, dtype: torch.dtype, ulps: float = ROUTING_ULPS) -> torch.Tensor:
+    """Bool [T]: tokens whose k-th and (k+1)-th logits are within rounding of each other at ``dtype``."""
+    if top_k >= logits.shape[-1] or not dtype.is_floating_point or dtype == torch.float64:
+        return torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    logits = logits.to(torch.float64)
+    top = torch.topk(logits, top_k + 1, dim=-1).values
+    kth, next_ = top[:, top_k - 1], top[:, top_k]
+    rms = logits.pow(2).mean(-1).sqrt()
+    scale = torch.maximum(torch.maximum(kth.abs(), next_.abs()), rms)
+    return (kth - next_) < ulps * torch.finfo(dtype).eps * scale
+
+
+def token_rule(outputs: Tuple[str, ...]) -> Callable:
+    """The hook for tasks whose MoE block is the last step (L2 block, L3 layer): an undetermined
+    token (in any of the module's MoE calls) leaves out its own row of ``outputs``."""
+    def undetermined_rows(self, case, inputs, truth_module):
+        seen = RouterLogits(truth_module)
+
+        def masks():
+            if not seen.calls:
+                return {}
+            tokens = torch.stack([undetermined_tokens(x, k, case.dtype) for _, k, x in seen.calls]).any(0)
+            return {name: tokens for name in outputs}
+        return masks
+    return undetermined_rows
+
+
+def layer_of(module_name: str) -> int:
+    """``model.layers.3.mlp.experts`` -> 3."""
+    parts = module_name.split(".")
+    return int(parts[parts.index("layers") + 1])
+
+
+L4_ROUTING_ULPS = 4.0  # two layers of bf16 rounding (interpreted Triton truncates) reach the last gate
+
+
+def model_rule(self, case, inputs, truth_module):
+    """The hook for whole models (L4) over the paged cache: an undetermined token at layer l also
+    leaves out its sequence's later tokens, and their K/V cache slots in layers after l."""
+    seen = RouterLogits(truth_module)
+    meta = inputs["metadata"]
+
+    def masks():
+        tokens = len(meta.slot_mapping)
+        rows = torch.zeros(tokens, dtype=torch.bool)
+        caches = {name: None for name in self.cache_names()}
+        layers = len(self.cache_names()) // 2
+        starts = meta.query_start_loc.tolist()
+        for name, k, logits in seen.calls:
+            layer = layer_of(name)
+            bad = undetermined_tokens(logits, k, case.dtype, getattr(self, "routing_ulps", L4_ROUTING_ULPS)).cpu()
+            spread = bad.clone()
+            if layer < layers - 1:  # a later layer's attention carries it to the sequence's later tokens
+                for s, e in zip(starts[:-1], starts[1:]):
+                    hit = bad[s:e].nonzero()
+                    if len(hit):
+                        spread[s + int(hit[0]):e] = True
+            rows |= spread
+            slots = meta.slot_mapping.cpu()[spread]
+            for later in range(layer + 1, layers):
+                for kind in ("k", "v"):
+                    cache = inputs[f"{kind}_cache_{later}"]
+                    mask = caches[f"{kind}_cache_{later}"]
+                    if mask is None:
+                        mask = caches[f"{kind}_cache_{later}"] = torch.zeros(cache.shape[:2], dtype=torch.bool)
+                    mask.view(-1)[slots] = True
+        out = {name: rows for name in self.output_names(case)}
+        out.update({n: m.to(inputs["metadata"].slot_mapping.device) for n, m in caches.items() if m is not None})
+        return out
+    return masks
+
+
+# ---- L2 block tasks ----------------------------------------------------------------------------------
+# CPU profile: a cut of each real config: its real E and k, narrower hidden and expert widths (a
+# float64 truth of 128 full-width experts is too slow for the interpreter's budget).
+CPU_CUT = {"hidden_size": 256, "moe_intermediate_size": 64}
+MOE_TOKENS = {"cpu": {"decode": (1, 5), "prefill": (33,)},
+              "full": {"decode": (1, 32, 128), "prefill": (1024, 8192)}}
+
+
+def cut_config(model: str, profile: str) -> Dict:
+    """The model's config; on the CPU profile narrowed to ``CPU_CUT`` (E, k and layers kept)."""
+    cfg = dict(load_config(model))
     if profile == "cpu":
-        hidden, inter = CPU_WIDTHS[model]
-    # Mixtral's config has no norm_topk_prob: it always renormalises (softmax over the top-k logits).
-    return MoeShape(experts, cfg["num_experts_per_tok"], hidden, inter, bool(cfg.get("norm_topk_prob", True)))
+        cfg.update(hidden_size=CPU_CUT["hidden_size"], head_dim=32,
+                   num_attention_heads=min(cfg["num_attention_heads"], 8),
+                   num_key_value_heads=min(cfg.get("num_key_value_heads") or cfg["num_attention_heads"], 4))
+        if "moe_intermediate_size" in cfg:
+            cfg["moe_intermediate_size"] = CPU_CUT["moe_intermediate_size"]
+        cfg["intermediate_size"] = CPU_CUT["moe_intermediate_size"] * (2 if "moe_intermediate_size" in cfg else 1)
+    return cfg
 
 
-def moe_token_cases(model: str, profile: str) -> List[Tuple[str, int, float, str]]:
-    """(phase, tokens, weight, source) of one model."""
-    if profile == "cpu":
-        return [(phase, t, 1.0, "hand-picked") for phase, counts in CPU_TOKENS.items() for t in counts]
-    cls = "FusedMoE"
-    return token_cases(model, profile, cls, max_tokens=MAX_FULL_TOKENS)[""]
+class MoEBlockTask(DenseTask):
+    """An L2 MoE block: hidden states in, hidden states out; weights from a (cut) real config.
+
+    Subclasses give ``block_args(cfg) -> init args`` and ``models``; FLOPs/bytes count the k
+    routed experts per token (plus shared experts) and every expert's weights read once."""
+
+    family = "moe"
+    level = 2
+    input_name = "hidden_states"
+    undetermined_rows = token_rule(("out",))
+
+    def block_args(self, cfg) -> Dict:
+        raise NotImplementedError
+
+    def expert_widths(self, init) -> Tuple[int, int, int, int]:
+        """(experts, k, expert width, dense width per token outside the routed experts)."""
+        raise NotImplementedError
+
+    def cases(self, profile):
+        from fk_pytest import Case
+        from .workload import model_dtype
+
+        out = []
+        for model in self.models:
+            cfg, dt = cut_config(model, profile), model_dtype(model)
+            init = self.block_args(cfg)
+            for phase, counts in MOE_TOKENS[profile].items():
+                for t in counts:
+                    out.append(Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model,
+                                    params=dict(init=init, tokens=t, fan_in=cfg["hidden_size"],
+                                                fan_out=cfg["hidden_size"], pad=0, profile=profile)))
+        return out
+
+    def fuzz_strategy(self, dtype, profile):
+        from fk_pytest import Case
+        from fk_pytest.fuzz import token_counts
+
+        @st.composite
+        def draw_case(draw):
+            model = draw(st.sampled_from(self.models))
+            cfg = cut_config(model, profile)
+            init = self.block_args(cfg)
+            t = fuzz_cap(draw(token_counts(300)), 16 * cfg["hidden_size"], profile)
+            pad = draw(st.sampled_from([0, 0, 8]))
+            return Case(f"fuzz-{model}-T{t}-pad{pad}-{DTYPE_NAMES[dtype]}", dtype, model=model,
+                        params=dict(init=init, tokens=t, fan_in=cfg["hidden_size"], fan_out=cfg["hidden_size"],
+                                    pad=pad, profile=profile))
+
+        return draw_case()
+
+    def io_bytes(self, case):
+        e, k, width, dense = self.expert_widths(case["init"])
+        t, h = case["tokens"], case["fan_in"]
+        touched = min(e, t * k)  # experts that receive a token (all of them once t * k >= E)
+        return (2 * t * h + touched * 3 * h * width + 3 * h * dense + h * e) * torch.finfo(case.dtype).bits // 8
+
+    def flops(self, case):
+        e, k, width, dense = self.expert_widths(case["init"])
+        t, h = case["tokens"], case["fan_in"]
+        return 2 * t * (h * e + 3 * h * (k * width + dense))
 
 
-@functools.lru_cache(maxsize=None)
-def _popularity_bias(num_experts: int) -> torch.Tensor:
-    """The fixed per-expert bias: a seeded permutation of Zipf ranks (the same in every draw, as a
-    trained router's preferences are)."""
-    rank = torch.randperm(num_experts, generator=torch.Generator().manual_seed(1000 + num_experts))
-    return -ROUTING_SKEW * torch.log1p(rank.to(torch.float32))
+# ---- L3 / L4 over the paged cache ------------------------------------------------------------------
+def moe_arch_config(model: str, profile: str, layers: int = 1, vocab_shard: int = 1):
+    """LlamaArchConfig of a MoE model: on the CPU profile its ``cut_config``; ``layers`` deep. The
+    Qwen3-MoE cut makes layer 0 dense (``mlp_only_layers``, a real config switch) when 2+ layers
+    deep, so a routing near-tie (a third of its bf16 tokens have one) cannot spread through the next
+    layer's attention into a whole prefill sequence."""
+    from kernels_reference.model_config import LlamaArchConfig
+
+    cfg = cut_config(model, profile)
+    cfg["num_hidden_layers"] = layers
+    cfg["vocab_size"] = cfg["vocab_size"] // vocab_shard
+    if cfg.get("num_experts", 0) >= 64 and layers > 1:
+        cfg["mlp_only_layers"] = [0]
+    return LlamaArchConfig.from_hf(cfg)
 
 
-def tie_margin(dtype: torch.dtype, scale: float) -> float:
-    """A clear gap between neighbouring top logits: 4 units of the dtype's rounding at the logits'
-    magnitude (and at least 32 float32 units, the float32 softmax's own rounding)."""
-    eps = max(4 * torch.finfo(dtype).eps, 32 * torch.finfo(torch.float32).eps)
-    return eps * max(1.0, scale)
+LAYER_MODELS = ("mixtral-8x7b", "qwen3-30b-a3b")  # DeepSeek-V2 has its own L3/L4 tasks (MLA)
 
 
-def separate_top_k(logits: torch.Tensor, top_k: int, dtype: torch.dtype) -> torch.Tensor:
-    """Shift, per token, every logit below the j-th largest down until the j-th and (j+1)-th largest
-    are ``tie_margin`` apart, for j = 1..k (so the top k are ordered and the k-th is clear of the
-    rest). The order of the logits never changes; most rows need no shift."""
-    vals, order = torch.sort(logits.to(torch.float32), dim=-1, descending=True)
-    # headroom: shifting lowers values, so the magnitude (and the rounding unit) can grow a little
-    margin = tie_margin(dtype, 1.5 * float(vals.abs().amax()) + 1.0) if vals.numel() else 0.0
-    for j in range(1, min(top_k, vals.shape[-1] - 1) + 1):
-        deficit = (margin - (vals[:, j - 1] - vals[:, j])).clamp(min=0)
-        vals[:, j:] -= deficit[:, None]
-    return torch.empty_like(vals).scatter_(-1, order, vals)
+def paged_heads(model: str, profile: str):
+    c = moe_arch_config(model, profile)
+    return c.num_attention_heads, c.num_key_value_heads, c.head_dim
 
 
-def router_logits(tokens: int, num_experts: int, top_k: int, gen: torch.Generator, device,
-                  dtype: torch.dtype) -> torch.Tensor:
-    """[tokens, num_experts] router logits: skewed popularity plus per-token noise, tie-free."""
-    noise = torch.randn((tokens, num_experts), generator=gen, device=device, dtype=torch.float32)
-    logits = separate_top_k(noise + _popularity_bias(num_experts).to(device), top_k, dtype).to(dtype)
-    return logits
+def moe_weight_elems(c, layers: int) -> Tuple[int, int]:
+    """(weights read, weights used per token) per layer stack, in elements, for bytes/FLOPs."""
+    attn = c.hidden_size * (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
+    experts = 3 * c.hidden_size * c.moe_intermediate_size
+    per_layer_read = attn + c.num_experts * (experts + c.hidden_size)
+    per_layer_used = attn + c.top_k * experts + c.num_experts * c.hidden_size
+    return layers * per_layer_read, layers * per_layer_used
 
 
-def check_tie_free(logits: torch.Tensor, top_k: int) -> float:
-    """The smallest gap between neighbours among each token's k+1 largest logits (as stored)."""
-    vals = torch.sort(logits.to(torch.float64), dim=-1, descending=True).values
-    n = min(top_k + 1, vals.shape[-1])
-    return float((vals[:, : n - 1] - vals[:, 1:n]).min()) if n > 1 else float("inf")
+class MoELayerTask:
+    """Mixin for the MoE decoder-layer (L3) and model (L4) tasks over the paged cache: cases per
+    MoE model at its (cut) config; heads and costs from that config."""
 
+    models = {"cpu": LAYER_MODELS, "full": LAYER_MODELS}
+    depth = 1
+    vocab_shards = {"cpu": 1, "full": 1}
 
-@functools.lru_cache(maxsize=None)
-def activated_experts(tokens: int, num_experts: int, top_k: int) -> int:
-    """Experts one draw of the routing activates (their weights are what a decode step streams)."""
-    gen = torch.Generator().manual_seed(tokens * 7919 + num_experts)
-    logits = router_logits(tokens, num_experts, top_k, gen, "cpu", torch.float32)
-    return int(torch.topk(logits, top_k, dim=-1).indices.unique().numel())
+    def config(self, case):
+        return moe_arch_config(case["model"], case["profile"], self.depth, case.params.get("vocab_shard", 1))
+
+    def heads(self, case):
+        return paged_heads(case["model"], case["profile"])
+
+    def io_bytes(self, case):
+        read, _ = moe_weight_elems(self.config(case), self.depth)
+        return self.attention_io(case) + read * torch.finfo(case.dtype).bits // 8
+
+    def flops(self, case):
+        _, used = moe_weight_elems(self.config(case), self.depth)
+        return self.attention_flops(case) + 2 * sum(case["query"]) * used

@@ -25,7 +25,7 @@ from fk_pytest.compare import triton_interpreter_active
 from fk_pytest.peers import COMPILE, EAGER, OpPeers, Peer, PeerContext, Skipped, Target, Unsupported, compiled_native
 
 from .dense import SMALL_MODELS
-from .moe import MOE_MODELS
+from .moe_inputs import MOE_MODELS
 from .workload import LLAMA_FAMILY
 
 FAMILY_MODELS = LLAMA_FAMILY + SMALL_MODELS + ("mixtral-8x7b",)  # Mixtral: the router task's own model

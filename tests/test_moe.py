@@ -23,7 +23,7 @@ from test_verdicts import load, verdicts
 
 pytest.importorskip("triton")
 # the suite's MoE helpers, from wherever the registry finds the suite (checkout or installed fk_tasks)
-_moe = importlib.import_module(_suite_package().__name__ + ".moe")
+_moe = importlib.import_module(_suite_package().__name__ + ".moe_inputs")
 MOE_MODELS, check_tie_free, moe_shape = _moe.MOE_MODELS, _moe.check_tie_free, _moe.moe_shape
 router_logits, tie_margin = _moe.router_logits, _moe.tie_margin
 

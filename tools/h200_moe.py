@@ -40,7 +40,7 @@ import triton  # noqa: E402
 from kernels_reference.L1.fused_moe import FusedMoE  # noqa: E402
 from kernels_reference.L1.topk_softmax import TopKSoftmax  # noqa: E402
 from tasks import peers as suite_peers  # noqa: E402
-from tasks.moe import MOE_MODELS, moe_shape, router_logits  # noqa: E402
+from tasks.moe_inputs import MOE_MODELS, moe_shape, router_logits  # noqa: E402
 from tasks.workload import activations  # noqa: E402
 
 PEAK_TFLOPS, COPY_TBPS = 741.0, 4.24

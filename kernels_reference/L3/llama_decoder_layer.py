@@ -16,13 +16,31 @@ from ..native import run
 from ..records import RecordsInit
 
 
+def llama_attention(config: LlamaArchConfig) -> LlamaAttention:
+    """The attention block every Llama-shaped layer (dense or MoE) builds from its config."""
+    return LlamaAttention(
+        config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim,
+        config.max_position_embeddings, config.rope_theta, config.rope_scaling, config.rms_norm_eps,
+        qkv_bias=config.qkv_bias, qk_norm=config.qk_norm)
+
+
+def pre_norm_forward(layer: nn.Module, mlp: nn.Module, positions, hidden_states, residual, native: bool):
+    """norm -> attention -> fused add + norm -> ``mlp`` (dense MLP or MoE block), shared by the
+    Llama, Mixtral and Qwen3-MoE layers (their blocks differ only by the MLP)."""
+    if residual is None:
+        residual = hidden_states
+        hidden_states = run(layer.input_layernorm, native, hidden_states)
+    else:
+        hidden_states, residual = run(layer.input_layernorm, native, hidden_states, residual)
+    hidden_states = run(layer.self_attn, native, positions, hidden_states)
+    hidden_states, residual = run(layer.post_attention_layernorm, native, hidden_states, residual)
+    return run(mlp, native, hidden_states), residual
+
+
 class LlamaDecoderLayer(RecordsInit, nn.Module):
     def __init__(self, config: LlamaArchConfig):
         super().__init__()
-        self.self_attn = LlamaAttention(
-            config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim,
-            config.max_position_embeddings, config.rope_theta, config.rope_scaling, config.rms_norm_eps,
-            qkv_bias=config.qkv_bias, qk_norm=config.qk_norm)
+        self.self_attn = llama_attention(config)
         self.mlp = LlamaMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -35,11 +53,4 @@ class LlamaDecoderLayer(RecordsInit, nn.Module):
         return self._forward(positions, hidden_states, residual, native=True)
 
     def _forward(self, positions, hidden_states, residual, native):
-        if residual is None:
-            residual = hidden_states
-            hidden_states = run(self.input_layernorm, native, hidden_states)
-        else:
-            hidden_states, residual = run(self.input_layernorm, native, hidden_states, residual)
-        hidden_states = run(self.self_attn, native, positions, hidden_states)
-        hidden_states, residual = run(self.post_attention_layernorm, native, hidden_states, residual)
-        return run(self.mlp, native, hidden_states), residual
+        return pre_norm_forward(self, self.mlp, positions, hidden_states, residual, native)

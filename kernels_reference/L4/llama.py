@@ -3,13 +3,18 @@
 ``forward(input_ids[T], positions[T]) -> hidden_states[T, hidden]`` over a packed batch whose
 attention metadata is in the forward context; ``compute_logits(hidden_states) -> [T, vocab]``.
 ``load_weights`` takes HF checkpoint names (safetensors or an HF state_dict) and packs q/k/v into
-``qkv_proj`` and gate/up into ``gate_up_proj``.
+``qkv_proj`` and gate/up into ``gate_up_proj``; the MoE models (``L4/mixtral.py``,
+``L4/qwen3_moe.py``) subclass these classes and reuse the loader, which also stacks experts, from
+per-expert Hub names (``experts.{e}.w1`` / ``gate_proj`` ...) or transformers 5's fused 3-D
+``experts.gate_up_proj`` / ``experts.down_proj``, into FusedMoE's ``w13_weight`` / ``w2_weight``.
 """
+import importlib
 from typing import Iterable, Optional, Tuple
 
 import torch
 from torch import nn
 
+from ..checkpoint import load_checkpoint
 from ..L1.rms_norm import RMSNorm
 from ..L1.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 from ..L3.llama_decoder_layer import LlamaDecoderLayer
@@ -17,17 +22,16 @@ from ..model_config import LlamaArchConfig
 from ..native import run
 from ..records import RecordsInit
 
-# HF name fragment -> (our fused parameter, shard)
-_STACKED = {".q_proj.": ("qkv_proj", "q"), ".k_proj.": ("qkv_proj", "k"), ".v_proj.": ("qkv_proj", "v"),
-            ".gate_proj.": ("gate_up_proj", 0), ".up_proj.": ("gate_up_proj", 1)}
-
-
 class LlamaModel(RecordsInit, nn.Module):
     def __init__(self, config: LlamaArchConfig):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(self.make_layer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def make_layer(self, config: LlamaArchConfig, layer_idx: int) -> nn.Module:
+        """The decoder layer at ``layer_idx`` (subclasses: the MoE models' layers)."""
+        return LlamaDecoderLayer(config)
 
     def forward(self, input_ids, positions):
         return self._forward(input_ids, positions, native=False)
@@ -44,12 +48,17 @@ class LlamaModel(RecordsInit, nn.Module):
 
 
 class LlamaForCausalLM(RecordsInit, nn.Module):
+    model_class = LlamaModel  # the decoder stack (subclasses of LlamaModel for the MoE models)
+    # (checkpoint fragment, ours) renames applied before placement, e.g. transformers 5 calls
+    # Mixtral's block ``mlp`` where vLLM and the Hub checkpoints say ``block_sparse_moe``.
+    checkpoint_renames: Tuple[Tuple[str, str], ...] = ()
+
     def __init__(self, config: LlamaArchConfig):
         super().__init__()
         if not isinstance(config, LlamaArchConfig):
             config = LlamaArchConfig.from_hf(config)
         self.config = config
-        self.model = LlamaModel(config)
+        self.model = self.model_class(config)
         self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -74,42 +83,10 @@ class LlamaForCausalLM(RecordsInit, nn.Module):
                                              torch.zeros(shape, dtype=dtype, device=device))
 
     # ---- weights ------------------------------------------------------------------------------
-    @torch.no_grad()
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
-        params = dict(self.named_parameters(remove_duplicate=False))
-        loaded = set()
-        for name, tensor in weights:
-            if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and self.config.tie_word_embeddings):
-                continue
-            target, rows, shard = name, None, None
-            for fragment, (fused, shard) in _STACKED.items():
-                if fragment in name:
-                    target = name.replace(fragment[1:-1], fused)
-                    module = self.get_submodule(target.rsplit(".", 1)[0])
-                    if fused == "qkv_proj":
-                        start = module.shard_offset(shard)
-                        rows = slice(start, start + module.shard_size(shard))
-                    else:
-                        start = module.shard_offset(shard)
-                        rows = slice(start, start + module.output_sizes[shard])
-                    break
-            else:
-                shard = None
-            if target not in params:
-                raise KeyError(f"checkpoint weight {name!r} has no place in {type(self).__name__}")
-            dst = params[target] if rows is None else params[target][rows]
-            if dst.shape != tensor.shape:
-                raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != {tuple(dst.shape)}")
-            dst.copy_(tensor)
-            loaded.add((target, shard))
-        shards = {"qkv_proj": ("q", "k", "v"), "gate_up_proj": (0, 1)}
-        expected = {(n, s) for n in params
-                    for s in next((v for k, v in shards.items() if f".{k}." in n), (None,))}
-        missing = {n for n, s in expected - loaded}
-        if self.config.tie_word_embeddings:
-            missing.discard("lm_head.weight")
-        if missing:
-            raise KeyError(f"weights missing from the checkpoint: {sorted(missing)[:8]}")
+        """HF-named tensors into place (see :mod:`kernels_reference.checkpoint`)."""
+        skip = ("lm_head.weight",) if self.config.tie_word_embeddings else ()
+        load_checkpoint(self, weights, renames=self.checkpoint_renames, skip=skip)
 
     def load_safetensors(self, paths: Iterable[str]) -> None:
         """All shards of a checkpoint in one pass (completeness is checked over the whole set)."""
@@ -137,14 +114,26 @@ ARCHITECTURES = {cls.__name__: cls for cls in
 @torch.no_grad()
 def init_random_weights(model: nn.Module, generator: Optional[torch.Generator] = None) -> nn.Module:
     """Random weights at a trained network's scale, for models built from a config alone: every
-    matrix N(0, 1/fan_in) (unit-size activations stay unit-size through the layers), every vector
+    matrix (and each expert's) N(0, 1/fan_in) (unit-size activations stay unit-size through the layers), every vector
     (the norm weights) 1 + N(0, 0.01). One float32 draw per parameter, in ``parameters()`` order."""
-    for p in model.parameters():
+    for p in model.parameters():  # matrices and stacked experts [E, out, in] alike: fan_in is last
         noise = torch.randn(p.shape, generator=generator, device=p.device)
-        p.copy_(noise * p.shape[1] ** -0.5 if p.dim() == 2 else 1 + 0.1 * noise)
+        p.copy_(noise * p.shape[-1] ** -0.5 if p.dim() >= 2 else 1 + 0.1 * noise)
     return model
+
+
+# Architectures served from other modules of this package (imported when asked for: they import
+# this one).
+LAZY_ARCHITECTURES = {"MixtralForCausalLM": "mixtral", "Qwen3MoeForCausalLM": "qwen3_moe"}
+
+
+def model_class(architecture: str) -> type:
+    if architecture in LAZY_ARCHITECTURES:
+        module = importlib.import_module(f"{__package__}.{LAZY_ARCHITECTURES[architecture]}")
+        return getattr(module, architecture)
+    return ARCHITECTURES.get(architecture, LlamaForCausalLM)
 
 
 def model_for(config) -> LlamaForCausalLM:
     arch = LlamaArchConfig.from_hf(config)
-    return ARCHITECTURES.get(arch.architecture, LlamaForCausalLM)(arch)
+    return model_class(arch.architecture)(arch)

@@ -37,6 +37,7 @@ class CaseResult:
     delegated: List[str] = dataclasses.field(default_factory=list)  # reference code it ran
     swapped: List[str] = dataclasses.field(default_factory=list)  # candidate classes in the module
     failed: Dict[str, str] = dataclasses.field(default_factory=dict)  # candidate class -> why it failed
+    excluded: Dict[str, float] = dataclasses.field(default_factory=dict)  # output -> share of rows left out
 
     @property
     def passed(self) -> bool:
@@ -48,6 +49,7 @@ class CaseResult:
                 "message": self.message, "ratio": worst.ratio if worst else None,
                 "outputs": [dataclasses.asdict(e) for e in self.errors], "delegated": self.delegated,
                 "swapped": self.swapped, "failed_classes": self.failed,
+                **({"excluded_share": self.excluded} if self.excluded else {}),
                 **({"params": self.case} if self.kind == "fuzz" else {})}
 
 
@@ -98,11 +100,8 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
     with torch.no_grad():
         try:  # everything before the candidate runs is the task's doing, not the candidate's
             state = master_state(task, case, seed, device)
-            inputs = draw_inputs(task, case, device, [seed])[0]
-            truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
-            truth_inputs = upcast_inputs(inputs)
-            truths = as_outputs(task.call(truth_module, truth_inputs, "forward_native"), names, "truth") \
-                + [truth_inputs[w] for w in written]
+            inputs, truths, excluded = _truth_run(task, case, seed, state, device, names, written)
+            result.excluded = {n: float(m.float().mean()) for n, m in excluded.items()}
             for name, t in zip(names + written, truths):
                 check_discriminating(name, t)
             reference = instantiate(task.reference, task, case, state, device, case.dtype)
@@ -169,7 +168,9 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
                     triton_inputs = clone_inputs(inputs)
                     refs.append(as_outputs(task.call(twin, triton_inputs), task.output_names(case), "reference")
                                 + [triton_inputs[w] for w in written])
-        result.errors = [output_error(n, truths[i], [r[i] for r in refs], cands[i], case.dtype, interpreted)
+        kept = [excluded.get(n) for n in names]  # routing-aware: undetermined rows left out
+        result.errors = [output_error(n, _kept(truths[i], kept[i]), [_kept(r[i], kept[i]) for r in refs],
+                                      _kept(cands[i], kept[i]), case.dtype, interpreted)
                          for i, n in enumerate(names)]
         digest, label = _digest(cands), f"[{case.id}, seed {seed}]"
         bad = [e for e in result.errors if not e.passed(task.limit)]
@@ -186,10 +187,51 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             result.message = (
                 f"output {e.name!r}: relative L2 error {e.e_cand:.3g} is {e.ratio:.2f}x the bar "
                 f"max(reference {e.e_ref:.3g}, floor {e.floor:.3g}) (limit {task.limit}); "
-                f"max element error {e.elem_cand:.3g} is {e.elem_ratio:.2f}x its bar")
+                f"max element error {e.elem_cand:.3g} is {e.elem_ratio:.2f}x its bar"
+                + _exclusion_note(result.excluded))
         if history is not None:
             history.setdefault(digest, label)
     return result
+
+
+EXCLUSION_SEED_STEP = 1_000_003  # a redraw's seed: far from the seeds a run uses
+
+
+def _truth_run(task, case, seed, state, device, names, written):
+    """Inputs, float64 truths and the task's undetermined rows (``Task.undetermined_rows``).
+
+    A draw that leaves out more than ``task.max_excluded_share`` of an output's rows is redrawn
+    (the weights stay); when every redraw does too, the case cannot be scored: a task error.
+    """
+    shares = []
+    for attempt in range(task.exclusion_redraws + 1):
+        inputs = draw_inputs(task, case, device, [seed + attempt * EXCLUSION_SEED_STEP])[0]
+        truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
+        truth_inputs = upcast_inputs(inputs)
+        observed = task.undetermined_rows(case, truth_inputs, truth_module)
+        truths = as_outputs(task.call(truth_module, truth_inputs, "forward_native"), names, "truth") \
+            + [truth_inputs[w] for w in written]
+        masks = {n: m for n, m in (observed() if observed is not None else {}).items() if m is not None}
+        worst = max((float(m.float().mean()) for m in masks.values()), default=0.0)
+        if worst <= task.max_excluded_share and worst < 1.0:  # something must be left to score
+            return inputs, truths, masks
+        shares.append(worst)
+    raise TaskDefinitionError(
+        f"every input draw leaves too many rows undetermined at {case.dtype} (excluded shares "
+        f"{', '.join(f'{s:.0%}' for s in shares)} > cap {task.max_excluded_share:.0%}): the case cannot be scored")
+
+
+def _kept(t: torch.Tensor, excluded: Optional[torch.Tensor]) -> torch.Tensor:
+    """``t`` without the excluded rows (mask over its leading dimensions), flattened to rows."""
+    if excluded is None:
+        return t
+    return t[~excluded.to(t.device)]
+
+
+def _exclusion_note(excluded: Dict[str, float]) -> str:
+    if not excluded:
+        return ""
+    return " (undetermined rows left out: " + ", ".join(f"{n} {s:.0%}" for n, s in excluded.items()) + ")"
 
 
 def _digest(tensors: Sequence[torch.Tensor]) -> str:

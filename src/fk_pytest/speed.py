@@ -86,8 +86,12 @@ def _check_after_timing(task, case, state, runners, sets, device) -> None:
         truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
 
         def truths_for(values):
-            return as_outputs(task.call(truth_module, upcast_inputs(values), "forward_native"),
-                              task.output_names(case), "truth")
+            """The truths, each paired with its rows left out (``Task.undetermined_rows``; None: all)."""
+            upcast = upcast_inputs(values)
+            observed = task.undetermined_rows(case, upcast, truth_module)
+            truths = as_outputs(task.call(truth_module, upcast, "forward_native"), task.output_names(case), "truth")
+            masks = observed() if observed is not None else {}
+            return [(t, masks.get(n)) for n, t in zip(task.output_names(case), truths)]
 
         for (i, cand_out), (_, ref_out) in zip(getattr(runners["candidate"], "timed_outputs", []),
                                                getattr(runners["reference"], "timed_outputs", [])):
@@ -106,10 +110,12 @@ def _check_after_timing(task, case, state, runners, sets, device) -> None:
 def _sane(task, case, truths, ref_out, cand_out, what: str) -> None:
     """A sanity bound on what was timed, not the verdict (that is the correctness tests'):
     finite where the truth is, and within twice the task's limit."""
-    if len(cand_out) != len(truths) or any(c.shape != t.shape for c, t in zip(cand_out, truths)):
+    if len(cand_out) != len(truths) or any(c.shape != t.shape for c, (t, _) in zip(cand_out, truths)):
         raise CandidateError(status.TIMED_OUTPUT_WRONG, f"{what} returned outputs of another structure")
-    for name, t, r, c in zip(task.output_names(case), truths, ref_out, cand_out):
+    for name, (t, left_out), r, c in zip(task.output_names(case), truths, ref_out, cand_out):
         finite = bool(torch.isfinite(c).all()) or not bool(torch.isfinite(t).all())
+        if left_out is not None and not bool(left_out.all()):  # routing-aware: as the correctness check
+            t, r, c = (x[~left_out.to(x.device)] for x in (t, r, c))
         if not finite or not output_error(name, t, [r], c, case.dtype, truncating=True).passed(task.limit * 2):
             raise CandidateError(
                 status.TIMED_OUTPUT_WRONG,

@@ -48,6 +48,11 @@ class Task:
     limit: float = 2.0  # calibrated ratio a case must stay within
     may_mutate: Tuple[str, ...] = ()  # inputs the op may write in place (production does)
     seeds: int = 2  # input draws per case
+    # Routing-aware correctness (see ``undetermined_rows``): the largest share of an output's rows
+    # that may be excluded before a draw is refused; refused draws are redrawn up to
+    # ``exclusion_redraws`` times (a one-token decode case is all or nothing), then it is a task error.
+    max_excluded_share: float = 0.5
+    exclusion_redraws: int = 3
 
     @property
     def class_name(self) -> str:
@@ -80,6 +85,19 @@ class Task:
         """
         fn = getattr(module, method) if method else module
         return fn(**inputs)
+
+    def undetermined_rows(self, case: Case, inputs: Dict[str, Any], truth_module: torch.nn.Module):
+        """Rows of the outputs whose result the case dtype does not determine (default: none).
+
+        Called with the float64 truth module and its inputs *before* the truth runs, so the task can
+        observe it (e.g. record the router logits a MoE layer sees); returns ``None`` or a callable
+        that, after the run, gives ``{output name: bool mask}`` (the mask covers the output's
+        leading dimensions; True = excluded). Excluded rows are dropped from the truth, the
+        reference and the candidate alike. Example: a MoE token whose k-th and (k+1)-th router
+        logits are within rounding of each other may honestly go to either expert, and its output
+        then differs by O(1) (``tasks/moe.py``).
+        """
+        return None
 
     def inplace_outputs(self, case: Case) -> Tuple[str, ...]:
         """Inputs whose state after the call is an output (e.g. the KV cache a layer writes)."""

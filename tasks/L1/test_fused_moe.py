@@ -20,7 +20,7 @@ from fk_pytest.fuzz import real_or_near, token_counts
 from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.fused_moe import FusedMoE
 
-from ..moe import MOE_MODELS, activated_experts, moe_shape, moe_token_cases, router_logits
+from ..moe_inputs import MOE_MODELS, activated_experts, moe_shape, moe_token_cases, router_logits
 from ..workload import activations, model_dtype
 
 FULL_MAX_FUZZ_TOKENS = 300

@@ -13,7 +13,7 @@ from fk_pytest.fuzz import token_counts
 from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.topk_softmax import TopKSoftmax
 
-from ..moe import MOE_MODELS, moe_shape, moe_token_cases, router_logits
+from ..moe_inputs import MOE_MODELS, moe_shape, moe_token_cases, router_logits
 from ..workload import model_dtype
 
 

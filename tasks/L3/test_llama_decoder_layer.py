@@ -18,12 +18,15 @@ class DecoderLayerTask(PagedTask):
     def cases(self, profile):
         return self.captured_batch_cases(profile, lambda model: {})
 
+    def config(self, case):
+        return arch_config(case["model"])
+
     def init_args(self, case):
-        return {"config": arch_config(case["model"])}
+        return {"config": self.config(case)}
 
     def make_inputs(self, case, gen, device):
         inputs = self.metadata_and_caches(case, gen, device)
-        hidden, t = arch_config(case["model"]).hidden_size, sum(case["query"])
+        hidden, t = self.config(case).hidden_size, sum(case["query"])
         inputs["positions"] = inputs["metadata"].positions()
         inputs["hidden_states"] = activations((t, hidden), gen, device, case.dtype)
         inputs["residual"] = activations((t, hidden), gen, device, case.dtype, scale=4.0)
@@ -36,12 +39,12 @@ class DecoderLayerTask(PagedTask):
         return super().mutable_inputs(case) + ("hidden_states", "residual")
 
     def io_bytes(self, case):
-        c = arch_config(case["model"])
+        c = self.config(case)
         attn_w = c.hidden_size * (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
         return self.attention_io(case) + (attn_w + 3 * c.hidden_size * c.intermediate_size) * 2
 
     def flops(self, case):
-        c = arch_config(case["model"])
+        c = self.config(case)
         t = sum(case["query"])
         attn_w = c.hidden_size * (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
         return self.attention_flops(case) + 2 * t * (attn_w + 3 * c.hidden_size * c.intermediate_size)

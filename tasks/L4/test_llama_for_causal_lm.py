@@ -46,14 +46,17 @@ class LlamaModelTask(PagedTask):
             out += [dataclasses.replace(c, weight=c.weight / total) for c in captured]
         return out
 
+    def config(self, case):
+        return arch_config(case["model"], LAYERS, case["vocab_shard"])
+
     def init_args(self, case):
-        return {"config": arch_config(case["model"], LAYERS, case["vocab_shard"])}
+        return {"config": self.config(case)}
 
     def make_inputs(self, case, gen, device):
         import torch
 
         inputs = self.metadata_and_caches(case, gen, device)
-        vocab = arch_config(case["model"], LAYERS, case["vocab_shard"]).vocab_size
+        vocab = self.config(case).vocab_size
         inputs["positions"] = inputs["metadata"].positions()
         inputs["input_ids"] = torch.randint(0, vocab, (sum(case["query"]),), generator=gen, device=device)
         return inputs
@@ -62,12 +65,12 @@ class LlamaModelTask(PagedTask):
         return ("hidden_states",)
 
     def io_bytes(self, case):
-        c = arch_config(case["model"], LAYERS, case["vocab_shard"])
+        c = self.config(case)
         attn_w = c.hidden_size * (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
         return self.attention_io(case) + LAYERS * (attn_w + 3 * c.hidden_size * c.intermediate_size) * 2
 
     def flops(self, case):
-        c = arch_config(case["model"], LAYERS, case["vocab_shard"])
+        c = self.config(case)
         t = sum(case["query"])
         attn_w = c.hidden_size * (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
         return self.attention_flops(case) + 2 * t * LAYERS * (attn_w + 3 * c.hidden_size * c.intermediate_size)

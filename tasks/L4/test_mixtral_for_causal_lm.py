@@ -1,0 +1,29 @@
+"""MixtralForCausalLM (L4): token ids and positions in, final hidden states out, over the paged
+cache, ``LAYERS`` deep (as the Llama L4 task).
+
+CPU profile: Mixtral's E = 8, k = 2 at the cut widths of ``tasks/moe.py`` with the vocabulary
+sharded by 64; full profile: the real widths and vocabulary, the hand-picked paged batches (no
+capture of Mixtral yet). Routing-aware correctness across layers (``tasks/moe.py`` model_rule).
+"""
+from fk_pytest import standard_tests
+from kernels_reference.L4.mixtral import MixtralForCausalLM
+
+from ..moe import MoELayerTask, model_rule
+from .test_llama_for_causal_lm import LAYERS, LlamaModelTask
+
+
+class MixtralModelTask(MoELayerTask, LlamaModelTask):
+    name = "mixtral_for_causal_lm"
+    module_path = "L4/mixtral.py"
+    reference = MixtralForCausalLM
+    models = {"cpu": ("mixtral-8x7b",), "full": ("mixtral-8x7b",)}
+    depth = LAYERS
+    undetermined_rows = model_rule
+
+    def cases(self, profile):
+        shard = 64 if profile == "cpu" else 1
+        return self.batch_cases(profile, lambda model: {"vocab_shard": shard, "profile": profile})
+
+
+TASK = MixtralModelTask()
+test_correctness, test_fuzz, test_speed = standard_tests(TASK)
