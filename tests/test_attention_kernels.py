@@ -91,7 +91,7 @@ def _check_fast_path(nq, nk, d, context, query, dtype, **kw):
     return fast, native
 
 
-KERNEL_CONFIGS = {"one-pass": decode_module.DECODE_CONFIG, "two-pass": decode_module.TWO_PASS_CONFIG}
+KERNEL_CONFIGS = {"one-pass": decode_module.ONE_PASS_CONFIG, "two-pass": decode_module.TWO_PASS_CONFIG}
 
 
 @pytest.mark.parametrize("kernel", list(KERNEL_CONFIGS))
@@ -105,7 +105,7 @@ def test_decode_batch_matches_native(dtype, heads, kernel, monkeypatch):
 
 # The one-pass kernel with one block per tile, so that on the interpreter's 4-SM stand-in a few
 # sequences split several ways and every split runs several tiles (interleaved, merged in-launch).
-ONE_PASS_SMALL_TILES = dataclasses.replace(decode_module.DECODE_CONFIG, blocks_per_iter=1)
+ONE_PASS_SMALL_TILES = dataclasses.replace(decode_module.ONE_PASS_CONFIG, blocks_per_iter=1)
 
 
 @pytest.mark.parametrize("group", range(1, 9))
@@ -239,7 +239,7 @@ def test_one_pass_splits_stay_within_one_resident_wave():
     assert splits(1, max_blocks=512, resident_per_sm=3) == 49  # 392 programs <= 396 slots (50 would not fit)
     assert splits(5, max_blocks=512) == 13  # 520 programs (14 splits: 560 > 528)
     assert splits(32, max_blocks=128) == 2  # the SMs are full: the two-pass rule
-    assert decode_module.decode_num_splits(1, 8, 512, 132) == min(decode_module.DECODE_CONFIG.max_splits, 66)
+    assert decode_module.decode_num_splits(1, 8, 512, 132, decode_module.ONE_PASS_CONFIG) == min(decode_module.ONE_PASS_CONFIG.max_splits, 66)
 
 
 def test_resident_programs_from_the_compiled_footprint(monkeypatch):

@@ -69,7 +69,7 @@ if ARGS.tiny_cpu:
     CASES = [(1, 200), (3, 40)]
 
 OLD = decode_mod.TWO_PASS_CONFIG
-NEW = decode_mod.DECODE_CONFIG
+NEW = decode_mod.ONE_PASS_CONFIG
 SWEEP = {  # label -> changes to the new default (one-pass) or to the old config (two-pass)
     "1p bpi4 w4 st2 (1 tile in flight, 4/SM)": ("new", dict(num_warps=4, num_stages=2, max_splits=64)),
     "1p bpi4 w4 st5 (3/SM)": ("new", dict(num_warps=4, max_splits=64)),

@@ -8,7 +8,7 @@ Decode is bound by reading the KV cache once, so the kernels are organised aroun
 
 Two kernels, chosen by ``DecodeConfig.kernel``:
 
-* ``"one-pass"`` (default). Split s takes tiles s, s+S, s+2S, ... of its sequence (balanced to one
+* ``"one-pass"`` (selectable, not the default). Split s takes tiles s, s+S, s+2S, ... of its sequence (balanced to one
   tile whatever the length); every split with work writes a partial and counts itself on an
   atomic counter per (sequence, kv head); the last to count merges the partials in the same
   launch and zeroes the counter again (so a replayed CUDA graph finds it zeroed). At a small batch
@@ -18,8 +18,14 @@ Two kernels, chosen by ``DecodeConfig.kernel``:
   again. Why: on the H200 the two-pass kernel at B1 C8192 compiles to 137 registers (3 programs
   per SM) but was launched as 4 per SM (528 programs), so a quarter ran in a second wave, followed
   by a merge launch; its fused merge spilled (255 registers, 2 per SM).
-* ``"two-pass"`` (the earlier kernel, ``TWO_PASS_CONFIG``): contiguous block ranges per split, a
+* ``"two-pass"`` (the default, ``TWO_PASS_CONFIG``): contiguous block ranges per split, a
   second small merge kernel, or (``fused_merge``) the last-program merge of one head at a time.
+
+Measured side by side on the H200 (tools/h200_decode_b1.py, docs/perf/h200-decode-b1.md), the
+one-pass kernel lost at every shape (B1 C8192: 22.2 us against 16.0; B32 C2048: 104 against 67),
+and holding the two-pass kernel to one wave did not help either (17.1 us): the second-wave
+diagnosis above was wrong. The one-pass kernel stays selectable for the next attempt; the
+default is the two-pass kernel.
 
 CUDA-graph contract (the engine captures decode once per batch size and replays it): nothing here
 syncs with the host, and the launch (grid, number of splits, workspace size) is a function of
@@ -71,11 +77,12 @@ class DecodeConfig:
     fused_merge: bool = False  # two-pass only: merge in the decode kernel (atomic counter)
 
 
-DECODE_CONFIG = DecodeConfig()
-# The configuration used before the one-pass kernel (its measured H200 numbers are in
-# docs/perf/h200-attention.md); tools/h200_decode_b1.py times it beside the default.
+# The two-pass kernel's configuration (its H200 numbers: docs/perf/h200-attention.md and
+# docs/perf/h200-decode-b1.md, where tools/h200_decode_b1.py times it beside the one-pass kernel).
 TWO_PASS_CONFIG = DecodeConfig(kernel="two-pass", blocks_per_iter=4, num_warps=4, num_stages=2, programs_per_sm=2,
                                small_batch_programs_per_sm=4, max_splits=128, fused_merge=False)
+ONE_PASS_CONFIG = DecodeConfig()
+DECODE_CONFIG = TWO_PASS_CONFIG
 KERNELS = ("one-pass", "two-pass")
 
 
