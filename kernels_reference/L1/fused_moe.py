@@ -46,12 +46,17 @@ class FusedMoE(RecordsInit, nn.Module):
     def forward(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         if triton is not None and use_fast_path(hidden_states, router_logits):
             return self.forward_triton(hidden_states, router_logits)
-        return self.forward_native(hidden_states, router_logits)
+        return self._forward_loop(hidden_states, router_logits, native=False)
 
     def forward_native(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
-        weights, ids = self.topk.forward_native(router_logits)
+        return self._forward_loop(hidden_states, router_logits, native=True)
+
+    def _forward_loop(self, hidden_states, router_logits, native):
+        # The children are called as modules off the native path (as every composite does), so a
+        # composed candidate TopKSoftmax / SiluAndMul is the one that runs here on the CPU too.
+        weights, ids = run(self.topk, native, router_logits)
         return expert_loop(hidden_states, weights, ids, self.w13_weight, self.w2_weight,
-                           self.act_fn.forward_native)
+                           lambda x: run(self.act_fn, native, x))
 
     def forward_triton(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         from . import moe_kernels as mk  # the Triton kernels load with the fast path only
