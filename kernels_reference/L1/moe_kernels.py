@@ -83,6 +83,8 @@ def align_to_blocks(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> A
     :func:`align_to_blocks_torch` exactly. Every output element is written by a kernel, so the
     buffers are torch.empty and nothing waits for the device.
     """
+    if _OVERRIDES.get("align") == "torch":
+        return align_to_blocks_torch(topk_ids, num_experts, block_m)
     device = topk_ids.device
     flat = topk_ids.reshape(-1)
     if flat.dtype != torch.int32:
@@ -218,13 +220,17 @@ _OVERRIDES: dict = {}
 
 
 @contextlib.contextmanager
-def override_configs(block_m: int = None, gate_up: GemmConfig = None, down: GemmConfig = None):
+def override_configs(block_m: int = None, gate_up: GemmConfig = None, down: GemmConfig = None,
+                     align: str = None):
     """Force the launch configs of every FusedMoE fast-path call inside the block (the config sweep
     of ``tools/h200_moe.py``; tests of split-K on the CPU). Launch parameters are baked into a CUDA
-    graph at capture, so capturing inside the block is what fixes a graph's config."""
+    graph at capture, so capturing inside the block is what fixes a graph's config. ``align="torch"``
+    aligns with the torch-op chain (the previous fast path) to measure what the kernels save."""
+    if align not in (None, "torch", "triton"):
+        raise ValueError(f"align={align!r}: 'torch' or 'triton'")
     saved = dict(_OVERRIDES)
-    _OVERRIDES.update({k: v for k, v in (("block_m", block_m), ("gate_up", gate_up), ("down", down))
-                       if v is not None})
+    _OVERRIDES.update({k: v for k, v in (("block_m", block_m), ("gate_up", gate_up), ("down", down),
+                                         ("align", align)) if v is not None})
     try:
         yield
     finally:
