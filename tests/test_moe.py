@@ -166,18 +166,19 @@ def test_split_k_down_gemm_matches_the_whole_k(split_k):
     override the GPU sweep uses."""
     from kernels_reference.L1 import moe_kernels as mk
 
-    m, g = _moe(16, 4, 48, 80, True, torch.float32)
-    x, logits = torch.randn(9, 48, generator=g), router_logits(9, 16, 4, g, "cpu", torch.float32)
+    m, g = _moe(4, 2, 48, 80, True, torch.float32)
+    x, logits = torch.randn(9, 48, generator=g), router_logits(9, 4, 2, g, "cpu", torch.float32)
     with torch.no_grad():
         native = m.forward_native(x, logits)
-        with mk.override_configs(gate_up=mk.GemmConfig(32, 16), down=mk.GemmConfig(16, 16, split_k=split_k)):
+        # 5 K steps of 16 in the down GEMM: 3 + 2 (split 2), 2 + 2 + 1 (split 3)
+        with mk.override_configs(gate_up=mk.GemmConfig(128, 32), down=mk.GemmConfig(64, 16, split_k=split_k)):
             split = m.forward_triton(x, logits)
         whole = m.forward_triton(x, logits)
     torch.testing.assert_close(split, native, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(whole, native, rtol=1e-5, atol=1e-5)
     assert mk._OVERRIDES == {}  # the block restored the defaults
     with pytest.raises(ValueError, match="split_k"):
-        mk.grouped_gemm(x, m.w2_weight, torch.empty(36, 48), mk.align_to_blocks(torch.zeros(9, 4).int(), 16, 16),
+        mk.grouped_gemm(x, m.w2_weight, torch.empty(18, 48), mk.align_to_blocks(torch.zeros(9, 2).int(), 4, 16),
                         1, config=mk.GemmConfig(16, 16, split_k=2))
 
 
