@@ -420,7 +420,10 @@ if triton is not None:
         t = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
         mask = cols < H
-        acc = tl.zeros([BLOCK_H], dtype=tl.float64 if ACC_F64 else tl.float32)
+        if ACC_F64:
+            acc = tl.zeros([BLOCK_H], dtype=tl.float64)
+        else:
+            acc = tl.zeros([BLOCK_H], dtype=tl.float32)
         for s in tl.static_range(SPLITS):
             for j in tl.static_range(TOP_K):
                 row = p_ptr + s * stride_split + (t * TOP_K + j) * stride_pair
