@@ -5,7 +5,7 @@ of the reference's launch configs.
     OUT=out PYTHONPATH=$PWD/src:$PWD python3 tools/h200_moe.py [--compile] [--no-sweep]   # GPU, < 3 min
     PYTHONPATH=$PWD/src:$PWD python3 tools/h200_moe.py --tiny-cpu                           # CPU check, interpreter
 
-Per model (Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V2-Lite; bf16) and token count (decode 1/32/128/256,
+Per model (Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V2-Lite; bf16) and token count (decode 1/32/256,
 prefill 1024/8192), with the suite's skewed, tie-free router logits (tasks.moe):
 
 * correctness: the Triton path's relative L2 error against native (and, up to 256 tokens, both
@@ -58,7 +58,7 @@ from tasks.moe_inputs import MOE_MODELS, moe_shape, router_logits  # noqa: E402
 from tasks.workload import activations  # noqa: E402
 
 PEAK_TFLOPS, COPY_TBPS = 741.0, 4.24
-TOKENS = (1, 5, 17) if TINY else (1, 32, 128, 256, 1024, 8192)
+TOKENS = (1, 5, 17) if TINY else (1, 32, 256, 1024, 8192)  # T128 left out: the sweep needs the time
 TRUTH_MAX_TOKENS = 256
 
 
