@@ -139,6 +139,63 @@ def test_align_groups_pairs_by_expert_in_padded_tiles():
         assert len(pairs) and (flat[pairs.long()] == a.block_expert[tile]).all()
 
 
+@pytest.mark.parametrize("e, k, t, block_m", [
+    (8, 2, 1, 16),      # one decode token: one launch
+    (128, 8, 37, 16),   # Qwen3-like: 296 pairs in 5 chunks of 64 (count kernel + place kernel)
+    (64, 6, 200, 64),   # many chunks, 64-row tiles
+    (3, 1, 50, 16),     # fewer experts than a power of two, one slot
+])
+def test_triton_align_equals_the_torch_definition(e, k, t, block_m):
+    """The Triton align kernels give exactly the torch-op alignment: the same stable order (pair order
+    within an expert), padding, tile experts and padded length, single- and multi-chunk."""
+    from kernels_reference.L1 import moe_kernels as mk
+
+    g = torch.Generator().manual_seed(t)
+    ids = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(t)]).int()
+    ids[ids == 1] = 0 if k == 1 else ids[ids == 1]  # with one slot, expert 1 stays idle
+    got, want = mk.align_to_blocks(ids, e, block_m), mk.align_to_blocks_torch(ids, e, block_m)
+    assert (mk.align_chunk(e) < t * k) == (t * k > 64 and e == 128 or t * k > 128 and e == 64)
+    for name in ("sorted_pairs", "block_expert", "padded_rows"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+
+
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_split_k_down_gemm_matches_the_whole_k(split_k):
+    """The down GEMM split over K (float32 partials summed with the k slots) computes the layer; a
+    slice count that leaves the last slice short (3 over 5 K steps) too. Forced through the same
+    override the GPU sweep uses."""
+    from kernels_reference.L1 import moe_kernels as mk
+
+    m, g = _moe(4, 2, 48, 80, True, torch.float32)
+    x, logits = torch.randn(9, 48, generator=g), router_logits(9, 4, 2, g, "cpu", torch.float32)
+    with torch.no_grad():
+        native = m.forward_native(x, logits)
+        # 5 K steps of 16 in the down GEMM: 3 + 2 (split 2), 2 + 2 + 1 (split 3)
+        with mk.override_configs(gate_up=mk.GemmConfig(128, 32), down=mk.GemmConfig(64, 16, split_k=split_k)):
+            split = m.forward_triton(x, logits)
+        whole = m.forward_triton(x, logits)
+    torch.testing.assert_close(split, native, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(whole, native, rtol=1e-5, atol=1e-5)
+    assert mk._OVERRIDES == {}  # the block restored the defaults
+    with pytest.raises(ValueError, match="split_k"):
+        mk.grouped_gemm(x, m.w2_weight, torch.empty(18, 48), mk.align_to_blocks(torch.zeros(9, 2).int(), 4, 16),
+                        1, config=mk.GemmConfig(16, 16, split_k=2))
+
+
+def test_decode_split_k_heuristic_fills_the_sms(monkeypatch):
+    """At Mixtral T1 the down GEMM's 2 experts x 64 N tiles leave a 132-SM GPU half idle: split K 4
+    ways; Qwen3 T1 (8 experts, K=768) splits 2 ways; a prefill-sized call autotunes (None)."""
+    from kernels_reference.L1 import moe_kernels as mk
+
+    monkeypatch.setattr(mk, "autotune_here", lambda t: True)
+    monkeypatch.setattr(mk, "sm_count", lambda i: 132)
+    a = torch.empty(1, 1)
+    assert mk.gemm_config("down", 2, 8, 4096, 14336, a).split_k == 4
+    assert mk.gemm_config("down", 8, 128, 2048, 768, a).split_k == 2
+    assert mk.gemm_config("gate_up", 2, 8, 28672, 4096, a).split_k == 1
+    assert mk.gemm_config("down", 8 * 1024, 8, 4096, 14336, a) is None
+
+
 class _HostSyncs(TorchDispatchMode):
     """Records every op that makes the host wait for the device: reading a value back
     (``_local_scalar_dense``: .item(), .tolist(), bool(), int()) or an op whose output *size* depends
@@ -167,27 +224,37 @@ def test_fused_moe_fast_path_has_no_host_sync():
     x, logits = torch.randn(7, 32, generator=g).bfloat16(), router_logits(7, 16, 4, g, "cpu", torch.bfloat16)
     from kernels_reference.L1 import moe_kernels
 
-    with torch.no_grad(), _HostSyncs() as mode:
-        moe_kernels.align_to_blocks(logits.topk(4).indices.int(), 16, 16)
-    assert mode.seen == []
-    # The whole layer; the interpreter's launches copy tensors to numpy (a CPU-only artefact), so the
-    # GEMM launches run outside the recording mode and only the module's own torch ops count.
+    # The interpreter's launches copy tensors to numpy (a CPU-only artefact), so every Triton launch
+    # (moe_kernels._launch and the children's) runs outside the recording mode and only the torch
+    # ops of the layer count; the launches themselves take device pointers only.
     mode = _HostSyncs()
-    orig_launch = moe_kernels.grouped_gemm
 
-    def launch_outside_mode(*args, **kwargs):
-        mode.__exit__(None, None, None)
-        try:
-            return orig_launch(*args, **kwargs)
-        finally:
-            mode.__enter__()
+    def outside_mode(launch):
+        def wrapped(*args, **kwargs):
+            mode.__exit__(None, None, None)
+            try:
+                return launch(*args, **kwargs)
+            finally:
+                mode.__enter__()
+        return wrapped
 
-    moe_kernels.grouped_gemm = launch_outside_mode
+    patches = [(moe_kernels, "_launch"), (m.topk, "forward_triton"), (m.act_fn, "forward_triton")]
+    originals = [getattr(obj, name) for obj, name in patches]
+    for (obj, name), orig in zip(patches, originals):
+        setattr(obj, name, outside_mode(orig))
     try:
         with torch.no_grad(), mode:
+            moe_kernels.align_to_blocks(logits.topk(4).indices.int(), 16, 16)
+            moe_kernels.align_to_blocks(torch.randint(0, 16, (300, 4), generator=g).int(), 16, 16)  # 2 launches
             m.forward_triton(x, logits)
+            with moe_kernels.override_configs(down=moe_kernels.GemmConfig(16, 16, split_k=2)):
+                m.forward_triton(x, logits)
     finally:
-        moe_kernels.grouped_gemm = orig_launch
+        for (obj, name), orig in zip(patches, originals):
+            if obj is moe_kernels:
+                setattr(obj, name, orig)
+            else:
+                delattr(obj, name)  # back to the class's method
     assert mode.seen == []
     example = load(EXAMPLES, "fused_moe")(16, 4, 32, 16, True)
     example.load_state_dict(m.state_dict())
@@ -196,8 +263,10 @@ def test_fused_moe_fast_path_has_no_host_sync():
     assert "bincount" in control.seen
     # .tolist()/.item() on a CPU tensor read memory without dispatching an op; on CUDA they sync.
     # The source of the fast path must not call them (nor move data to the host).
-    source = _code_of(moe_kernels.align_to_blocks) + _code_of(FusedMoE.forward_triton)
-    assert "scatter_add_" in source  # the parse saw the real body
+    source = "".join(_code_of(f) for f in (moe_kernels.align_to_blocks, moe_kernels.align_to_blocks_torch,
+                                            moe_kernels.grouped_gemm, moe_kernels.sum_slots,
+                                            FusedMoE.forward_triton))
+    assert "scatter_add_" in source and "_place_pairs_kernel" in source  # the parse saw the real bodies
     assert not re.search(r"\.(item|tolist|cpu|numpy)\(|nonzero|bincount|unique", source)
 
 

@@ -11,8 +11,9 @@ and the activation are children (``topk``, ``act_fn``) so composed mode reaches 
 
 ``forward_triton`` (CUDA tensors; callable directly, e.g. under the Triton interpreter) is the
 production algorithm: route through ``topk``, sort the (token, expert) pairs by expert padded to row
-tiles, a grouped GEMM for gate_up ([T*k, 2I]), ``act_fn``, a grouped GEMM for down that scales each
-row by its routing weight, and the sum over the k slots (:mod:`.moe_kernels`). No step reads the
+tiles (one or two small kernels), a grouped GEMM for gate_up ([T*k, 2I]), ``act_fn``, a grouped GEMM
+for down that scales each row by its routing weight (split over K at decode sizes that leave SMs idle),
+and the sum over the k slots (:mod:`.moe_kernels`): six launches at a decode step. No step reads the
 routing back to the host, so the whole layer is CUDA-graph capturable.
 """
 import torch
@@ -69,15 +70,21 @@ class FusedMoE(RecordsInit, nn.Module):
         if n_pairs == 0:
             return torch.empty_like(hidden_states)
         x = hidden_states
-        align = mk.align_to_blocks(ids, self.num_experts, mk.choose_block_m(n_pairs, self.num_experts))
-        gate_up = torch.empty(n_pairs, 2 * self.intermediate_size, dtype=x.dtype, device=x.device)
-        mk.grouped_gemm(x, self.w13_weight, gate_up, align, rows_per_a=self.top_k)
+        num_experts, inter = self.num_experts, self.intermediate_size
+        align = mk.align_to_blocks(ids, num_experts, mk.choose_block_m(n_pairs, num_experts))
+        gate_up = torch.empty(n_pairs, 2 * inter, dtype=x.dtype, device=x.device)
+        mk.grouped_gemm(x, self.w13_weight, gate_up, align, rows_per_a=self.top_k,
+                        config=mk.gemm_config("gate_up", n_pairs, num_experts, 2 * inter, h, x))
         act = run(self.act_fn, False, gate_up)  # [T*k, I], pair order
-        down = torch.empty(n_pairs, h, dtype=x.dtype, device=x.device)
+        down_cfg = mk.gemm_config("down", n_pairs, num_experts, h, inter, act)
+        if down_cfg is not None and down_cfg.split_k > 1:  # float32 partial sums over K slices
+            down = torch.empty(down_cfg.split_k, n_pairs, h, dtype=torch.float32, device=x.device)
+        else:  # each pair's weighted output rounded to x's dtype, as production stores it
+            down = torch.empty(n_pairs, h, dtype=x.dtype, device=x.device)
         mk.grouped_gemm(act, self.w2_weight, down, align, rows_per_a=1,
-                        routing_weights=weights.reshape(-1).to(torch.float32).contiguous())
-        # the k weighted expert outputs of a token, summed in float32 and rounded once
-        return down.view(t, self.top_k, h).sum(dim=1, dtype=compute_dtype(x.dtype)).to(x.dtype)
+                        routing_weights=weights.reshape(-1).to(torch.float32).contiguous(), config=down_cfg)
+        # the k weighted expert outputs of a token (and the K slices) summed in float32, rounded once
+        return mk.sum_slots(down, t, self.top_k, x.dtype)
 
 
 def expert_loop(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w13: torch.Tensor,

@@ -2,27 +2,37 @@
 
 The algorithm is the one vLLM's fused_moe popularised (written here from its description):
 
-1. ``align_to_blocks``: the T*k (token, slot) pairs are sorted by expert and every expert's group is
-   padded to a multiple of BLOCK_M, so each BLOCK_M-row tile of the GEMM belongs to one expert.
-   Done with fixed-size torch ops only (scatter_add, cumsum, sort, searchsorted): sizes never depend
-   on the routing, nothing is read back to the host, so a decode step is CUDA-graph capturable.
-   The buffers are sized for the worst case (every used expert wasting BLOCK_M - 1 rows); tiles past
-   the real end read the padded length on the device and exit at once.
-2. ``grouped_gemm``: one Triton kernel; a program owns a BLOCK_M x BLOCK_N tile of one expert, gathers
-   its A rows through the sorted pair ids (token = pair // k for the first GEMM, pair itself for the
-   second), multiplies by that expert's weight and scatters rows back to pair order, optionally
-   scaled by the pair's routing weight (the down GEMM).
+1. ``align_to_blocks``: the T*k (token, slot) pairs are sorted by expert (stable: pair order within an
+   expert) and every expert's group is padded to a multiple of BLOCK_M, so each BLOCK_M-row tile of
+   the GEMM belongs to one expert. Two small Triton kernels (one when the pairs fit one chunk, as at
+   every decode step): per-chunk expert counts, then each chunk places its pairs after the earlier
+   chunks' pairs of the same expert and writes its share of the padding and of the tile -> expert
+   table. A chain of ~20 small torch ops did this before; inside a decode graph each costs a launch
+   gap, more than the work. Sizes never depend on the routing, nothing is read back to the host, so
+   a decode step is CUDA-graph capturable. The buffers are sized for the worst case (every used
+   expert wasting BLOCK_M - 1 rows); tiles past the real end read the padded length on the device
+   and exit at once. ``align_to_blocks_torch`` keeps the torch-op version as the readable definition.
+2. ``grouped_gemm``: one Triton kernel; a program owns a BLOCK_M x BLOCK_N tile of one expert (and,
+   with split-K, one slice of K), gathers its A rows through the sorted pair ids (token = pair // k
+   for the first GEMM, pair itself for the second), multiplies by that expert's weight and scatters
+   rows back to pair order, optionally scaled by the pair's routing weight (the down GEMM).
+3. ``sum_slots``: one Triton kernel sums a token's k weighted expert outputs (and the split-K
+   partials) in float32 in a fixed order and rounds once.
 
 Launch configs: BLOCK_M follows the mean rows per expert (the sort is padded to it, so it is chosen
-before the sort, not tuned); decode sizes (a few rows per expert: the weights stream once and the
-run is latency/bandwidth bound) take fixed configs, since timing equals against each other would pick
-one at random (see ``triton_rows``); prefill sizes autotune the N/K tiles, GROUP_M swizzle, warps and
-stages (3-4 stages: Hopper's shared memory holds them at these tiles).
+before the sort, not tuned). Decode sizes (a few rows per expert) are a weight stream, GEMV-like:
+16-row tiles, and enough programs that every SM keeps loads in flight; the down GEMM splits K when
+the tiles alone leave SMs idle (Mixtral T1: 2 experts x 64 N tiles = 128 programs for 132 SMs, each
+streaming 1.8 MB). Timing equals against each other would pick one at random (see ``triton_rows``),
+so decode configs are fixed (``tools/h200_moe.py --sweep`` compares candidates); prefill sizes
+autotune the N/K tiles, GROUP_M swizzle, warps and stages.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -52,12 +62,59 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+ALIGN_TILE_ELEMENTS = 8192  # one program's [pairs x experts] one-hot tile: fits the registers of 4 warps
+
+
+def align_chunk(num_experts: int) -> int:
+    """Pairs per align program: the one-hot [chunk, experts] tile stays ALIGN_TILE_ELEMENTS."""
+    return max(16, min(1024, ALIGN_TILE_ELEMENTS // triton.next_power_of_2(num_experts)))
+
+
+def _launch(kernel, grid, *args, **kwargs):
+    """Every Triton launch of this module goes through here (tests run the launches outside a torch
+    dispatch mode: the interpreter copies tensors to numpy, a CPU-only artefact)."""
+    kernel[grid](*args, **kwargs)
+
+
 def align_to_blocks(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> Alignment:
     """Sort the (token, slot) pairs by expert, each expert's group padded to a multiple of block_m.
 
-    Only torch ops whose output sizes follow from the input *shapes* (no nonzero/unique/bincount,
-    no .item()), so nothing waits for the device: see ``tests/test_moe.py``.
+    One Triton launch when all pairs fit one chunk (decode), two otherwise; the result equals
+    :func:`align_to_blocks_torch` exactly. Every output element is written by a kernel, so the
+    buffers are torch.empty and nothing waits for the device.
     """
+    if _OVERRIDES.get("align") == "torch":
+        return align_to_blocks_torch(topk_ids, num_experts, block_m)
+    device = topk_ids.device
+    flat = topk_ids.reshape(-1)
+    if flat.dtype != torch.int32:
+        flat = flat.to(torch.int32)
+    flat = flat.contiguous()
+    n_pairs = flat.numel()
+    max_rows = max_padded_rows(n_pairs, num_experts, block_m)
+    sorted_pairs = torch.empty(max_rows, dtype=torch.int32, device=device)
+    block_expert = torch.empty(max_rows // block_m, dtype=torch.int32, device=device)
+    if n_pairs == 0:
+        return Alignment(sorted_pairs, block_expert, torch.zeros(1, dtype=torch.int32, device=device), block_m)
+    padded_rows = torch.empty(1, dtype=torch.int32, device=device)
+    e_pad = triton.next_power_of_2(num_experts)
+    chunk = align_chunk(num_experts)
+    n_chunks = triton_cdiv(n_pairs, chunk)
+    counts = flat  # not read when one program sees every pair
+    if n_chunks > 1:
+        counts = torch.empty((n_chunks, num_experts), dtype=torch.int32, device=device)
+        _launch(_count_chunk_kernel, (n_chunks,), flat, counts, n_pairs, num_experts, CHUNK=chunk, E_PAD=e_pad)
+    share = triton_cdiv(triton_cdiv(max_rows, n_chunks), block_m) * block_m  # rows each program pads
+    _launch(_place_pairs_kernel, (n_chunks,), flat, counts, sorted_pairs, block_expert, padded_rows,
+            n_pairs, num_experts, n_chunks, max_rows, share, CHUNK=chunk, E_PAD=e_pad, BLOCK_M=block_m,
+            COUNT_ROWS=max(1, min(64, triton.next_power_of_2(n_chunks))), SINGLE=n_chunks == 1)
+    return Alignment(sorted_pairs, block_expert, padded_rows, block_m)
+
+
+def align_to_blocks_torch(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> Alignment:
+    """The same alignment from fixed-size torch ops (scatter_add, cumsum, stable sort, searchsorted):
+    the readable definition the Triton version is tested against. Output sizes follow from the input
+    *shapes* only (no nonzero/unique/bincount, no .item()), so it is capturable too, at ~20 launches."""
     device = topk_ids.device
     flat = topk_ids.reshape(-1).to(torch.int64)
     n_pairs = flat.numel()
@@ -79,24 +136,155 @@ def align_to_blocks(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> A
     return Alignment(sorted_pairs, block_expert, padded_end[-1:].to(torch.int32), block_m)
 
 
+if triton is not None:
+
+    @triton.jit
+    def _one_hot(ids_ptr, chunk_id, n_pairs, n_experts, CHUNK: tl.constexpr, E_PAD: tl.constexpr):
+        pair = chunk_id * CHUNK + tl.arange(0, CHUNK)
+        valid = pair < n_pairs
+        ids = tl.load(ids_ptr + pair, mask=valid, other=-1)
+        experts = tl.arange(0, E_PAD)
+        hot = (ids[:, None] == experts[None, :]) & valid[:, None] & (experts < n_experts)[None, :]
+        return pair, valid, hot.to(tl.int32)
+
+    @triton.jit
+    def _count_chunk_kernel(ids_ptr, counts_ptr, n_pairs, n_experts, CHUNK: tl.constexpr, E_PAD: tl.constexpr):
+        c = tl.program_id(0)
+        _, _, hot = _one_hot(ids_ptr, c, n_pairs, n_experts, CHUNK, E_PAD)
+        experts = tl.arange(0, E_PAD)
+        tl.store(counts_ptr + c * n_experts + experts, tl.sum(hot, axis=0), mask=experts < n_experts)
+
+    @triton.jit
+    def _place_pairs_kernel(ids_ptr, counts_ptr, sorted_ptr, block_expert_ptr, padded_rows_ptr,
+                            n_pairs, n_experts, n_chunks, max_rows, share,
+                            CHUNK: tl.constexpr, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                            COUNT_ROWS: tl.constexpr, SINGLE: tl.constexpr):
+        c = tl.program_id(0)
+        experts = tl.arange(0, E_PAD)
+        pair, valid, hot = _one_hot(ids_ptr, c, n_pairs, n_experts, CHUNK, E_PAD)
+        # every expert's pair count, and how many of its pairs the earlier chunks hold
+        if SINGLE:
+            total = tl.sum(hot, axis=0)
+            before = tl.zeros([E_PAD], dtype=tl.int32)
+        else:
+            total = tl.zeros([E_PAD], dtype=tl.int32)
+            before = tl.zeros([E_PAD], dtype=tl.int32)
+            for r0 in range(0, n_chunks, COUNT_ROWS):
+                r = r0 + tl.arange(0, COUNT_ROWS)
+                cc = tl.load(counts_ptr + r[:, None] * n_experts + experts[None, :],
+                             mask=(r < n_chunks)[:, None] & (experts < n_experts)[None, :], other=0)
+                total += tl.sum(cc, axis=0)
+                before += tl.sum(tl.where(r[:, None] < c, cc, 0), axis=0)
+        padded = (total + BLOCK_M - 1) // BLOCK_M * BLOCK_M  # 0 for idle experts and padding columns
+        padded_end = tl.cumsum(padded, axis=0)
+        padded_start = padded_end - padded
+        # a pair's rank among its expert's pairs of this chunk: the same expert's pairs before it
+        rank = tl.sum((tl.cumsum(hot, axis=0) - hot) * hot, axis=1)
+        base = tl.sum(hot * (padded_start + before)[None, :], axis=1)
+        tl.store(sorted_ptr + base + rank, pair, mask=valid)
+        # this program's share of the rows: the padding (rows no pair lands on) and each tile's expert.
+        # The pairs' rows and the padding rows are disjoint, so no program waits for another.
+        real_end = padded_start + total
+        lo = c * share
+        hi = tl.minimum(lo + share, max_rows)
+        for p0 in range(lo, hi, CHUNK):
+            p = p0 + tl.arange(0, CHUNK)
+            in_range = p < hi
+            holds_pair = tl.max(((p[:, None] >= padded_start[None, :]) & (p[:, None] < real_end[None, :]))
+                                .to(tl.int32), axis=1)
+            tl.store(sorted_ptr + p, tl.zeros([CHUNK], dtype=tl.int32) + n_pairs, mask=in_range & (holds_pair == 0))
+            # the tile's expert: how many experts end at or before it (as searchsorted(right=True));
+            # tiles past the last expert point at expert 0 (never read: the GEMM exits there)
+            expert = tl.sum(((padded_end[None, :] <= p[:, None]) & (experts < n_experts)[None, :]).to(tl.int32),
+                            axis=1)
+            expert = tl.where(expert < n_experts, expert, 0)
+            tl.store(block_expert_ptr + p // BLOCK_M, expert, mask=in_range & (p % BLOCK_M == 0))
+        if c == 0:
+            tl.store(padded_rows_ptr, tl.sum(padded, axis=0))
+
+
 # ---- configs -------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class GemmConfig:
+    """One fixed launch of the grouped GEMM. ``split_k`` > 1 (down GEMM only) writes float32 partials
+    that :func:`sum_slots` adds up with the k slots."""
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 3
+    split_k: int = 1
+    group_m: int = 1
+
+
+_OVERRIDES: dict = {}
+
+
+@contextlib.contextmanager
+def override_configs(block_m: int = None, gate_up: GemmConfig = None, down: GemmConfig = None,
+                     align: str = None):
+    """Force the launch configs of every FusedMoE fast-path call inside the block (the config sweep
+    of ``tools/h200_moe.py``; tests of split-K on the CPU). Launch parameters are baked into a CUDA
+    graph at capture, so capturing inside the block is what fixes a graph's config. ``align="torch"``
+    aligns with the torch-op chain (the previous fast path) to measure what the kernels save."""
+    if align not in (None, "torch", "triton"):
+        raise ValueError(f"align={align!r}: 'torch' or 'triton'")
+    saved = dict(_OVERRIDES)
+    _OVERRIDES.update({k: v for k, v in (("block_m", block_m), ("gate_up", gate_up), ("down", down),
+                                         ("align", align)) if v is not None})
+    try:
+        yield
+    finally:
+        _OVERRIDES.clear()
+        _OVERRIDES.update(saved)
+
+
 def choose_block_m(n_pairs: int, num_experts: int) -> int:
     """Rows per tile from the mean rows per expert: decode steps give each expert a few rows (a 16-row
     tile wastes least padding, the minimum tl.dot takes), prefill hundreds (128-row tiles reuse each
     weight tile the most)."""
+    if "block_m" in _OVERRIDES:
+        return _OVERRIDES["block_m"]
     mean = n_pairs / num_experts
     return 16 if mean <= 16 else 32 if mean <= 48 else 64 if mean <= 160 else 128
 
 
-def fixed_config(block_m: int, n: int, k: int, on_gpu: bool) -> dict:
-    """Decode sizes (and the interpreter): the weights of the used experts stream once; many N tiles
-    keep every SM loading. Deep K tiles with 4 stages keep enough bytes in flight per SM."""
+@functools.lru_cache(maxsize=None)
+def sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+DECODE_MEAN_ROWS = 16  # mean rows per expert up to which a launch takes a fixed config
+DECODE_BLOCK_N, DECODE_BLOCK_K = 64, 128
+MAX_SPLIT_K = 8
+
+
+def gemm_config(role: str, n_pairs: int, num_experts: int, n: int, k: int, a: torch.Tensor) -> Optional[GemmConfig]:
+    """The launch of one grouped GEMM (``role``: "gate_up" or "down"); None = autotune (prefill).
+
+    Decode (mean rows per expert <= DECODE_MEAN_ROWS): the used experts' weights stream once, so the
+    GEMM is a GEMV in disguise and bandwidth comes from many programs each keeping deep loads in
+    flight: 64 x 128 bf16 weight tiles (16 KB, 256 B per row: wide loads) with 4 stages. The tiles in
+    use are about min(n_pairs, experts) x N / 64; when that leaves fewer than two programs per SM
+    the down GEMM splits K (its float32 partials are summed with the k slots at no extra launch);
+    gate_up does not (its output feeds the activation child, which needs it whole).
+    """
+    if role in _OVERRIDES:
+        cfg = _OVERRIDES[role]
+        return dataclasses.replace(cfg, split_k=1) if role == "gate_up" else cfg
+    on_gpu = autotune_here(a)
+    if on_gpu and n_pairs / num_experts > DECODE_MEAN_ROWS:
+        return None
     if not on_gpu:  # the interpreter pays per program: big tiles, no pipelining
-        return dict(BLOCK_N=max(16, min(128, triton.next_power_of_2(n))),
-                    BLOCK_K=max(16, min(128, triton.next_power_of_2(k))), GROUP_M=1, num_warps=4, num_stages=1)
-    if block_m <= 16:
-        return dict(BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4)
-    return dict(BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=3)
+        return GemmConfig(block_n=max(16, min(128, triton.next_power_of_2(n))),
+                          block_k=max(16, min(128, triton.next_power_of_2(k))), num_warps=4, num_stages=1)
+    split = 1
+    if role == "down":
+        programs = min(n_pairs, num_experts) * triton_cdiv(n, DECODE_BLOCK_N)
+        k_steps = triton_cdiv(k, DECODE_BLOCK_K)
+        while (programs * split < 2 * sm_count(a.device.index or 0) and split < MAX_SPLIT_K
+               and k_steps // (2 * split) >= 2):  # each slice keeps >= 2 K steps to pipeline
+            split *= 2
+    return GemmConfig(block_n=DECODE_BLOCK_N, block_k=DECODE_BLOCK_K, num_warps=4, num_stages=4, split_k=split)
 
 
 def _prefill_configs():
@@ -114,16 +302,18 @@ def _prune(configs, named_args, **kwargs):
     return kept or configs[:1]
 
 
-DECODE_MEAN_ROWS = 16  # mean rows per expert up to which a launch takes a fixed config
-
-
 def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, align: Alignment, rows_per_a: int,
-                 routing_weights: torch.Tensor = None) -> torch.Tensor:
+                 routing_weights: torch.Tensor = None, config: Optional[GemmConfig] = None) -> torch.Tensor:
     """out[pair] = a[pair // rows_per_a] @ w[expert(pair)].T (times routing_weights[pair] if given).
 
-    a: [M_a, K]; w: [E, N, K] (rows are output features, as nn.Linear stores them); out: [n_pairs, N].
+    a: [M_a, K]; w: [E, N, K] (rows are output features, as nn.Linear stores them); out: [n_pairs, N],
+    or [split_k, n_pairs, N] (float32 partial sums over K slices) with a split-K ``config``.
+    ``config`` None autotunes (CUDA only).
     """
-    n_pairs = out.shape[0]
+    split = config.split_k if config is not None else 1
+    if (out.dim() == 3) != (split > 1) or (out.dim() == 3 and out.shape[0] != split):
+        raise ValueError(f"out {tuple(out.shape)} does not match split_k={split}")
+    n_pairs = out.shape[-2]
     num_experts, n, k = w.shape
     if n_pairs == 0:
         return out
@@ -133,17 +323,32 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, align: Ali
     f32_dot = a.dtype == torch.float32 or not a.is_cuda
     args = (a, w, out, routing_weights if routing_weights is not None else out, align.sorted_pairs,
             align.block_expert, align.padded_rows, n, k, n_pairs, max_rows,
-            a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2), out.stride(0), size_class(n_pairs))
+            a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2), out.stride(-2),
+            out.stride(0) if split > 1 else 0, size_class(n_pairs))
     consts = dict(ROWS_PER_A=rows_per_a, MUL_WEIGHT=routing_weights is not None, BLOCK_M=align.block_m,
-                  F32_DOT=f32_dot)
-    if autotune_here(a) and n_pairs / num_experts > DECODE_MEAN_ROWS:
+                  F32_DOT=f32_dot, SPLIT_K=split)
+    if config is None:
         grid = lambda meta: (triton.cdiv(max_rows, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
-        _tuned_gemm()[grid](*args, **consts)
+        _launch(_tuned_gemm(), grid, *args, **consts)
     else:
-        cfg = fixed_config(align.block_m, n, k, autotune_here(a))
-        launch = {k_: cfg[k_] for k_ in ("BLOCK_N", "BLOCK_K", "GROUP_M")}
-        grid = (triton.cdiv(max_rows, align.block_m) * triton.cdiv(n, cfg["BLOCK_N"]),)
-        _moe_gemm_kernel[grid](*args, **consts, **launch, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        grid = (triton.cdiv(max_rows, align.block_m) * triton.cdiv(n, config.block_n) * split,)
+        _launch(_moe_gemm_kernel, grid, *args, **consts, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                GROUP_M=config.group_m, num_warps=config.num_warps, num_stages=config.num_stages)
+    return out
+
+
+def sum_slots(partials: torch.Tensor, tokens: int, top_k: int, dtype: torch.dtype) -> torch.Tensor:
+    """out[t] = sum over split s and slot j of partials[s, t*k + j], in float32 (float64 for float64)
+    in a fixed order, rounded once to ``dtype``. ``partials``: [n_pairs, H] or [splits, n_pairs, H]."""
+    parts = partials if partials.dim() == 3 else partials.unsqueeze(0)
+    splits, n_pairs, h = parts.shape
+    out = torch.empty(tokens, h, dtype=dtype, device=partials.device)
+    if tokens == 0:
+        return out
+    block_h = min(1024, triton.next_power_of_2(h)) if autotune_here(partials) else triton.next_power_of_2(h)
+    _launch(_sum_slots_kernel, (tokens, triton.cdiv(h, block_h)), parts, out, h, parts.stride(0), parts.stride(1),
+            SPLITS=splits, TOP_K=top_k, BLOCK_H=block_h, ACC_F64=dtype == torch.float64,
+            num_warps=4 if block_h >= 512 else 1)
     return out
 
 
@@ -159,13 +364,16 @@ if triton is not None:
     @triton.jit(do_not_specialize=["size_cls"])
     def _moe_gemm_kernel(a_ptr, w_ptr, out_ptr, rw_ptr, sorted_pairs_ptr, block_expert_ptr, padded_rows_ptr,
                          N, K, n_pairs, max_rows,
-                         stride_am, stride_ak, stride_we, stride_wn, stride_wk, stride_om, size_cls,
+                         stride_am, stride_ak, stride_we, stride_wn, stride_wk, stride_om, stride_os, size_cls,
                          ROWS_PER_A: tl.constexpr, MUL_WEIGHT: tl.constexpr, F32_DOT: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         GROUP_M: tl.constexpr):
-        # GROUP_M row tiles share each column sweep, so a weight tile is reused from L2 by the
-        # tiles of the same expert that run at the same time.
+                         SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+        # Neighbouring programs take the K slices of one tile; then GROUP_M row tiles share each
+        # column sweep, so a weight tile is reused from L2 by the tiles of the same expert that run
+        # at the same time.
         pid = tl.program_id(0)
+        pid_k = pid % SPLIT_K
+        pid = pid // SPLIT_K
         tiles_m = tl.cdiv(max_rows, BLOCK_M)
         tiles_n = tl.cdiv(N, BLOCK_N)
         per_group = GROUP_M * tiles_n
@@ -183,12 +391,15 @@ if triton is not None:
         # Columns past N wrap around (modulo) instead of being masked: the loads stay unmasked in
         # N and the wrapped columns are dropped at the store.
         cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        # this program's slice of K: whole BLOCK_K steps (the last slice may hold fewer, or none)
+        steps = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
+        k_lo = pid_k * steps * BLOCK_K
         ks = tl.arange(0, BLOCK_K)
-        a_ptrs = a_ptr + a_row[:, None] * stride_am + ks[None, :] * stride_ak
-        w_ptrs = w_ptr + expert * stride_we + cols[None, :].to(tl.int64) * stride_wn + ks[:, None] * stride_wk
+        a_ptrs = a_ptr + a_row[:, None] * stride_am + (k_lo + ks)[None, :] * stride_ak
+        w_ptrs = w_ptr + expert * stride_we + cols[None, :].to(tl.int64) * stride_wn + (k_lo + ks)[:, None] * stride_wk
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for step in range(0, tl.cdiv(K, BLOCK_K)):
-            k_left = K - step * BLOCK_K
+        for step in range(0, steps):
+            k_left = K - k_lo - step * BLOCK_K
             a = tl.load(a_ptrs, mask=valid[:, None] & (ks[None, :] < k_left), other=0.0)
             b = tl.load(w_ptrs, mask=ks[:, None] < k_left, other=0.0)
             if F32_DOT:
@@ -200,5 +411,21 @@ if triton is not None:
         if MUL_WEIGHT:  # the routing weight scales the float32 accumulator, before the one rounding
             acc = acc * tl.load(rw_ptr + pair, mask=valid, other=0.0).to(tl.float32)[:, None]
         out_cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        out_ptrs = out_ptr + pair.to(tl.int64)[:, None] * stride_om + out_cols[None, :]
+        out_ptrs = out_ptr + pid_k * stride_os + pair.to(tl.int64)[:, None] * stride_om + out_cols[None, :]
         tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=valid[:, None] & (out_cols < N)[None, :])
+
+    @triton.jit
+    def _sum_slots_kernel(p_ptr, out_ptr, H, stride_split, stride_pair, SPLITS: tl.constexpr,
+                          TOP_K: tl.constexpr, BLOCK_H: tl.constexpr, ACC_F64: tl.constexpr):
+        t = tl.program_id(0).to(tl.int64)
+        cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+        mask = cols < H
+        if ACC_F64:
+            acc = tl.zeros([BLOCK_H], dtype=tl.float64)
+        else:
+            acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+        for s in tl.static_range(SPLITS):
+            for j in tl.static_range(TOP_K):
+                row = p_ptr + s * stride_split + (t * TOP_K + j) * stride_pair
+                acc += tl.load(row + cols, mask=mask, other=0.0).to(acc.dtype)
+        tl.store(out_ptr + t * H + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
