@@ -159,7 +159,8 @@ def mla_decode(query: torch.Tensor, cache: torch.Tensor, block_tables: torch.Ten
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if splits > 1:
-        rank_block = min(MERGE_RANK_BLOCK, rank_pad)
+        # (the interpreter pays per program, not per element: one column block off the GPU)
+        rank_block = min(MERGE_RANK_BLOCK, rank_pad) if q_lat.is_cuda else rank_pad
         # (sequence, head, latent column block): B1 with 16 heads is 64 programs, each reading its
         # splits' columns in chunks with a running max (a whole [splits, 512] tile would spill).
         _mla_merge_kernel[(num_seqs, num_heads, triton.cdiv(rank, rank_block))](
