@@ -6,17 +6,31 @@ Per case (16 heads, nope 128, rope 64, v 128, latent 512, bf16, block size 16, s
 * correctness: relative L2 error against the float64 definition (``forward_native`` upcast) of
   the fast path (Triton store + absorbed split-K latent decode / expanded SDPA prefill) and of the
   native path in bf16; the ratio fast / native should be <= 2;
-* timing (L2 flushed before every call, CUDA-graph replay where capturable, else CUDA events;
-  median): ours (``forward_fast``), ``sdpa-expanded`` (latent store + gather, kv_b_proj expansion,
-  SDPA per sequence) and ``eager`` (``forward_native`` in bf16); prefill also times ours without
-  the V padding (FlashAttention needs equal head sizes; without padding torch picks another backend);
+* timing of ours for decode: the suite's amortised CUDA-graph method (src/fk_pytest/timing.py): a
+  graph of one call and a graph of K calls, call j on its own copy of the layer, cache and inputs
+  (rotated: no call finds the cache or the absorbed weights in L2 from the one before), K so that a
+  K-call replay lasts >= 100 us, the L2 flushed before every replay; per call = median over rounds of
+  (K-call replay - one-call replay) / (K - 1), the replay's fixed ~4 us cancelling. The one-call
+  replay is kept beside it (``single``);
+* timing of the rest (L2 flushed before every call, CUDA events, median): ``sdpa-expanded``
+  (latent store + gather, kv_b_proj expansion, SDPA per sequence), ``eager`` (``forward_native`` in
+  bf16), and for prefill ours; prefill also times ours and the peer as CUDA-graph replays (the
+  difference to the eager figure is host launch overhead) and every ``MLAPrefillConfig`` (V padded
+  to 192 or not, explicit bool mask or ``causal_lower_right``);
 * achieved bandwidth of ours for decode: latent cache bytes read + kv_b_proj weights + q/out,
-  against the H200's 4.24 TB/s.
+  against the H200's 4.24 TB/s;
+* sweep (B1 C8192 and B32 C2048; ``--no-sweep`` skips it): ``MLADecodeConfig`` variants (tokens per
+  iteration, warps, pipeline stages, programs per SM, split cap) and the previous launch, timed side
+  by side with the same amortised method. Read the ``per call us`` column: the fastest row at both
+  cases is the best default (``MLA_DECODE_CONFIG`` in kernels_reference/L1/mla_decode.py).
 
     python3 tools/h200_mla.py             (GPU; writes $OUT/h200_mla.json when $OUT is set)
     python3 tools/h200_mla.py --tiny-cpu  (a CPU check of this script, Triton interpreted)
 """
+import copy
+import dataclasses
 import json
+import math
 import os
 import statistics
 import sys
@@ -24,6 +38,7 @@ import time
 from pathlib import Path
 
 TINY = "--tiny-cpu" in sys.argv
+SWEEP = "--no-sweep" not in sys.argv
 if TINY:
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported
 
@@ -33,6 +48,7 @@ import torch.nn.functional as F  # noqa: E402
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "src")]
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context  # noqa: E402
 from kernels_reference.L1 import mla_attention as mla_module  # noqa: E402
+from kernels_reference.L1 import mla_decode as decode_module  # noqa: E402
 from kernels_reference.L1.mla_attention import MLAAttention  # noqa: E402
 from kernels_reference.L2.deepseek_v2_attention import softmax_scale  # noqa: E402
 
@@ -51,6 +67,29 @@ else:
              "decode-B128-C1024": ([512 + (53 * i) % 512 for i in range(128)], [1] * 128),
              "prefill-B1-Q2048": ([0], [2048]),
              "prefill-chunk-Q1024-C3072": ([3072], [1024])}
+SWEEP_CASES = ("decode-B1-C8192", "decode-B32-C2048", "decode-B2-C40")
+_D = decode_module.MLA_DECODE_CONFIG
+SWEEP_CONFIGS = {
+    "default": _D,
+    "previous (32-split cap, 4/SM)": decode_module.PREVIOUS_CONFIG,
+    "1 program/SM": dataclasses.replace(_D, programs_per_sm=1),
+    "4 programs/SM": dataclasses.replace(_D, programs_per_sm=4),
+    "split cap 64": dataclasses.replace(_D, max_splits=64),
+    "split cap 256": dataclasses.replace(_D, max_splits=256),
+    "16 tokens/iter": dataclasses.replace(_D, tokens_per_iter=16),
+    "64 tokens/iter": dataclasses.replace(_D, tokens_per_iter=64),
+    "4 warps": dataclasses.replace(_D, num_warps=4),
+    "1 stage": dataclasses.replace(_D, num_stages=1),
+    "3 stages": dataclasses.replace(_D, num_stages=3),
+}
+PREFILL_CONFIGS = {
+    "unpadded V, bool mask (default)": mla_module.MLAPrefillConfig(pad_v=False, mask="bool"),
+    "V padded to 192, bool mask": mla_module.MLAPrefillConfig(pad_v=True, mask="bool"),
+    "unpadded V, causal_lower_right": mla_module.MLAPrefillConfig(pad_v=False, mask="lower-right-bias"),
+    "V padded, causal_lower_right (previous)": mla_module.MLAPrefillConfig(pad_v=True, mask="lower-right-bias"),
+}
+ROUNDS = 5 if TINY else 25
+AMORTISE_TARGET_US = 100.0
 
 
 class Timer:
@@ -96,6 +135,122 @@ class Timer:
             end.record()
         torch.cuda.synchronize()
         return {"us": statistics.median(s.elapsed_time(e) * 1e3 for s, e in events), "mode": mode, "rounds": rounds}
+
+
+class Amortised:
+    """One implementation over rotated sets: a graph of call 0 and a graph of calls 0..K-1 (call j
+    on its own layer, cache and inputs). ``calls``: zero-argument callables, one per set."""
+
+    def __init__(self, calls):
+        self.calls = len(calls)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # compilation and lazy buffers before any capture
+            for fn in calls:
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        self.one = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.one):
+            self.one_out = calls[0]()
+        self.many = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.many):
+            self.many_out = [fn() for fn in calls]
+
+
+def flushed_replay_us(graph, flush, tries=5):
+    times = []
+    for _ in range(tries):
+        flush()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def time_amortised(runners, flush, rounds=ROUNDS):
+    """Per-call us of every runner (src/fk_pytest/timing.py's method): implementations interleaved
+    round by round (order flipped each round), the L2 flushed before every replay, all events read
+    after one final synchronisation; per call = (K-call - one-call) / (K - 1)."""
+    names = list(runners)
+    ev = {n: [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(rounds)] for n in names}
+    for i in range(rounds):
+        for n in (names if i % 2 == 0 else names[::-1]):
+            e = ev[n][i]
+            flush()
+            e[0].record()
+            runners[n].one.replay()
+            e[1].record()
+            flush()
+            e[2].record()
+            runners[n].many.replay()
+            e[3].record()
+    torch.cuda.synchronize()
+    out = {}
+    for n in names:
+        k = runners[n].calls
+        one = [e[0].elapsed_time(e[1]) * 1e3 for e in ev[n]]
+        many = [e[2].elapsed_time(e[3]) * 1e3 for e in ev[n]]
+        per_call = sorted((m - o) / (k - 1) for m, o in zip(many, one))
+        med = statistics.median(per_call)
+        q1, q3 = per_call[len(per_call) // 4], per_call[3 * len(per_call) // 4]
+        out[n] = {"us": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "single_us": statistics.median(one),
+                  "calls": k, "rounds": rounds, "mode": "cuda-graph amortised"}
+    return out
+
+
+def rotated_calls(layer, meta, inputs, cache, count):
+    """``count`` calls of ours, each on its own copy of the layer (its absorbed weights), the cache
+    and the inputs: no call finds its bytes in L2 from the call before."""
+    calls = []
+    for j in range(count):
+        lj = copy.deepcopy(layer) if j else layer
+        cj = cache.clone()
+        ij = {k: v.clone() for k, v in inputs.items()}
+        calls.append(lambda lj=lj, cj=cj, ij=ij: run(lj, meta, ij, cj, "ours"))
+    return calls
+
+
+def decode_times(case, layer, meta, inputs, cache, timer, truth, configs):
+    """Ours per call (amortised) under each decode config; on the CPU one wall-clock call each.
+    Also the relative error of each config's graph output (a broken config shows here)."""
+    results = {}
+    if DEVICE.type != "cuda":
+        for name, cfg in configs.items():
+            decode_module.MLA_DECODE_CONFIG = cfg
+            try:
+                t0 = time.perf_counter()
+                got = run(layer, meta, inputs, cache.clone(), "ours")
+                results[name] = {"us": (time.perf_counter() - t0) * 1e6, "mode": "cpu-wall", "error": rel(got, truth)}
+            finally:
+                decode_module.MLA_DECODE_CONFIG = _D
+        return results
+    probe = Amortised(rotated_calls(layer, meta, inputs, cache, 1))
+    k = int(min(max(math.ceil(AMORTISE_TARGET_US / flushed_replay_us(probe.one, timer.flush)), 2), 16))
+    del probe
+    calls = rotated_calls(layer, meta, inputs, cache, k)
+    runners = {}
+    for name, cfg in configs.items():
+        decode_module.MLA_DECODE_CONFIG = cfg
+        try:
+            runners[name] = Amortised(calls)
+        finally:
+            decode_module.MLA_DECODE_CONFIG = _D
+    results = time_amortised(runners, timer.flush)
+    for name, r in runners.items():  # outputs of the timed graphs after all their replays
+        r.one.replay()
+        torch.cuda.synchronize()
+        results[name]["error"] = rel(r.one_out, truth)
+    return results
+
+
+def splits_of(cfg, context, query):
+    blocks = max(-(-(c + q) // BLOCK) for c, q in zip(context, query))
+    sms = decode_module.sm_count(DEVICE)
+    return decode_module.mla_num_splits(len(query), -(-HEADS // decode_module.HEAD_BLOCK), blocks, BLOCK, sms, cfg)
 
 
 def build_case(context, query, seed=0):
@@ -170,14 +325,32 @@ def case_result(name, context, query, timer):
     out = {"case": name, "errors": errors, "ratio_ours_vs_native": errors["ours"] / max(errors["eager"], 1e-9)}
     decode = all(q == 1 for q in query)
     times = {}
-    for how in ("ours", "sdpa-expanded", "eager"):
+    for how in ("sdpa-expanded", "eager") if decode else ("ours", "sdpa-expanded", "eager"):
         c = cache.clone()
-        times[how] = timer(lambda how=how, c=c: run(layer, meta, inputs, c, how), graph=decode and how == "ours")
-    if not decode:
-        mla_module.PAD_V_FOR_FLASH = False
+        times[how] = timer(lambda how=how, c=c: run(layer, meta, inputs, c, how), graph=False)
+    if decode:
+        configs = SWEEP_CONFIGS if SWEEP and name in SWEEP_CASES else {"default": _D}
+        sweep = decode_times(name, layer, meta, inputs, cache, timer, truth, configs)
+        for cfg_name, r in sweep.items():
+            r["splits"] = splits_of(configs[cfg_name], context, query)
+            r["config"] = dataclasses.asdict(configs[cfg_name])
+        times["ours"] = sweep["default"]
+        if len(sweep) > 1:
+            out["sweep"] = sweep
+    else:
         c = cache.clone()
-        times["ours-unpadded-v"] = timer(lambda: run(layer, meta, inputs, c, "ours"), graph=False)
-        mla_module.PAD_V_FOR_FLASH = True
+        for how in ("ours", "sdpa-expanded"):  # as graph replays: eager minus graph = host overhead
+            times[f"{how}-graph"] = timer(lambda how=how: run(layer, meta, inputs, c, how), graph=True)
+        variants = {}
+        for cfg_name, cfg in PREFILL_CONFIGS.items():
+            mla_module.PREFILL = cfg
+            try:
+                got = run(layer, meta, inputs, cache.clone(), "ours")
+                variants[cfg_name] = timer(lambda: run(layer, meta, inputs, c, "ours"), graph=False)
+                variants[cfg_name]["error"] = rel(got, truth)
+            finally:
+                mla_module.PREFILL = mla_module.MLAPrefillConfig()
+        out["prefill_variants"] = variants
     out["times"] = times
     if decode:
         nbytes = decode_bytes(context, query)
@@ -204,15 +377,36 @@ def main():
         pass
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "h200_mla.json").write_text(json.dumps({"env": env, "results": results}, indent=1))
+    unit = "amortised CUDA-graph us per call" if DEVICE.type == "cuda" else "CPU interpreter wall us: no meaning"
+    for r in results:
+        if "sweep" not in r:
+            continue
+        print(f"\nDecode sweep, {r['case']} ({unit}; 'single' = one flushed graph replay)\n")
+        print("| config | splits | per call us | spread | single us | K | rel err |")
+        print("|---|---|---|---|---|---|---|")
+        for cfg_name, t in sorted(r["sweep"].items(), key=lambda kv: kv[1]["us"]):
+            print(f"| {cfg_name} | {t['splits']} | {t['us']:.1f} | {t.get('spread', 0):.2f} | "
+                  f"{t.get('single_us', float('nan')):.1f} | {t.get('calls', 1)} | {t['error']:.2e} |")
+    print("\nPrefill: ours under each MLAPrefillConfig (CUDA events, L2 flushed), and as graph replays\n")
+    print("| case | variant | us | rel err |")
+    print("|---|---|---|---|")
+    for r in results:
+        if "prefill_variants" not in r:
+            continue
+        for v_name, t in r["prefill_variants"].items():
+            print(f"| {r['case']} | {v_name} | {t['us']:.1f} | {t['error']:.2e} |")
+        for how in ("ours-graph", "sdpa-expanded-graph"):
+            t = r["times"][how]
+            print(f"| {r['case']} | {how} ({t['mode']}) | {t['us']:.1f} | |")
     print(f"\nMLA, DeepSeek-V2-Lite shapes, bf16, block {BLOCK} ({env['device']}, torch {env['torch']}, "
-          f"{env['seconds']:.0f} s)\n")
+          f"{env['seconds']:.0f} s; decode ours: amortised CUDA graphs, the rest: CUDA events)\n")
     print("| case | err ours | err native bf16 | ratio (<= 2) | ours us (mode) | sdpa-expanded us | eager us "
           "| speedup vs sdpa-expanded | TB/s (% of 4.24) or TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         t = r["times"]
-        perf = (f"{r['tbps']:.2f} ({100 * r['peak_frac']:.0f}%)" if "tbps" in r else
-                f"{r['tflops']:.0f} TFLOP/s; unpadded V {t['ours-unpadded-v']['us']:.0f} us")
+        perf = (f"{r['tbps']:.2f} ({100 * r['peak_frac']:.0f}%); single replay {t['ours'].get('single_us', 0):.1f} us"
+                if "tbps" in r else f"{r['tflops']:.0f} TFLOP/s; graph {t['ours-graph']['us']:.0f} us")
         print(f"| {r['case']} | {r['errors']['ours']:.2e} | {r['errors']['eager']:.2e} | "
               f"{r['ratio_ours_vs_native']:.2f} | {t['ours']['us']:.1f} ({t['ours']['mode']}) | "
               f"{t['sdpa-expanded']['us']:.1f} | {t['eager']['us']:.1f} | "

@@ -23,14 +23,16 @@ Fast path (CUDA; under ``TRITON_INTERPRET=1`` also CPU tensors via ``forward_fas
 * decode rows: the *absorbed* form. ``q_nope · k_nope = (q_nope · W_UK) · c``, so each head's query
   is moved into latent space once per step (a [H, B, nope] x [H, nope, R] batched GEMM), the Triton
   split-K kernel of :mod:`.mla_decode` scores it against the cached latent + rope rows and sums the
-  latent rows themselves (the "values"), and ``W_UV`` lifts the latent output back per head. The
+  latent rows themselves (the "values"), its merge kernel combines the splits, and ``W_UV`` lifts
+  the latent output back per head (a second batched GEMM). Four launches with the store; the
   cache is read once as it sits (1152 bytes per token in bf16), never expanded;
-* prefill rows: expanded, then SDPA (FlashAttention). Prefill is compute-bound: per (query, key)
-  pair the expanded form does (nope + rope) + v = 320 multiply-adds per head, the absorbed one
-  (R + rope) + R = 1088, and the expansion GEMM (2 R H (nope + v) per key) is amortised over the
-  chunk's queries. V is zero-padded to the q/k head size (128 -> 192) so FlashAttention, which needs
-  equal head sizes, takes it (vLLM pads the same way); the padding columns are dropped.
+* prefill rows: expanded, then SDPA. Prefill is compute-bound: per (query, key) pair the expanded
+  form does (nope + rope) + v = 320 multiply-adds per head, the absorbed one (R + rope) + R = 1088,
+  and the expansion GEMM (2 R H (nope + v) per key) is amortised over the chunk's queries. V stays
+  128 wide and a chunk's bottom-right mask is explicit (``PREFILL``: on the H200 the V zero-pad to
+  192 that FlashAttention needs cost more than torch's choice for unequal head sizes).
 """
+import dataclasses
 from typing import Optional
 
 import torch
@@ -50,7 +52,21 @@ except ImportError:  # the native path still works without Triton
     triton = None
 
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # float64 (the truth) stays native
-PAD_V_FOR_FLASH = True  # tools/h200_mla.py times both choices
+
+
+@dataclasses.dataclass(frozen=True)
+class MLAPrefillConfig:
+    """How the expanded prefill calls SDPA (tools/h200_mla.py times every combination)."""
+
+    pad_v: bool = False  # zero-pad V 128 -> 192 so FlashAttention (equal head sizes only) takes it
+    mask: str = "bool"  # a chunk with context: "bool" (explicit bottom-right mask) or "lower-right-bias"
+
+    def __post_init__(self):
+        if self.mask not in ("bool", "lower-right-bias"):
+            raise ValueError(f"unknown prefill mask {self.mask!r}")
+
+
+PREFILL = MLAPrefillConfig()
 
 
 class MLAAttention(RecordsInit, nn.Module):
@@ -158,7 +174,6 @@ def _mla_fast(layer: MLAAttention, q, kv_c_normed, k_pe, meta: AttentionMetadata
             decoded = torch.empty(meta.num_seqs, heads, layer.v_head_dim, dtype=q.dtype, device=q.device)
             _absorbed_decode(layer, qh.index_select(0, last_rows), cache, meta.block_tables, lens, decoded)
             out.index_copy_(0, last_rows, decoded)
-    latent = None
     start = 0
     for i, (q_len, n) in enumerate(zip(query_lens, seq_lens)):
         a, start = start, start + q_len
@@ -168,32 +183,74 @@ def _mla_fast(layer: MLAAttention, q, kv_c_normed, k_pe, meta: AttentionMetadata
         if context > 0:
             history = MLAAttention._history(cache, meta, i, n, context, None)
         else:  # no cached context: the step's own rows are the whole history, no gather
-            latent = layer.latent_rows(kv_c_normed, k_pe) if latent is None else latent
-            history = latent[a:start]
+            history = (kv_c_normed.reshape(t, -1)[a:start], k_pe.reshape(t, -1)[a:start])
         out[a:start] = _expanded_prefill(layer, qh[a:start], history, context)
     return out.view(t, -1)
 
 
 def _absorbed_decode(layer: MLAAttention, qh, cache, block_tables, seq_lens, out) -> None:
-    """One query row per sequence, in latent space: q_nope · W_UK, the Triton kernel, then W_UV."""
+    """One query row per sequence, in latent space: q_nope · W_UK (one GEMM), the Triton split
+    decode and merge, then W_UV (one GEMM). The buffers are laid out [H, B, .] so each GEMM reads
+    and writes them as they are: no concatenation of [q_lat | q_pe] (the kernel takes the rope
+    part from the query itself) and no transposing copies in between."""
     from .mla_decode import mla_decode
 
-    b, rank = qh.shape[0], layer.kv_lora_rank
+    b, heads, rank, nope = qh.shape[0], layer.num_heads, layer.kv_lora_rank, layer.qk_nope_head_dim
     w_uk, w_uv = layer.absorbed_weights()
-    absorbed = torch.empty(b, layer.num_heads, rank + layer.qk_rope_head_dim, dtype=qh.dtype, device=qh.device)
     # [H, B, nope] x [H, nope, R] -> [H, B, R]: each head's query moved into latent space
-    absorbed[..., :rank] = torch.bmm(qh[..., : layer.qk_nope_head_dim].transpose(0, 1), w_uk).transpose(0, 1)
-    absorbed[..., rank:] = qh[..., layer.qk_nope_head_dim:]
-    latent_out = mla_decode(absorbed, cache, block_tables, seq_lens, layer.scale, rank)
-    # [H, B, R] x [H, R, v] -> [H, B, v]
-    out.copy_(torch.bmm(latent_out.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1))
+    q_lat = torch.bmm(qh[..., :nope].transpose(0, 1), w_uk)
+    latent_out = torch.empty(heads, b, rank, dtype=qh.dtype, device=qh.device)
+    mla_decode(q_lat.transpose(0, 1), cache, block_tables, seq_lens, layer.scale, rank,
+               out=latent_out.transpose(0, 1), q_pe=qh[..., nope:])
+    # [H, B, R] x [H, R, v] -> [H, B, v], written through out's [H, B, v] view
+    torch.bmm(latent_out, w_uv.transpose(1, 2), out=out.transpose(0, 1))
+
+
+def _bottom_right_mask(length: int, keys: int, device) -> torch.Tensor:
+    """[length, keys] bool: query i (at position keys - length + i) sees keys 0..keys - length + i.
+    Kept per shape outside graph capture (a tensor made inside a capture is the graph's own)."""
+    key = (length, keys, device)
+    mask = _MASKS.get(key)
+    if mask is None:
+        rows = torch.arange(length, device=device)[:, None] + (keys - length)
+        mask = torch.arange(keys, device=device)[None, :] <= rows
+        capturing = mask.is_cuda and torch.cuda.is_current_stream_capturing()
+        if not capturing:
+            if len(_MASKS) >= 8:
+                _MASKS.pop(next(iter(_MASKS)))
+            _MASKS[key] = mask
+    return mask
+
+
+_MASKS: dict = {}
 
 
 def _expanded_prefill(layer: MLAAttention, q, history, context: int) -> torch.Tensor:
+    """Chunk queries [L, H, nope + rope] over their history's latent rows [context + L, R + rope]
+    (or (kv_c, k_pe) of the step itself): one kv_b_proj GEMM, the keys' concatenation, SDPA.
+
+    What SDPA sees follows PREFILL (tools/h200_mla.py times the choices): by default V stays 128
+    wide (no zero-pad to 192: that is 1.5x the P·V work and an extra copy) and a chunk with cached
+    context gets an explicit bottom-right boolean mask, as the sdpa-expanded peer does, so torch may
+    pick cuDNN (which takes q/k 192 with v 128 and masks); ``causal_lower_right`` would route it
+    to FlashAttention (V padded) or the memory-efficient kernel only."""
     from .sdpa_prefill import sdpa_causal
 
-    keys, values = layer.expand(history, native=False)
+    if isinstance(history, tuple):  # the step's own rows: no [kv_c | k_pe] concatenation
+        kv_c, k_pe = history
+    else:
+        kv_c, k_pe = history[:, : layer.kv_lora_rank], history[:, layer.kv_lora_rank:]
+    n, heads, nope = kv_c.shape[0], layer.num_heads, layer.qk_nope_head_dim
+    kv = run(layer.kv_b_proj, False, kv_c).view(n, heads, nope + layer.v_head_dim)
+    keys = torch.cat([kv[..., :nope], k_pe.reshape(n, 1, -1).to(kv.dtype).expand(n, heads, -1)], -1)
+    values = kv[..., nope:]
     pad = layer.qk_head_dim - layer.v_head_dim
-    if PAD_V_FOR_FLASH and pad > 0:
+    if PREFILL.pad_v and pad > 0:
         values = F.pad(values, (0, pad))
-    return sdpa_causal(q, keys, values, context, layer.scale)[..., : layer.v_head_dim]
+    if context == 0 or PREFILL.mask == "lower-right-bias":
+        out = sdpa_causal(q, keys, values, context, layer.scale)
+    else:
+        qh, kh, vh = (x.transpose(0, 1).unsqueeze(0) for x in (q, keys, values))
+        mask = _bottom_right_mask(q.shape[0], n, q.device)
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=layer.scale).squeeze(0).transpose(0, 1)
+    return out[..., : layer.v_head_dim]

@@ -21,11 +21,12 @@ CUDA-graph contract as in :mod:`.paged_decode`: launch shapes depend on tensor s
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
 
-from .paged_decode import LOG2E, DecodeConfig, decode_num_splits, sm_count
+from .paged_decode import LOG2E, sm_count
 
 try:
     import triton
@@ -34,10 +35,44 @@ except ImportError:  # the native path still works without Triton
     triton = None
 
 HEAD_BLOCK = 16  # heads per program (tl.dot's minimum tile side)
-# Tokens per loop iteration: the [tokens, 512] latent tile and the [16, 512] float32 accumulator
-# are what a program holds; 32 tokens keep both in registers at 8 warps.
-MLA_DECODE_CONFIG = DecodeConfig(blocks_per_iter=2, num_warps=8, num_stages=2)
-TOKENS_PER_ITER = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class MLADecodeConfig:
+    """Knobs of the latent decode (tools/h200_mla.py --sweep times them side by side on the H200)."""
+
+    # Tokens per loop iteration: the [tokens, 512] latent tile and the [16, 512] float32 accumulator
+    # are what a program holds; 32 tokens keep both in registers at 8 warps.
+    tokens_per_iter: int = 32
+    num_warps: int = 8
+    num_stages: int = 2
+    # Split until about this many programs per SM. Why 2: one program per (sequence, 16 heads) is
+    # all a batch gives without splitting (B1: 1 program for 132 SMs); the kernel holds ~32 KiB of
+    # latent tile + accumulator per program, so about 2 fit on an SM at once, and a second wave
+    # would repeat the whole latency chain (seq_len -> block table -> cache rows).
+    programs_per_sm: int = 2
+    # Cap on splits: each split writes a [16, 512] float32 partial (32 KiB, as much as 28 cached
+    # tokens), which the merge reads back from L2; 128 splits at B1 C8192 are 64 tokens each.
+    max_splits: int = 128
+
+
+MLA_DECODE_CONFIG = MLADecodeConfig()
+# The launch before tools/h200_mla.py's sweep: 32 tokens per iteration, 8 warps, 2 stages and the
+# paged-decode planner (4 programs per SM, at most 32 splits: B1 C8192 ran 32 programs on 132 SMs).
+PREVIOUS_CONFIG = MLADecodeConfig(tokens_per_iter=32, num_warps=8, num_stages=2, programs_per_sm=4, max_splits=32)
+MERGE_SPLITS_CHUNK = 16  # the merge reads [16 splits, 128 latent columns] float32 per step
+MERGE_RANK_BLOCK = 128
+
+
+def mla_num_splits(num_seqs: int, head_blocks: int, max_blocks: int, block_size: int, num_sms: int,
+                   config: MLADecodeConfig = MLA_DECODE_CONFIG) -> int:
+    """Splits per sequence, from shapes only (the CUDA-graph contract): at most ``programs_per_sm``
+    programs per SM (rounded down: one wave, every program starts at once), never more splits than
+    a full-width block table has loop iterations, at most ``max_splits``, at least one."""
+    programs = max(num_seqs * head_blocks, 1)
+    iterations = max(-(-max_blocks * block_size // config.tokens_per_iter), 1)
+    wanted = config.programs_per_sm * num_sms // programs
+    return max(1, min(wanted, iterations, config.max_splits))
 
 
 def store_latent_triton(kv_c: torch.Tensor, k_pe: torch.Tensor, cache: torch.Tensor,
@@ -67,54 +102,70 @@ def store_latent_triton(kv_c: torch.Tensor, k_pe: torch.Tensor, cache: torch.Ten
 
 def mla_decode(query: torch.Tensor, cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
                scale: float, kv_lora_rank: int, out: Optional[torch.Tensor] = None,
-               num_splits: Optional[int] = None) -> torch.Tensor:
-    """Absorbed queries [B, H, R + rope] over the latent cache [blocks, bs, R + rope]; returns the
-    latent outputs [B, H, R] (``out`` if given). ``seq_lens`` [B] int32 counts this step's token;
-    a sequence of length 0 (a padded graph row) gives zeros."""
+               num_splits: Optional[int] = None, q_pe: Optional[torch.Tensor] = None,
+               config: Optional[MLADecodeConfig] = None) -> torch.Tensor:
+    """Absorbed queries over the latent cache [blocks, bs, R + rope]; returns the latent outputs
+    [B, H, R] (``out`` if given; any strides with a unit last one, e.g. a transposed [H, B, R]
+    buffer that the W_UV GEMM then reads as it is).
+
+    ``query`` is [B, H, R + rope], or with ``q_pe`` [B, H, rope] given, the latent part [B, H, R]
+    alone (then neither is concatenated: the absorption GEMM's output is passed as it lands).
+    ``seq_lens`` [B] int32 counts this step's token; a sequence of length 0 (a padded graph row)
+    gives zeros. Two launches: the split decode, and (splits > 1) the merge."""
     if triton is None:
         raise RuntimeError("mla_decode needs Triton")
-    num_seqs, num_heads, width = query.shape
+    config = config or MLA_DECODE_CONFIG
+    rank = kv_lora_rank
+    if q_pe is None:
+        q_lat, q_pe = query[..., :rank], query[..., rank:]
+    else:
+        q_lat = query
+    num_seqs, num_heads, _ = q_lat.shape
+    rope = q_pe.shape[-1]
     _, block_size, cache_width = cache.shape
-    rank, rope = kv_lora_rank, width - kv_lora_rank
-    if cache_width != width or rope <= 0:
-        raise ValueError(f"queries of width {width} (rank {rank}) do not fit a latent cache of width {cache_width}")
-    if query.stride(-1) != 1:
-        query = query.contiguous()
+    if q_lat.shape[-1] != rank or cache_width != rank + rope or rope <= 0 or q_pe.shape[:2] != q_lat.shape[:2]:
+        raise ValueError(f"queries of rank {q_lat.shape[-1]} + rope {rope} do not fit a latent cache of width "
+                         f"{cache_width} (rank {rank})")
+    q_lat = q_lat if q_lat.stride(-1) == 1 else q_lat.contiguous()
+    q_pe = q_pe if q_pe.stride(-1) == 1 else q_pe.contiguous()
     if block_tables.stride(-1) != 1:
         block_tables = block_tables.contiguous()
     if out is None:
-        out = torch.empty(num_seqs, num_heads, rank, dtype=query.dtype, device=query.device)
+        out = torch.empty(num_seqs, num_heads, rank, dtype=q_lat.dtype, device=q_lat.device)
     if num_seqs == 0:
         return out
-    blocks_per_iter = max(1, TOKENS_PER_ITER // block_size)
+    tile = config.tokens_per_iter
+    if tile % block_size and block_size % tile:
+        raise ValueError(f"tokens per iteration {tile} and block size {block_size}: one must divide the other")
+    blocks_per_iter = max(1, tile // block_size)
     if (blocks_per_iter * block_size) & (blocks_per_iter * block_size - 1) or blocks_per_iter * block_size < 16:
         raise ValueError(f"block_size {block_size}: tokens per iteration must be a power of two >= 16")
-    config = DecodeConfig(blocks_per_iter=blocks_per_iter, num_warps=MLA_DECODE_CONFIG.num_warps,
-                          num_stages=MLA_DECODE_CONFIG.num_stages)
     head_blocks = triton.cdiv(num_heads, HEAD_BLOCK)
-    splits = num_splits or decode_num_splits(num_seqs, head_blocks, block_tables.shape[1],
-                                             sm_count(query.device), config)
+    splits = num_splits or mla_num_splits(num_seqs, head_blocks, block_tables.shape[1], block_size,
+                                          sm_count(q_lat.device), config)
     rank_pad, rope_pad = triton.next_power_of_2(rank), max(16, triton.next_power_of_2(rope))
     if splits > 1:
-        part_out = torch.empty(num_seqs, num_heads, splits, rank, dtype=torch.float32, device=query.device)
-        part_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=query.device)
+        part_out = torch.empty(num_seqs, num_heads, splits, rank, dtype=torch.float32, device=q_lat.device)
+        part_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=q_lat.device)
     else:
         part_out = part_lse = out
     _mla_decode_kernel[(num_seqs, head_blocks, splits)](
-        query, cache, block_tables, seq_lens, out, part_out, part_lse, scale * LOG2E,
-        query.stride(0), query.stride(1), cache.stride(0), cache.stride(1), block_tables.stride(0),
-        out.stride(0), out.stride(1), num_heads,
+        q_lat, q_pe, cache, block_tables, seq_lens, out, part_out, part_lse, scale * LOG2E,
+        q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), cache.stride(0), cache.stride(1),
+        block_tables.stride(0), out.stride(0), out.stride(1), num_heads,
         RANK=rank, ROPE=rope, RANK_PAD=rank_pad, ROPE_PAD=rope_pad, HEADS=HEAD_BLOCK,
         BLOCK_SIZE=block_size, BLOCKS_PER_ITER=blocks_per_iter, SPLIT=splits > 1,
-        F32_DOT=query.dtype == torch.float32 or not query.is_cuda,
+        F32_DOT=q_lat.dtype == torch.float32 or not q_lat.is_cuda,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if splits > 1:
-        from .paged_decode import _merge_splits_kernel
-
-        _merge_splits_kernel[(num_seqs, num_heads)](
+        # (the interpreter pays per program, not per element: one column block off the GPU)
+        rank_block = min(MERGE_RANK_BLOCK, rank_pad) if q_lat.is_cuda else rank_pad
+        # (sequence, head, latent column block): B1 with 16 heads is 64 programs, each reading its
+        # splits' columns in chunks with a running max (a whole [splits, 512] tile would spill).
+        _mla_merge_kernel[(num_seqs, num_heads, triton.cdiv(rank, rank_block))](
             part_out, part_lse, out, out.stride(0), out.stride(1), splits,
-            HEAD_DIM=rank, DIM_PAD=rank_pad, SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
+            RANK=rank, RANK_BLOCK=rank_block, CHUNK=MERGE_SPLITS_CHUNK, num_warps=4)
     return out
 
 
@@ -145,8 +196,9 @@ if triton is not None:
 
     @triton.jit
     def _mla_decode_kernel(
-        q_ptr, cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr, scale_log2,
-        q_s_seq, q_s_head, c_s_block, c_s_tok, bt_s_seq, o_s_seq, o_s_head, num_heads,
+        q_ptr, q_pe_ptr, cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr,
+        scale_log2, q_s_seq, q_s_head, qpe_s_seq, qpe_s_head, c_s_block, c_s_tok, bt_s_seq, o_s_seq, o_s_head,
+        num_heads,
         RANK: tl.constexpr, ROPE: tl.constexpr, RANK_PAD: tl.constexpr, ROPE_PAD: tl.constexpr,
         HEADS: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCKS_PER_ITER: tl.constexpr, SPLIT: tl.constexpr,
         F32_DOT: tl.constexpr,
@@ -167,9 +219,10 @@ if triton is not None:
         r = tl.arange(0, RANK_PAD)
         p = tl.arange(0, ROPE_PAD)
         h_mask = h < num_heads
-        q_rows = q_ptr + seq * q_s_seq + h[:, None] * q_s_head
-        q_lat = tl.load(q_rows + r[None, :], mask=h_mask[:, None] & (r < RANK)[None, :], other=0.0)
-        q_pe = tl.load(q_rows + RANK + p[None, :], mask=h_mask[:, None] & (p < ROPE)[None, :], other=0.0)
+        q_lat = tl.load(q_ptr + seq * q_s_seq + h[:, None] * q_s_head + r[None, :],
+                        mask=h_mask[:, None] & (r < RANK)[None, :], other=0.0)
+        q_pe = tl.load(q_pe_ptr + seq * qpe_s_seq + h[:, None] * qpe_s_head + p[None, :],
+                       mask=h_mask[:, None] & (p < ROPE)[None, :], other=0.0)
         if F32_DOT:
             q_lat = q_lat.to(tl.float32)
             q_pe = q_pe.to(tl.float32)
@@ -224,3 +277,33 @@ if triton is not None:
         else:
             tl.store(out_ptr + seq * o_s_seq + h[:, None] * o_s_head + r[None, :],
                      result.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+    @triton.jit
+    def _mla_merge_kernel(part_out_ptr, part_lse_ptr, out_ptr, o_s_seq, o_s_head, num_splits,
+                          RANK: tl.constexpr, RANK_BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+        """out[seq, head, columns] = sum_s w_s * part_s / sum_s w_s, w_s = 2^(lse_s - max lse), over
+        CHUNK splits at a time with a running max. Empty splits (lse -inf) weigh 0; a sequence
+        with no work at all (seq_len 0) gets zeros."""
+        seq = tl.program_id(0).to(tl.int64)
+        head = tl.program_id(1)
+        col = tl.program_id(2) * RANK_BLOCK + tl.arange(0, RANK_BLOCK)
+        c = tl.arange(0, CHUNK)
+        row0 = (seq * tl.num_programs(1) + head) * num_splits
+        top = tl.full([1], float("-inf"), tl.float32)
+        total = tl.zeros([1], tl.float32)
+        merged = tl.zeros([RANK_BLOCK], tl.float32)
+        for first in range(0, num_splits, CHUNK):
+            s_mask = first + c < num_splits
+            lse = tl.load(part_lse_ptr + row0 + first + c, mask=s_mask, other=float("-inf"))
+            parts = tl.load(part_out_ptr + (row0 + first + c)[:, None] * RANK + col[None, :],
+                            mask=s_mask[:, None] & (col < RANK)[None, :], other=0.0)
+            new_top = tl.maximum(top, tl.max(lse, axis=0))
+            base = tl.where(new_top == float("-inf"), 0.0, new_top)  # nothing yet: weights 0
+            w = tl.exp2(lse - base)
+            rescale = tl.exp2(top - base)
+            total = total * rescale + tl.sum(w, axis=0)
+            merged = merged * rescale + tl.sum(parts * w[:, None], axis=0)
+            top = new_top
+        merged = merged / tl.where(total > 0.0, total, 1.0)
+        tl.store(out_ptr + seq * o_s_seq + head * o_s_head + col, merged.to(out_ptr.dtype.element_ty),
+                 mask=col < RANK)
