@@ -37,7 +37,7 @@ def load_checkpoint(module: nn.Module, weights: Iterable[Tuple[str, torch.Tensor
     for name, tensor in weights:
         if name in skip or any(i in name for i in _IGNORED):
             continue
-        target, index, shard = _placement(module, name, renames)
+        target, index, shard = _placement(module, name, renames, params)
         if target not in params:
             raise KeyError(f"checkpoint weight {name!r} has no place in {type(module).__name__}")
         dst = params[target] if index is None else params[target][index]
@@ -50,10 +50,12 @@ def load_checkpoint(module: nn.Module, weights: Iterable[Tuple[str, torch.Tensor
         raise KeyError(f"weights missing from the checkpoint: {sorted(missing)[:8]}")
 
 
-def _placement(module: nn.Module, name: str, renames):
+def _placement(module: nn.Module, name: str, renames, params=()):
     """checkpoint name -> (our parameter, index into it or None for all of it, shard or None)."""
     for old, new in renames:
         name = name.replace(old, new)
+    if name in params:  # a parameter of ours by that very name (DeepSeek's unpacked ``q_proj``)
+        return name, None, None
     expert = _EXPERT.match(name)
     if expert:
         prefix, e, which = expert.group(1), int(expert.group(2)), expert.group(3)

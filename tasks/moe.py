@@ -101,9 +101,10 @@ def undetermined_tokens(logits: torch.Tensor, top_k: int, dtype: torch.dtype, ul
     return (kth - next_) < margin
 
 
-def token_rule(outputs: Tuple[str, ...]) -> Callable:
-    """The hook for tasks whose MoE block is the last step (L2 block, L3 layer): an undetermined
-    token (in any of the module's MoE calls) leaves out its own row of ``outputs``."""
+def token_rule(outputs: Tuple[str, ...], ulps: float = ROUTING_ULPS) -> Callable:
+    """The hook for tasks whose MoE block is the last step (L2 block, L3 layer; a 2-layer DeepSeek
+    model, whose only MoE layer is its last): an undetermined token (in any of the module's MoE
+    calls) leaves out its own row of ``outputs``."""
     def undetermined_rows(self, case, inputs, truth_module):
         deviations = reference_deviation(self, case, inputs, truth_module)
         seen = RouterLogits(truth_module)
@@ -111,7 +112,7 @@ def token_rule(outputs: Tuple[str, ...]) -> Callable:
         def masks():
             if not seen.calls:
                 return {}
-            tokens = torch.stack([undetermined_tokens(x, k, case.dtype, deviation=dev) for (_, k, x), dev
+            tokens = torch.stack([undetermined_tokens(x, k, case.dtype, ulps, deviation=dev) for (_, k, x), dev
                                   in zip(seen.calls, deviations(seen.calls))]).any(0)
             return {name: tokens for name in outputs}
         return masks
@@ -184,6 +185,20 @@ def model_rule(self, case, inputs, truth_module):
 CPU_CUT = {"hidden_size": 256, "moe_intermediate_size": 64}
 MOE_TOKENS = {"cpu": {"decode": (1, 5), "prefill": (33,)},
               "full": {"decode": (1, 32, 128), "prefill": (1024, 8192)}}
+MAX_BLOCK_TOKENS = 8192  # the captures' steps stop at the engine's 8192-token budget
+
+
+def block_token_cases(model: str, profile: str, cls: str):
+    """(phase, tokens, weight, source) of an L2 MoE block: the token counts of the model's captured
+    calls of ``cls`` with their call shares (full profile, where a capture exists), else hand-picked."""
+    from .workloads import load_capture
+    from .workload import token_cases
+
+    if profile == "full" and load_capture(model) is not None:
+        return token_cases(model, profile, cls, max_tokens=MAX_BLOCK_TOKENS)[""]
+    hand = [(phase, t) for phase, counts in MOE_TOKENS[profile].items() for t in counts]
+    weight = 1.0 if profile == "cpu" else 1.0 / len(hand)
+    return [(phase, t, weight, "hand-picked") for phase, t in hand]
 
 
 def cut_config(model: str, profile: str) -> Dict:
@@ -202,7 +217,8 @@ def cut_config(model: str, profile: str) -> Dict:
 class MoEBlockTask(DenseTask):
     """An L2 MoE block: hidden states in, hidden states out; weights from a (cut) real config.
 
-    Subclasses give ``block_args(cfg) -> init args`` and ``models``; FLOPs/bytes count the k
+    Subclasses give ``block_args(cfg) -> init args`` and ``models``. Token counts: the captured
+    calls of the block's class (full profile; ``block_token_cases``). FLOPs/bytes count the k
     routed experts per token (plus shared experts) and every expert's weights read once."""
 
     family = "moe"
@@ -225,11 +241,10 @@ class MoEBlockTask(DenseTask):
         for model in self.models:
             cfg, dt = cut_config(model, profile), model_dtype(model)
             init = self.block_args(cfg)
-            for phase, counts in MOE_TOKENS[profile].items():
-                for t in counts:
-                    out.append(Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                    params=dict(init=init, tokens=t, fan_in=cfg["hidden_size"],
-                                                fan_out=cfg["hidden_size"], pad=0, profile=profile)))
+            for phase, t, weight, source in block_token_cases(model, profile, self.reference.__name__):
+                out.append(Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
+                                params=dict(init=init, tokens=t, fan_in=cfg["hidden_size"],
+                                            fan_out=cfg["hidden_size"], pad=0, profile=profile, source=source)))
         return out
 
     def fuzz_strategy(self, dtype, profile):

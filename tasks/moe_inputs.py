@@ -4,9 +4,8 @@ expert shapes, token counts and the router logits they are fed.
 Models: Mixtral-8x7B (E=8, k=2, renormalised), Qwen3-30B-A3B (E=128, k=8, ``norm_topk_prob``) and
 DeepSeek-V2-Lite (E=64, k=6, no renormalisation; its 2 shared experts are a dense MLP at L2), bf16.
 
-Token counts: the full profile runs decode steps of 1, 32, 128, 256 tokens and prefills of 1024 and
-8192 (no capture of these models exists yet, so the cases are hand-picked, weighted equally per
-model). The CPU profile keeps the real E and k but cuts the widths (``CPU_WIDTHS``) and runs 1, 5 and
+Token counts: the full profile takes the token counts of each model's captured FusedMoE calls
+(``tasks/workloads/<model>.json``) with their call shares as weights, up to 8192 tokens. The CPU profile keeps the real E and k but cuts the widths (``CPU_WIDTHS``) and runs 1, 5 and
 17 tokens: the float64 truth and Triton's interpreter stay fast, and every expert count, top-k and
 renormalisation the real layers have is still exercised.
 

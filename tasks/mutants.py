@@ -8,6 +8,7 @@ path on CUDA, native on the CPU) apart from its one mistake.
 """
 import torch
 
+from kernels_reference.L1.deepseek_rotary_emb import DeepseekScalingRotaryEmbedding
 from kernels_reference.L1.rms_norm import RMSNorm
 from kernels_reference.L1.rotary_emb import RotaryEmbedding
 from kernels_reference.L1.silu_and_mul import SiluAndMul
@@ -16,6 +17,13 @@ from kernels_reference.L1.topk_softmax import TopKSoftmax
 
 class RopeIgnoresPositions(RotaryEmbedding):
     """Rotates every token as if it sat at position 0 (i.e. not at all): no position information."""
+
+    def forward(self, positions, query, key):
+        return super().forward(torch.zeros_like(positions), query, key)
+
+
+class DeepseekRopeIgnoresPositions(DeepseekScalingRotaryEmbedding):
+    """DeepSeek's YaRN RoPE with the same mistake: every token rotated as if at position 0."""
 
     def forward(self, positions, query, key):
         return super().forward(torch.zeros_like(positions), query, key)
@@ -50,7 +58,8 @@ class TopKExpertOffByOne(TopKSoftmax):
 
 
 BUILTIN_MUTANTS = {
-    "rope-ignores-positions": {RotaryEmbedding: RopeIgnoresPositions},
+    "rope-ignores-positions": {RotaryEmbedding: RopeIgnoresPositions,
+                               DeepseekScalingRotaryEmbedding: DeepseekRopeIgnoresPositions},
     "rms-norm-old-residual": {RMSNorm: RmsNormReturnsOldResidual},
     "silu-and-mul-halves-swapped": {SiluAndMul: SiluAndMulHalvesSwapped},
     # Mixture-of-experts models only (a model without the class records "no module to replace").

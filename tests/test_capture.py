@@ -197,3 +197,44 @@ def test_committed_captures_drive_the_full_profile():
     for model in LLAMA_FAMILY:
         data = load_capture(model)
         assert data["capture"]["shape_only"] and data["scenarios"]["chat"]["steps"] > 100
+
+
+MOE_CAPTURED = ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite")
+# Tasks whose full profile must come from those captures: per model, the captured cases' weights sum
+# to 1 (call or step shares; the L4 tasks keep their most frequent steps, reweighted).
+MOE_FULL_TASKS = ("L1.test_fused_moe", "L1.test_topk_softmax", "L2.test_mixtral_moe", "L2.test_deepseek_v2_moe",
+                  "L1.test_mla_attention", "L2.test_deepseek_v2_attention", "L3.test_mixtral_decoder_layer",
+                  "L3.test_deepseek_v2_decoder_layer", "L4.test_deepseek_v2_for_causal_lm",
+                  "L4.test_qwen3_moe_for_causal_lm")
+
+
+def test_committed_moe_captures_are_shape_only_and_route():
+    """The MoE models' captures ran the meta-safe MoE and MLA modules: routing, experts and the
+    latent attention were recorded, at the real depth's call counts."""
+    from tasks.workloads import load_capture
+
+    for model in MOE_CAPTURED:
+        data = load_capture(model)
+        assert data is not None, f"run tools/capture_workloads.py --models {model}"
+        assert data["capture"]["shape_only"] and data["scenarios"]["chat"]["steps"] > 100
+        classes = {g["class"] for g in data["scenarios"]["chat"]["modules"]}
+        assert {"FusedMoE", "TopKSoftmax"} <= classes
+        assert ("MLAAttention" in classes) == (model == "deepseek-v2-lite")
+        total = data["capture"]["num_hidden_layers"]
+        moe_layers = total - 1 if model == "deepseek-v2-lite" else total  # DeepSeek's layer 0 is dense
+        moe = next(g for g in data["scenarios"]["batch-1"]["modules"] if g["class"] == "FusedMoE")
+        embed = next(g for g in data["scenarios"]["batch-1"]["modules"] if g["class"] == "VocabParallelEmbedding")
+        assert moe["calls"] == moe_layers * embed["calls"]  # one call per MoE layer per step
+
+
+@pytest.mark.parametrize("module", MOE_FULL_TASKS)
+def test_moe_and_mla_full_profiles_draw_from_the_captures(module):
+    import importlib
+
+    task = importlib.import_module(f"tasks.{module}").TASK
+    cases = task.cases("full")
+    for model in {c.model for c in cases}:
+        mine = [c for c in cases if c.model == model]
+        captured = [c for c in mine if c.params.get("source") == "captured"]
+        assert captured, f"{task.name}: no captured case for {model}"
+        assert math.isclose(sum(c.weight for c in captured), 1.0, rel_tol=1e-6), task.name

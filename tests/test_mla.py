@@ -1,6 +1,7 @@
 """Verdicts of the MLA tasks (multi-head latent attention, DeepSeek's YaRN rope, the DeepSeek-V2
-attention block): the honest plain-PyTorch example candidates pass every CPU case; wrong ones fail
-with WRONG_RESULT through the real verdict machinery (``evaluate_case``, one input draw per case)."""
+attention block, DeepSeek-V2's decoder layer and 2-layer model): the honest example candidates pass
+every CPU case; wrong ones fail with WRONG_RESULT through the real verdict machinery
+(``evaluate_case``, one input draw per case)."""
 import pytest
 
 from fk_pytest import status
@@ -8,7 +9,8 @@ from fk_pytest import status
 from conftest import CANDIDATES, EXAMPLES, ROOT
 from test_verdicts import load, verdicts
 
-MLA_TASKS = ["mla_attention", "deepseek_rotary_emb", "deepseek_v2_attention"]
+MLA_TASKS = ["mla_attention", "deepseek_rotary_emb", "deepseek_v2_attention", "deepseek_v2_decoder_layer",
+             "deepseek_v2_for_causal_lm"]
 
 
 @pytest.mark.parametrize("task_name", MLA_TASKS)
@@ -29,6 +31,8 @@ def test_the_reference_tree_as_a_candidate_passes_the_rope_task():
     ("mla_no_store", "mla_attention", "decode", "kv_cache_0"),  # the output is right: the cache is not
     ("mla_rope_neox", "deepseek_rotary_emb", "decode", "query"),
     ("mla_no_mscale", "deepseek_v2_attention", "decode", "out"),
+    ("deepseek_no_fused_add", "deepseek_v2_decoder_layer", "decode", "hidden_states"),
+    ("deepseek_final_norm_no_residual", "deepseek_v2_for_causal_lm", "decode", "hidden_states"),
 ])
 def test_wrong_candidates_fail(tree, task_name, where, output):
     counts, results = verdicts(task_name, load(CANDIDATES / tree, task_name))

@@ -80,8 +80,10 @@ def test_too_much_left_out_is_a_task_error_after_redraws():
 
 # ---- composed mode: FusedMoE reached from every MoE task ------------------------------------------
 MOE_TASKS = ("mixtral_moe", "qwen3_moe_block", "deepseek_v2_moe", "mixtral_decoder_layer",
-             "qwen3_moe_decoder_layer", "mixtral_for_causal_lm", "qwen3_moe_for_causal_lm")
-SELECT = ["-k", "correctness and (decode-T5 or decode-B3) and (moe or mixtral)"]
+             "qwen3_moe_decoder_layer", "mixtral_for_causal_lm", "qwen3_moe_for_causal_lm",
+             "deepseek_v2_decoder_layer", "deepseek_v2_for_causal_lm")
+SELECT = ["-k", "correctness and (decode-T5 or decode-B3) and (moe or mixtral or deepseek_v2_decoder "
+                "or deepseek_v2_for)"]
 
 
 def _composed(suite_run, tmp_path, tree):

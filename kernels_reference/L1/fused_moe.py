@@ -19,7 +19,7 @@ routing back to the host, so the whole layer is CUDA-graph capturable.
 import torch
 from torch import nn
 
-from ..dispatch import compute_dtype, use_fast_path
+from ..dispatch import compute_dtype, on_meta, use_fast_path
 from ..native import run
 from ..records import RecordsInit
 from .silu_and_mul import SiluAndMul
@@ -45,6 +45,8 @@ class FusedMoE(RecordsInit, nn.Module):
         self.act_fn = SiluAndMul()
 
     def forward(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        if on_meta(hidden_states, router_logits):
+            return self.forward_meta(hidden_states, router_logits)
         if triton is not None and use_fast_path(hidden_states, router_logits):
             return self.forward_triton(hidden_states, router_logits)
         return self._forward_loop(hidden_states, router_logits, native=False)
@@ -58,6 +60,14 @@ class FusedMoE(RecordsInit, nn.Module):
         weights, ids = run(self.topk, native, router_logits)
         return expert_loop(hidden_states, weights, ids, self.w13_weight, self.w2_weight,
                            lambda x: run(self.act_fn, native, x))
+
+    def forward_meta(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        """Shape only (workload capture): the children see the calls the fast path makes (routing on
+        [T, E], the activation on [T*k, 2I]); no value-dependent op (the expert loop's unique)."""
+        run(self.topk, False, router_logits)
+        gate_up = hidden_states.new_empty(hidden_states.shape[0] * self.top_k, 2 * self.intermediate_size)
+        run(self.act_fn, False, gate_up)
+        return torch.empty_like(hidden_states)
 
     def forward_triton(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         from . import moe_kernels as mk  # the Triton kernels load with the fast path only

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..dispatch import use_fast_path
+from ..dispatch import on_meta, use_fast_path
 from ..forward_context import AttentionMetadata, get_forward_context
 from ..native import run
 from ..records import RecordsInit
@@ -82,6 +82,8 @@ class MLAAttention(RecordsInit, nn.Module):
 
     # ---- dispatch -----------------------------------------------------------------------------------
     def forward(self, q: torch.Tensor, kv_c_normed: torch.Tensor, k_pe: torch.Tensor) -> torch.Tensor:
+        if on_meta(q, kv_c_normed, k_pe):  # shape only (capture): no store, no per-sequence loop
+            return q.new_empty(q.shape[0], self.num_heads * self.v_head_dim)
         if (triton is not None and q.dtype in _KERNEL_DTYPES and get_forward_context() is not None
                 and use_fast_path(q, kv_c_normed, k_pe)):
             return self.forward_fast(q, kv_c_normed, k_pe)

@@ -17,7 +17,7 @@ from typing import Tuple
 import torch
 from torch import nn
 
-from ..dispatch import use_fast_path
+from ..dispatch import on_meta, use_fast_path
 from ..records import RecordsInit
 
 try:
@@ -33,6 +33,10 @@ class TopKSoftmax(RecordsInit, nn.Module):
         self.top_k, self.renormalize = top_k, renormalize
 
     def forward(self, gating_output: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        if on_meta(gating_output):  # shape only: the fast path's float32 weights and int32 ids
+            shape = (*gating_output.shape[:-1], self.top_k)
+            return (torch.empty(shape, dtype=torch.float32, device=gating_output.device),
+                    torch.empty(shape, dtype=torch.int32, device=gating_output.device))
         if triton is not None and use_fast_path(gating_output):
             return self.forward_triton(gating_output)
         return self.forward_native(gating_output)

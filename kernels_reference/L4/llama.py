@@ -18,7 +18,7 @@ from ..checkpoint import load_checkpoint
 from ..L1.rms_norm import RMSNorm
 from ..L1.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 from ..L3.llama_decoder_layer import LlamaDecoderLayer
-from ..model_config import LlamaArchConfig
+from ..model_config import LlamaArchConfig, architecture_of
 from ..native import run
 from ..records import RecordsInit
 
@@ -53,10 +53,12 @@ class LlamaForCausalLM(RecordsInit, nn.Module):
     # Mixtral's block ``mlp`` where vLLM and the Hub checkpoints say ``block_sparse_moe``.
     checkpoint_renames: Tuple[Tuple[str, str], ...] = ()
 
+    config_class = LlamaArchConfig  # reads an HF config (object or dict) into ours
+
     def __init__(self, config: LlamaArchConfig):
         super().__init__()
-        if not isinstance(config, LlamaArchConfig):
-            config = LlamaArchConfig.from_hf(config)
+        if not isinstance(config, self.config_class):
+            config = self.config_class.from_hf(config)
         self.config = config
         self.model = self.model_class(config)
         self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
@@ -76,11 +78,18 @@ class LlamaForCausalLM(RecordsInit, nn.Module):
     def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype=None, device=None) -> None:
         weight = self.lm_head.weight
         dtype, device = dtype or weight.dtype, device or weight.device
+        for attn in self.attention_layers():
+            attn.kv_cache = self.new_cache(num_blocks, block_size, dtype, device)
+
+    def attention_layers(self):
+        """The modules that own a layer's KV cache, in layer order."""
+        return [layer.self_attn.attn for layer in self.model.layers]
+
+    def new_cache(self, num_blocks: int, block_size: int, dtype, device):
+        """One layer's cache: a (key, value) pair of [blocks, block_size, kv heads, head_dim]."""
         c = self.config
         shape = (num_blocks, block_size, c.num_key_value_heads, c.head_dim)
-        for layer in self.model.layers:
-            layer.self_attn.attn.kv_cache = (torch.zeros(shape, dtype=dtype, device=device),
-                                             torch.zeros(shape, dtype=dtype, device=device))
+        return (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
 
     # ---- weights ------------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
@@ -124,7 +133,8 @@ def init_random_weights(model: nn.Module, generator: Optional[torch.Generator] =
 
 # Architectures served from other modules of this package (imported when asked for: they import
 # this one).
-LAZY_ARCHITECTURES = {"MixtralForCausalLM": "mixtral", "Qwen3MoeForCausalLM": "qwen3_moe"}
+LAZY_ARCHITECTURES = {"MixtralForCausalLM": "mixtral", "Qwen3MoeForCausalLM": "qwen3_moe",
+                      "DeepseekV2ForCausalLM": "deepseek_v2"}
 
 
 def model_class(architecture: str) -> type:
@@ -135,5 +145,5 @@ def model_class(architecture: str) -> type:
 
 
 def model_for(config) -> LlamaForCausalLM:
-    arch = LlamaArchConfig.from_hf(config)
-    return model_class(arch.architecture)(arch)
+    cls = model_class(architecture_of(config))
+    return cls(cls.config_class.from_hf(config))

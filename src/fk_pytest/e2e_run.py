@@ -46,10 +46,13 @@ class EngineModel(torch.nn.Module):
     need not reimplement the serving plumbing. KV caches go to every module exposing ``kv_cache``
     (the attention contract), so a candidate attention is fed exactly like the reference's."""
 
-    def __init__(self, root: torch.nn.Module, config):
+    def __init__(self, root: torch.nn.Module, reference: torch.nn.Module):
         super().__init__()
         self.root = root
-        self.config = config  # the engine reads max_position_embeddings and vocab_size
+        self.config = reference.config  # the engine reads max_position_embeddings and vocab_size
+        # One layer's cache in the reference's layout (a key/value pair, or MLA's one latent
+        # tensor): a composed tree has the reference's modules, so its layers take the same.
+        self._new_cache = getattr(reference, "new_cache", None)
 
     def forward(self, input_ids, positions):
         return self.root(input_ids, positions)
@@ -63,15 +66,21 @@ class EngineModel(torch.nn.Module):
         layers = [m for m in self.root.modules() if hasattr(m, "kv_cache")]
         if not layers:
             raise RuntimeError("no module of the model exposes a kv_cache attribute (attention contract)")
-        shape = (num_blocks, block_size, self.config.num_key_value_heads, self.config.head_dim)
         for m in layers:
-            m.kv_cache = (torch.zeros(shape, dtype=param.dtype, device=param.device),
-                          torch.zeros(shape, dtype=param.dtype, device=param.device))
+            m.kv_cache = self._cache(num_blocks, block_size, param.dtype, param.device)
+
+    def _cache(self, num_blocks, block_size, dtype, device):
+        if self._new_cache is not None:
+            return self._new_cache(num_blocks, block_size, dtype, device)
+        shape = (num_blocks, block_size, self.config.num_key_value_heads, self.config.head_dim)
+        return torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
 
 
-def _engine(model: torch.nn.Module, config, args: dict):
+def _engine(model: torch.nn.Module, reference: torch.nn.Module, args: dict):
+    """An engine serving ``model`` (the reference, a mutant or a composed candidate) with the
+    reference's config and cache layout."""
     from kernels_reference.engine import LLM
-    return LLM(EngineModel(model, config), **args)
+    return LLM(EngineModel(model, reference), **args)
 
 
 def _params(requests: Sequence[Request]):
@@ -129,7 +138,6 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
     """For each scenario of ``case``'s model: the reference's greedy targets, its noise runs
     (re-scored as-is, re-batched, and on CUDA its plain-PyTorch definition) and each built-in
     mutant's discrepancy. Nothing here depends on the candidate."""
-    config = reference.config
     scenarios = {}
     for sc in spec.model_cases(case):
         requests = spec.requests(sc)
@@ -137,22 +145,22 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
         prompts = [list(p) for p, _ in requests]
         progress(f"{sc.id}: reference generates {len(requests)} requests, "
                  f"{sum(n for _, n in requests)} tokens")
-        outputs = _engine(reference, config, args).generate(prompts, _params(requests))
+        outputs = _engine(reference, reference, args).generate(prompts, _params(requests))
         run = ScenarioRun(sc.id, requests, [p + list(o) for p, o in zip(prompts, outputs)],
                           [len(p) for p in prompts], {}, {})
         progress(f"{sc.id}: noise runs (teacher-forced, re-batched{', plain PyTorch' if device.type == 'cuda' else ''})")
-        run.noise["teacher-forced"] = teacher_forced(_engine(reference, config, args), run)
+        run.noise["teacher-forced"] = teacher_forced(_engine(reference, reference, args), run)
         order = list(reversed(range(len(run.sequences))))
         shuffled = ScenarioRun(sc.id, [requests[i] for i in order], [run.sequences[i] for i in order],
                                [run.prompt_lens[i] for i in order], {}, {})
-        d = teacher_forced(_engine(reference, config, rebatched), shuffled)
+        d = teacher_forced(_engine(reference, reference, rebatched), shuffled)
         run.noise["rebatched"] = [d[order.index(i)] for i in range(len(order))]
         if device.type == "cuda":
             # Two correct implementations of one model differ by their rounding: the reference's
             # plain-PyTorch definition (eager, no graphs) is the second.
             native = with_paths(reference, "forward_native")
             run.noise["reference-native"] = teacher_forced(
-                _engine(native, config, dict(args, cuda_graphs=False)), run)
+                _engine(native, reference, dict(args, cuda_graphs=False)), run)
             del native
             _release()
         for name, mapping in spec.mutants().items():
@@ -161,7 +169,7 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
             if not composition.swapped:
                 run.mutants[name] = (None, [])
                 continue
-            d = teacher_forced(_engine(mutant, config, args), run)
+            d = teacher_forced(_engine(mutant, reference, args), run)
             run.mutants[name] = (sum(d) / len(d), composition.swapped)
             del mutant
             _release()
@@ -223,7 +231,6 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
 
     cache = cache or CalibrationCache()
     reference = cache.model(spec, case, device).reference
-    config = reference.config
     args, _ = _engine_args(spec, case, device)
 
     # Composed first: a tree that fails to compose, or touches nothing in the model, costs no run.
@@ -244,7 +251,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
     progress(f"{case.id}: candidate, teacher-forced ({', '.join(result.swapped)})")
     try:
         with interpreted_launches(candidate) as launches:
-            cand_llm = _engine(candidate, config, args)
+            cand_llm = _engine(candidate, reference, args)
             result.d_requests = teacher_forced(cand_llm, run)
     except CandidateError as exc:  # a call into a candidate class that cannot bind
         result.status, result.message = exc.status, exc.message
@@ -270,7 +277,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
         progress(f"{case.id}: reference's own Triton path for {', '.join(interpreted_classes)}, interpreted")
         triton_ref = with_paths(reference, "forward_triton", interpreted_classes)
         result.noise[f"{case.id}/reference-triton-interpreted"] = teacher_forced(
-            _engine(triton_ref, config, args), run)
+            _engine(triton_ref, reference, args), run)
         del triton_ref
         _release()
     _judge(result, run)
@@ -278,7 +285,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
     if device.type == "cuda" and result.status not in (status.TASK_ERROR,):
         progress(f"{case.id}: timing candidate and reference engines")
         try:
-            _measure(result, cand_llm, _engine(reference, config, args), requests, device, spec.timing_rounds)
+            _measure(result, cand_llm, _engine(reference, reference, args), requests, device, spec.timing_rounds)
         except Exception as exc:
             result.status = status.RUNTIME_ERROR
             result.message = f"the candidate model failed while timed: {type(exc).__name__}: {exc}"

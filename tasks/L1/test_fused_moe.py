@@ -7,7 +7,7 @@ logits skewed per expert and tie-free with a margin (:mod:`tasks.moe`: real rout
 trained router weights, which we do not have). The CPU profile keeps every model's real E, k and
 renormalisation but cuts H and I to 64-128 and 32-64 (``tasks.moe.CPU_WIDTHS``) and runs 1-17
 tokens, so the float64 truth and the interpreted Triton kernels stay fast; the full profile runs
-the real widths at decode 1/32/128/256 and prefill 1024/8192 tokens.
+the real widths at the token counts of the models' captured workloads (call-share weights).
 
 Bytes: the weights of the experts one draw of the routing activates, read once, plus the
 activations and logits in and the output out; FLOPs: 2 * T * k * 3 * H * I (gate, up and down).

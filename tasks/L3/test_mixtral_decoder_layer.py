@@ -1,7 +1,7 @@
 """MixtralDecoderLayer (L3): Llama attention over the paged cache + the 8-expert MoE block.
 
 CPU profile: Mixtral's E = 8, k = 2 and its GQA ratio at hidden 256, 8 heads of 32, expert
-width 64 (``tasks/moe.py`` cut_config); full profile: the real config. Routing-aware correctness:
+width 64 (``tasks/moe.py`` cut_config); full profile: the real config on the captured steps. Routing-aware correctness:
 tokens whose 2nd and 3rd router logits are within rounding leave their output row out.
 """
 from fk_pytest import standard_tests
@@ -19,7 +19,7 @@ class MixtralDecoderLayerTask(MoELayerTask, DecoderLayerTask):
     undetermined_rows = token_rule(("hidden_states",))
 
     def cases(self, profile):
-        return self.batch_cases(profile, lambda model: {"profile": profile})
+        return self.captured_batch_cases(profile, lambda model: {"profile": profile})
 
 
 TASK = MixtralDecoderLayerTask()

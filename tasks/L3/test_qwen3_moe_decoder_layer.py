@@ -2,7 +2,7 @@
 128-expert MoE block.
 
 CPU profile: Qwen3-30B-A3B's E = 128, k = 8 at hidden 256, 8 heads of 32, expert
-width 64 (``tasks/moe.py`` cut_config); full profile: the real config. Routing-aware correctness:
+width 64 (``tasks/moe.py`` cut_config); full profile: the real config on the captured steps. Routing-aware correctness:
 tokens whose 8th and 9th router logits are within rounding leave their output row out.
 """
 from fk_pytest import standard_tests
@@ -20,7 +20,7 @@ class Qwen3MoeDecoderLayerTask(MoELayerTask, DecoderLayerTask):
     undetermined_rows = token_rule(("hidden_states",))
 
     def cases(self, profile):
-        return self.batch_cases(profile, lambda model: {"profile": profile})
+        return self.captured_batch_cases(profile, lambda model: {"profile": profile})
 
     def init_args(self, case):
         return {"config": self.config(case), "layer_idx": 0}

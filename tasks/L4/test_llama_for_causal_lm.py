@@ -32,7 +32,12 @@ class LlamaModelTask(PagedTask):
 
     def cases(self, profile):
         shard = 64 if profile == "cpu" else 1
-        cases = self.captured_batch_cases(profile, lambda model: {"vocab_shard": shard})
+        return self.model_cases(profile, lambda model: {"vocab_shard": shard})
+
+    def model_cases(self, profile, params_for):
+        """The captured steps (full profile) trimmed to each model's ``CAPTURED_STEPS`` most
+        frequent decode and prefill steps, reweighted to sum to 1 per model."""
+        cases = self.captured_batch_cases(profile, params_for)
         if profile == "cpu":
             return cases
         out = []

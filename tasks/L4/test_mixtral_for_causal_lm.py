@@ -2,9 +2,9 @@
 cache, ``LAYERS`` deep (as the Llama L4 task).
 
 CPU profile: Mixtral's E = 8, k = 2 at the cut widths of ``tasks/moe.py`` with the vocabulary
-sharded by 64; full profile: the real widths and vocabulary, the hand-picked paged batches (no
-capture of Mixtral yet). Routing-aware correctness across layers (``tasks/moe.py`` model_rule), scored in float32
-(``float32_cases``: in bf16 most tokens' routing is undetermined after two layers).
+sharded by 64; full profile: the real widths and vocabulary, the most frequent captured decode and
+prefill steps (``LlamaModelTask.model_cases``). Routing-aware correctness across layers (``tasks/moe.py`` model_rule),
+scored in float32 (``float32_cases``: in bf16 most tokens' routing is undetermined after two layers).
 """
 from fk_pytest import standard_tests
 from kernels_reference.L4.mixtral import MixtralForCausalLM
@@ -24,7 +24,7 @@ class MixtralModelTask(MoELayerTask, LlamaModelTask):
 
     def cases(self, profile):
         shard = 64 if profile == "cpu" else 1
-        return float32_cases(self.batch_cases(profile, lambda model: {"vocab_shard": shard, "profile": profile}))
+        return float32_cases(self.model_cases(profile, lambda model: {"vocab_shard": shard, "profile": profile}))
 
 
 TASK = MixtralModelTask()

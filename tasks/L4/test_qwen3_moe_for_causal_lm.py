@@ -3,9 +3,9 @@ cache, ``LAYERS`` deep (as the Llama L4 task).
 
 CPU profile: Qwen3-30B-A3B's E = 128, k = 8 at the cut widths of ``tasks/moe.py``
 with the vocabulary sharded by 64 (both profiles: layer 0 dense,
-see moe_arch_config); full profile: the real widths and vocabulary, the hand-picked paged batches (no
-capture of Qwen3-MoE yet). Routing-aware correctness across layers (``tasks/moe.py`` model_rule), scored in float32
-(``float32_cases``: in bf16 most tokens' routing is undetermined after two layers).
+see moe_arch_config); full profile: the real widths and vocabulary, the most frequent captured decode and
+prefill steps (``LlamaModelTask.model_cases``). Routing-aware correctness across layers (``tasks/moe.py``
+model_rule), scored in float32 (``float32_cases``: in bf16 most tokens' routing is undetermined after two layers).
 """
 from fk_pytest import standard_tests
 from kernels_reference.L4.qwen3_moe import Qwen3MoeForCausalLM
@@ -25,7 +25,7 @@ class Qwen3MoeModelTask(MoELayerTask, LlamaModelTask):
 
     def cases(self, profile):
         shard = 64 if profile == "cpu" else 1
-        return float32_cases(self.batch_cases(profile, lambda model: {"vocab_shard": shard, "profile": profile}))
+        return float32_cases(self.model_cases(profile, lambda model: {"vocab_shard": shard, "profile": profile}))
 
 
 TASK = Qwen3MoeModelTask()
