@@ -1,5 +1,7 @@
 # An honest MoE layer in plain PyTorch: pairs sorted by expert, one GEMM pair per expert on its rows,
-# the routing-weighted results added back per token in float32.
+# the routing-weighted results added back per token in float32. Inside a CUDA-graph capture (the
+# engine decodes in graphs) the per-expert row counts cannot be read back, so there every expert runs
+# on every token and the routing weights (zero off-route) mask the results.
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,9 +26,18 @@ class FusedMoE(nn.Module):
         self.w2_weight = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
         self.gate = _Gate(top_k, renormalize)
 
+    def _expert(self, e, x):
+        gate, up = (x @ self.w13_weight[e].t()).float().chunk(2, dim=-1)
+        return ((F.silu(gate) * up).to(x.dtype) @ self.w2_weight[e].t()).float()
+
     def forward(self, hidden_states, router_logits):
         t, h = hidden_states.shape
         weights, ids = self.gate(router_logits)
+        if hidden_states.is_cuda and torch.cuda.is_current_stream_capturing():
+            routing = torch.zeros(t, self.num_experts, dtype=torch.float32, device=hidden_states.device)
+            routing.scatter_add_(1, ids, weights.float())
+            out = sum(self._expert(e, hidden_states) * routing[:, e:e + 1] for e in range(self.num_experts))
+            return out.to(hidden_states.dtype)
         expert_of_pair = ids.reshape(-1)
         order = torch.argsort(expert_of_pair, stable=True)
         token_of_pair = order // self.top_k
@@ -36,9 +47,7 @@ class FusedMoE(nn.Module):
         for e, n in enumerate(counts):
             if n:
                 pairs, tokens = order[start:start + n], token_of_pair[start:start + n]
-                gate, up = (hidden_states[tokens] @ self.w13_weight[e].t()).float().chunk(2, dim=-1)
-                act = (F.silu(gate) * up).to(hidden_states.dtype)
-                y = (act @ self.w2_weight[e].t()).float() * weights.reshape(-1)[pairs, None]
+                y = self._expert(e, hidden_states[tokens]) * weights.reshape(-1)[pairs, None]
                 out.index_add_(0, tokens, y)
             start += n
         return out.to(hidden_states.dtype)

@@ -3,7 +3,9 @@
 Each step's latent rows [kv_c_normed | k_pe] go into the cache at the slot mapping (negative slots
 skipped); then for every sequence its whole history is gathered through its block table, expanded
 through ``kv_b_proj`` into per-head keys [k_nope | k_pe] and values, and attended causally with
-float32 scores and softmax (float64 stays float64)."""
+float32 scores and softmax (float64 stays float64). A pure decode step (one query per sequence, as
+the engine replays in CUDA graphs) runs for all sequences at once from the device-side lengths, so
+it is capturable: each sequence's whole block-table span is expanded and masked past its length."""
 import torch
 from torch import nn
 
@@ -49,6 +51,8 @@ class MLAAttention(nn.Module):
             slots = meta.slot_mapping.long()
             keep = slots >= 0
             cache.view(-1, cache.shape[-1])[slots[keep]] = rows[keep].to(cache.dtype)
+        if cache is not None and meta.max_query_len == 1 and t == meta.seq_lens.numel():
+            return self._decode(q, cache, meta.seq_lens, meta.block_tables).reshape(t, -1)
         out = q.new_empty(t, self.h, self.v)
         start = 0
         for i, (q_len, n) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu)):
@@ -63,3 +67,16 @@ class MLAAttention(nn.Module):
                 history = cache.index_select(0, blocks).reshape(-1, cache.shape[-1])[:n]
             out[a:start] = self._attend(q[a:start], history, n - q_len)
         return out.reshape(t, -1)
+
+    def _decode(self, q, cache, seq_lens, block_tables):
+        b, bs = q.shape[0], cache.shape[1]
+        span = block_tables.shape[1] * bs
+        rows = cache[block_tables.long()].reshape(b, span, cache.shape[-1])
+        kv = self.kv_b_proj(rows[..., : self.rank]).view(b, span, self.h, self.nope + self.v)
+        ct = torch.float64 if q.dtype == torch.float64 else torch.float32
+        k = torch.cat([kv[..., : self.nope], rows[:, :, None, self.rank:].expand(b, span, self.h, self.rope)], -1)
+        scores = torch.einsum("bhd,bshd->bhs", q.to(ct), k.to(ct)) * self.scale
+        seen = torch.arange(span, device=q.device)[None, :] < seq_lens.to(torch.long)[:, None]
+        probs = scores.masked_fill(~seen[:, None, :], torch.finfo(ct).min).softmax(-1)
+        out = torch.einsum("bhs,bshd->bhd", probs, kv[..., self.nope:].to(ct))
+        return (out * (seq_lens > 0).to(ct)[:, None, None]).to(q.dtype)

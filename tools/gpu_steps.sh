@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs named GPU steps in one device call, each under its own time limit, logging to $OUT/<step>.log.
+#   OUT=/tmp/out bash tools/gpu_steps.sh decode:120 moe:200 mla:130
+# A step that times out or fails does not stop the next one; a summary line per step comes last.
+set -u
+export PYTHONPATH=$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/fk_out}; mkdir -p "$OUT"
+PYTEST="python3 -m pytest -p fk_pytest.plugin -p no:cacheprovider -q"
+step_cmd() {
+  case "$1" in
+    decode) echo "python3 tools/h200_decode_b1.py" ;;
+    moe) echo "python3 tools/h200_moe.py" ;;
+    mla) echo "python3 tools/h200_mla.py" ;;
+    hf-moe) echo "python3 tools/h200_hf_agreement.py --moe" ;;
+    l1-new) echo "$PYTEST tasks/L1/test_fused_moe.py tasks/L1/test_topk_softmax.py tasks/L1/test_mla_attention.py tasks/L1/test_deepseek_rotary_emb.py --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-report=$OUT/l1-new.json" ;;
+    l2-new) echo "$PYTEST tasks/L2 tasks/L3 tasks/L4 -k '(mixtral or qwen3_moe or deepseek) and not e2e' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l2-l4-new.json" ;;
+    peers-new) echo "python3 -m fk_pytest.peers --ops fused_moe,topk_softmax,mla_attention,deepseek_rotary_emb --max-cases-per-op 6 --json $OUT/peers-new.json" ;;
+    e2e-moe) echo "$PYTEST tasks/L4/test_e2e.py -k '(mixtral or qwen3-30b or deepseek) and chat' --fk-device=cuda --fk-profile=full --fk-e2e-scale=0.1 --fk-timeout=500 --fk-candidate=examples/candidates/triton --fk-report=$OUT/e2e-moe.json --fk-html=$OUT/e2e-moe.html" ;;
+    *) echo "false unknown-step-$1" ;;
+  esac
+}
+summary=()
+for spec in "$@"; do
+  name=${spec%%:*}; limit=${spec##*:}
+  cmd=$(step_cmd "$name")
+  echo "=== $name (limit ${limit}s): $cmd"
+  start=$(date +%s)
+  timeout "$limit" bash -c "$cmd" > "$OUT/$name.log" 2>&1; rc=$?
+  took=$(( $(date +%s) - start ))
+  tail -n 40 "$OUT/$name.log"
+  summary+=("$name rc=$rc ${took}s")
+done
+echo "=== summary"; printf '%s\n' "${summary[@]}"
