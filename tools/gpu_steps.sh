@@ -14,6 +14,7 @@ step_cmd() {
     hf-moe) echo "python3 tools/h200_hf_agreement.py --moe" ;;
     l1-new) echo "$PYTEST tasks/L1/test_fused_moe.py tasks/L1/test_topk_softmax.py tasks/L1/test_mla_attention.py tasks/L1/test_deepseek_rotary_emb.py --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-report=$OUT/l1-new.json" ;;
     l2-new) echo "$PYTEST tasks/L2 tasks/L3 tasks/L4 -k '(mixtral or qwen3_moe or deepseek) and not e2e' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l2-l4-new.json" ;;
+    l2-rest) echo "$PYTEST tasks/L2/test_qwen3_moe_block.py tasks/L3/test_mixtral_decoder_layer.py tasks/L3/test_qwen3_moe_decoder_layer.py tasks/L3/test_deepseek_v2_decoder_layer.py tasks/L4/test_mixtral_for_causal_lm.py tasks/L4/test_qwen3_moe_for_causal_lm.py tasks/L4/test_deepseek_v2_for_causal_lm.py -k correctness --fk-device=cuda --fk-profile=full --fk-report=$OUT/l2-rest.json" ;;
     peers-new) echo "python3 -m fk_pytest.peers --ops fused_moe,topk_softmax,mla_attention,deepseek_rotary_emb --max-cases-per-op 6 --json $OUT/peers-new.json" ;;
     e2e-moe) echo "$PYTEST tasks/L4/test_e2e.py -k '(mixtral or qwen3-30b or deepseek) and chat' --fk-device=cuda --fk-profile=full --fk-e2e-scale=0.1 --fk-timeout=500 --fk-candidate=examples/candidates/triton --fk-report=$OUT/e2e-moe.json --fk-html=$OUT/e2e-moe.html" ;;
     *) echo "false unknown-step-$1" ;;
