@@ -115,3 +115,23 @@ def test_compiled_mla_is_one_op_that_stores_the_latent_cache():
         assert not torch.equal(want_cache, cache) and torch.equal(got_cache, want_cache)
     assert len(graphs) == 1
     assert sum("mla_attention" in t for t in _op_targets(graphs)) == 1
+
+
+def test_ops_declare_their_mutations_and_fake_shapes():
+    """``opcheck``: the schema names every mutated input (the latent cache) and nothing else, and
+    the fake implementations give the real outputs' shapes, which Inductor relies on."""
+    from kernels_reference.L1.fused_moe import fused_moe
+    from kernels_reference.L1.mla_attention import mla_attention
+    from kernels_reference.forward_context import AttentionMetadata
+
+    gen = torch.Generator().manual_seed(0)
+    moe_args = (torch.randn(3, 16, generator=gen), torch.randn(3, 6, generator=gen),
+                torch.randn(6, 16, 16, generator=gen), torch.randn(6, 16, 8, generator=gen), 2, True)
+    torch.library.opcheck(fused_moe, moe_args, test_utils=("test_schema", "test_faketensor"))
+    heads, nope, rope, v, rank = 2, 8, 4, 8, 16
+    meta = AttentionMetadata.build([5, 0], [3, 2], 4)  # no forward context: the op derives host lengths
+    mla_args = (torch.randn(5, heads * (nope + rope), generator=gen), torch.randn(5, rank, generator=gen),
+                torch.randn(5, rope, generator=gen), torch.randn(8, 4, rank + rope, generator=gen),
+                torch.randn(heads * (nope + v), rank, generator=gen), meta.query_start_loc, meta.seq_lens,
+                meta.block_tables, meta.slot_mapping, heads, 0.3, nope, rope, v, rank)
+    torch.library.opcheck(mla_attention, mla_args, test_utils=("test_schema", "test_faketensor"))

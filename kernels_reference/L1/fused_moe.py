@@ -156,4 +156,4 @@ def fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor, w13_weig
 
 @fused_moe.register_fake
 def _fused_moe_fake(hidden_states, router_logits, w13_weight, w2_weight, top_k, renormalize):
-    return torch.empty_like(hidden_states)
+    return hidden_states.new_empty(hidden_states.shape)  # contiguous, as both paths return it
