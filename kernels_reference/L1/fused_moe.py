@@ -15,7 +15,17 @@ tiles (one or two small kernels), a grouped GEMM for gate_up ([T*k, 2I]), ``act_
 for down that scales each row by its routing weight (split over K at decode sizes that leave SMs idle),
 and the sum over the k slots (:mod:`.moe_kernels`): six launches at a decode step. No step reads the
 routing back to the host, so the whole layer is CUDA-graph capturable.
+
+Under ``torch.compile`` the layer is one opaque custom op, ``fk::fused_moe`` (vLLM compiles its
+fused_moe the same way): the expert loop reads the routing on the host (``unique``), which no graph
+can hold, and the Triton path is a chain of launches Inductor has nothing to fuse with. The op's
+implementation runs this eager ``forward`` for the device (Triton on CUDA, the loop elsewhere) with
+the reference routing and activation *inside* the op, as vLLM's op holds its own topk and act; so a
+composed candidate TopKSoftmax / SiluAndMul replaces them in eager runs, not in a compiled graph.
 """
+import functools
+import re
+
 import torch
 from torch import nn
 
@@ -37,7 +47,7 @@ class FusedMoE(RecordsInit, nn.Module):
         super().__init__()
         if not 0 < top_k <= num_experts:
             raise ValueError(f"top_k={top_k} must be in 1..num_experts={num_experts}")
-        self.num_experts, self.top_k = num_experts, top_k
+        self.num_experts, self.top_k, self.renormalize = num_experts, top_k, renormalize
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.w13_weight = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
         self.w2_weight = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
@@ -47,6 +57,9 @@ class FusedMoE(RecordsInit, nn.Module):
     def forward(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         if on_meta(hidden_states, router_logits):
             return self.forward_meta(hidden_states, router_logits)
+        if torch.compiler.is_compiling():
+            return fused_moe(hidden_states, router_logits, self.w13_weight, self.w2_weight, self.top_k,
+                             self.renormalize)
         if triton is not None and use_fast_path(hidden_states, router_logits):
             return self.forward_triton(hidden_states, router_logits)
         return self._forward_loop(hidden_states, router_logits, native=False)
@@ -112,3 +125,35 @@ def expert_loop(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w13: 
         y = (h @ w2[e].t()).to(compute) * weights.reshape(-1)[rows].to(compute)[:, None]
         out.index_add_(0, tokens, y)
     return out.to(x.dtype)
+
+
+# ---- torch.compile: the layer's work as one custom op --------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _op_layer(num_experts: int, top_k: int, hidden_size: int, intermediate_size: int,
+              renormalize: bool) -> FusedMoE:
+    """A weightless layer of this shape (built on the meta device, once): the op runs its eager
+    ``forward`` with the op's weights bound in, so op and eager module share one code path."""
+    with torch.device("meta"):
+        return FusedMoE(num_experts, top_k, hidden_size, intermediate_size, renormalize)
+
+
+# A copy of this file imported under another name (a candidate tree that copies the reference)
+# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
+_OP_NAME = "fk::fused_moe" if __name__ == "kernels_reference.L1.fused_moe" else \
+    "fk::fused_moe_" + re.sub(r"\W", "_", __name__)
+
+
+@torch.library.custom_op(_OP_NAME, mutates_args=())
+def fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor, w13_weight: torch.Tensor,
+              w2_weight: torch.Tensor, top_k: int, renormalize: bool) -> torch.Tensor:
+    """``FusedMoE.forward`` as an op: route, run the experts, sum each token's k outputs."""
+    num_experts, two_inter, hidden = w13_weight.shape
+    layer = _op_layer(num_experts, top_k, hidden, two_inter // 2, renormalize)
+    return torch.func.functional_call(layer, {"w13_weight": w13_weight, "w2_weight": w2_weight},
+                                      (hidden_states, router_logits))
+
+
+@fused_moe.register_fake
+def _fused_moe_fake(hidden_states, router_logits, w13_weight, w2_weight, top_k, renormalize):
+    return hidden_states.new_empty(hidden_states.shape)  # contiguous, as both paths return it

@@ -31,8 +31,16 @@ Fast path (CUDA; under ``TRITON_INTERPRET=1`` also CPU tensors via ``forward_fas
   and the expansion GEMM (2 R H (nope + v) per key) is amortised over the chunk's queries. V stays
   128 wide and a chunk's bottom-right mask is explicit (``PREFILL``: on the H200 the V zero-pad to
   192 that FlashAttention needs cost more than torch's choice for unequal head sizes).
+
+Under ``torch.compile`` a layer with metadata is one opaque custom op, ``fk::mla_attention`` (as
+``fk::paged_attention`` and vLLM's attention ops): the per-sequence loop plans from host lengths and
+the store writes the cache in place. It takes the metadata's tensors and ``kv_b_proj``'s weight,
+mutates the latent cache, and runs this eager ``forward`` for the device when it runs; a composed
+candidate ``kv_b_proj`` is therefore bypassed inside a compiled graph (it applies in eager runs).
 """
 import dataclasses
+import functools
+import re
 from typing import Optional
 
 import torch
@@ -40,10 +48,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..dispatch import on_meta, use_fast_path
-from ..forward_context import AttentionMetadata, get_forward_context
+from ..forward_context import AttentionMetadata, get_forward_context, set_forward_context
 from ..native import run
 from ..records import RecordsInit
-from .attention import causal_attention, gather_kv
+from .attention import _step_metadata, causal_attention, gather_kv
 from .linear import ColumnParallelLinear
 
 try:
@@ -84,7 +92,15 @@ class MLAAttention(RecordsInit, nn.Module):
     def forward(self, q: torch.Tensor, kv_c_normed: torch.Tensor, k_pe: torch.Tensor) -> torch.Tensor:
         if on_meta(q, kv_c_normed, k_pe):  # shape only (capture): no store, no per-sequence loop
             return q.new_empty(q.shape[0], self.num_heads * self.v_head_dim)
-        if (triton is not None and q.dtype in _KERNEL_DTYPES and get_forward_context() is not None
+        meta = get_forward_context()
+        if meta is not None and torch.compiler.is_compiling():
+            # One opaque op: the metadata's host lengths never become Dynamo guards (one graph
+            # serves every step) and the cache store is a declared mutation.
+            return mla_attention(q, kv_c_normed, k_pe, self.kv_cache, self.kv_b_proj.weight,
+                                 meta.query_start_loc, meta.seq_lens, meta.block_tables, meta.slot_mapping,
+                                 self.num_heads, self.scale, self.qk_nope_head_dim, self.qk_rope_head_dim,
+                                 self.v_head_dim, self.kv_lora_rank)
+        if (triton is not None and q.dtype in _KERNEL_DTYPES and meta is not None
                 and use_fast_path(q, kv_c_normed, k_pe)):
             return self.forward_fast(q, kv_c_normed, k_pe)
         return self._forward(q, kv_c_normed, k_pe, native=False)
@@ -256,3 +272,44 @@ def _expanded_prefill(layer: MLAAttention, q, history, context: int) -> torch.Te
         mask = _bottom_right_mask(q.shape[0], n, q.device)
         out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=layer.scale).squeeze(0).transpose(0, 1)
     return out[..., : layer.v_head_dim]
+
+
+# ---- torch.compile: the layer's work as one custom op --------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _op_layer(num_heads: int, scale: float, qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int,
+              kv_lora_rank: int) -> MLAAttention:
+    """A weightless layer of this shape (built on the meta device, once): the op runs its eager
+    ``forward`` with the op's weight and cache bound in, so op and eager module share one code path."""
+    with torch.device("meta"):
+        return MLAAttention(num_heads, scale, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank)
+
+
+# A copy of this file imported under another name (a candidate tree that copies the reference)
+# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
+_OP_NAME = "fk::mla_attention" if __name__ == "kernels_reference.L1.mla_attention" else \
+    "fk::mla_attention_" + re.sub(r"\W", "_", __name__)
+
+
+@torch.library.custom_op(_OP_NAME, mutates_args=("kv_cache",))
+def mla_attention(q: torch.Tensor, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_cache: Optional[torch.Tensor],
+                  kv_b_weight: torch.Tensor, query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+                  block_tables: torch.Tensor, slot_mapping: torch.Tensor, num_heads: int, scale: float,
+                  qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int, kv_lora_rank: int) -> torch.Tensor:
+    """``MLAAttention.forward`` of one layer and step as an op: store the latent rows, attend."""
+    layer = _op_layer(num_heads, scale, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank)
+    block_size = kv_cache.shape[1] if kv_cache is not None else 1
+    meta = _step_metadata(query_start_loc, seq_lens, block_tables, slot_mapping, block_size)
+    layer.kv_cache = kv_cache
+    try:
+        with set_forward_context(meta):
+            return torch.func.functional_call(layer, {"kv_b_proj.weight": kv_b_weight}, (q, kv_c_normed, k_pe))
+    finally:
+        layer.kv_cache = None  # the shared layer never keeps a model's cache alive
+
+
+@mla_attention.register_fake
+def _mla_attention_fake(q, kv_c_normed, k_pe, kv_cache, kv_b_weight, query_start_loc, seq_lens, block_tables,
+                        slot_mapping, num_heads, scale, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
+                        kv_lora_rank):
+    return q.new_empty(q.shape[0], num_heads * v_head_dim)

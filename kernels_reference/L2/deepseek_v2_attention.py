@@ -112,7 +112,10 @@ class DeepseekV2MLAAttention(RecordsInit, nn.Module):
         # The rope part of every head, a strided view of q; the fast path rotates it in place.
         q_pe = q[..., self.qk_nope_head_dim:]
         q_pe_rotated, k_pe = run(self.rotary_emb, native, positions, q_pe, k_pe.unsqueeze(1))
-        if q_pe_rotated.data_ptr() != q_pe.data_ptr():
+        # Identity, not data_ptr: Dynamo traces an ``is`` test (fullgraph), not a pointer comparison.
+        # The rotary fast path returns q_pe itself when it rotated in place; a copy of the same
+        # memory onto itself (another view object of it) would be harmless.
+        if q_pe_rotated is not q_pe:
             q_pe.copy_(q_pe_rotated)
         out = run(self.mla_attn, native, q.view(t, -1), kv_c_normed, k_pe.reshape(t, self.qk_rope_head_dim))
         return run(self.o_proj, native, out)
