@@ -83,9 +83,9 @@ SWEEP_CONFIGS = {
     "3 stages": dataclasses.replace(_D, num_stages=3),
 }
 PREFILL_CONFIGS = {
-    "unpadded V, bool mask (default)": mla_module.MLAPrefillConfig(pad_v=False, mask="bool"),
+    "unpadded V, bool mask": mla_module.MLAPrefillConfig(pad_v=False, mask="bool"),
     "V padded to 192, bool mask": mla_module.MLAPrefillConfig(pad_v=True, mask="bool"),
-    "unpadded V, causal_lower_right": mla_module.MLAPrefillConfig(pad_v=False, mask="lower-right-bias"),
+    "unpadded V, causal_lower_right (default)": mla_module.MLAPrefillConfig(pad_v=False, mask="lower-right-bias"),
     "V padded, causal_lower_right (previous)": mla_module.MLAPrefillConfig(pad_v=True, mask="lower-right-bias"),
 }
 ROUNDS = 5 if TINY else 25
