@@ -78,22 +78,22 @@ def test_interrupted_run_still_writes_its_report(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", str(ROOT / "tasks"), "-p", "no:cacheprovider", "-q",
          "--benchmark-disable", "--fk-device=cpu", f"--fk-candidate={EXAMPLES}", f"--fk-report={report}",
-         "-k", "rms or silu or rotary",
+         "-k", "not e2e",  # minutes of work: the run cannot finish before the interrupt
          f"--rootdir={ROOT}", "-p", "no:randomly"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    def finished_cases():
+    def finished_tasks():
         try:
-            return sum(t["cases_total"] for t in json.loads(report.read_text())["tasks"])
+            return len(json.loads(report.read_text())["tasks"])
         except (OSError, ValueError):
             return 0
 
     deadline = time.monotonic() + 180
-    while finished_cases() == 0 and time.monotonic() < deadline:
+    while finished_tasks() == 0 and time.monotonic() < deadline:
         time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=120)
     data = json.loads(report.read_text())
     assert data["complete"] is False
-    assert sum(t["cases_total"] for t in data["tasks"]) > 0
+    assert data["tasks"]  # what finished before the interrupt is kept
 
 
 def test_time_below_the_roofline_is_a_suspect_not_a_record():
