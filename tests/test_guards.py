@@ -79,7 +79,11 @@ def test_interrupted_run_still_writes_its_report(tmp_path):
         [sys.executable, "-m", "pytest", str(ROOT / "tasks"), "-p", "no:cacheprovider", "-q",
          "--benchmark-disable", "--fk-device=cpu", f"--fk-candidate={EXAMPLES}", f"--fk-report={report}",
          "-k", "not e2e",  # minutes of work: the run cannot finish before the interrupt
-         f"--rootdir={ROOT}", "-p", "no:randomly"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+         f"--rootdir={ROOT}", "-p", "no:randomly"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        # An xdist worker ignores SIGINT and a child inherits that (Python then installs no
+        # KeyboardInterrupt handler): give the run the disposition a user's terminal gives it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
     def finished_tasks():
         try:
             return len(json.loads(report.read_text())["tasks"])
