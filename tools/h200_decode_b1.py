@@ -54,6 +54,7 @@ if ARGS.tiny_cpu:
 import torch  # noqa: E402
 
 from kernels_reference.L1 import paged_decode as decode_mod  # noqa: E402
+from graph_timing import flushed_replay_us, over_sets, time_amortised  # noqa: E402
 
 DEVICE = torch.device("cpu" if ARGS.tiny_cpu else "cuda")
 GPU = DEVICE.type == "cuda"  # timed with CUDA graphs (else one wall-clock call each)
@@ -139,71 +140,6 @@ def decode_call(config):
 
 
 # ---- timing --------------------------------------------------------------------------------------
-
-class Amortised:
-    """One implementation: a one-call graph (set 0) and a K-call graph (call j on set j)."""
-
-    def __init__(self, fn, sets, calls):
-        self.fn, self.calls = fn, calls
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # compilation and lazy buffers before any capture
-            for s in sets[:2]:
-                fn(s)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        self.one = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.one):
-            self.one_out = fn(sets[0])
-        self.many = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.many):
-            self.many_out = [fn(s) for s in sets[:calls]]
-
-
-def single_us(fn, sets, flush, tries=5):
-    """Median of a few flushed one-call graph replays (picks K)."""
-    runner = Amortised(fn, sets, 1)
-    times = []
-    for _ in range(tries):
-        flush()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        runner.one.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
-
-
-def time_amortised(runners, flush, rounds=ROUNDS):
-    """Per-call us of every runner, interleaved (order flipped each round), L2 flushed before each
-    replay, all events read after one final synchronisation."""
-    names = list(runners)
-    ev = {n: [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(rounds)] for n in names}
-    for i in range(rounds):
-        for n in (names if i % 2 == 0 else names[::-1]):
-            e = ev[n][i]
-            flush()
-            e[0].record()
-            runners[n].one.replay()
-            e[1].record()
-            flush()
-            e[2].record()
-            runners[n].many.replay()
-            e[3].record()
-    torch.cuda.synchronize()
-    out = {}
-    for n in names:
-        k = runners[n].calls
-        one = [e[0].elapsed_time(e[1]) * 1e3 for e in ev[n]]
-        many = [e[2].elapsed_time(e[3]) * 1e3 for e in ev[n]]
-        per_call = sorted((m - o) / (k - 1) for m, o in zip(many, one))
-        q1, q3 = per_call[len(per_call) // 4], per_call[3 * len(per_call) // 4]
-        med = statistics.median(per_call)
-        out[n] = {"us": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "single_us": statistics.median(one),
-                  "calls": k, "rounds": rounds, "mode": "cuda-graph amortised"}
-    return out
-
 
 def measured_copy_tbps():
     if not GPU:
@@ -292,17 +228,18 @@ def run_case(batch, context, flush, result):
         row["ok"] = "error" not in row and row["finite"] and row["rel_l2"] < 1e-2 and row["rel_l2"] <= 2 * base_err
     live = {n: impls[n] for n, r in rows.items() if "error" not in r}
     if GPU:
-        single = single_us(decode_call(live["new"] if "new" in live else next(iter(live.values()))), probe, flush)
+        first = decode_call(live["new"] if "new" in live else next(iter(live.values())))
+        single = flushed_replay_us(over_sets(first, probe, 1).one, flush)
         calls = max(2, min(MAX_CALLS, math.ceil(TARGET_US / single), SETS_BYTES // set_bytes(probe[0])))
         del probe
         sets = make_sets(batch, context, calls)
         runners = {}
         for name, cfg in live.items():
             try:
-                runners[name] = Amortised(decode_call(cfg), sets, calls)
+                runners[name] = over_sets(decode_call(cfg), sets, calls)
             except Exception as exc:  # noqa: BLE001
                 rows[name]["error"] = f"capture: {type(exc).__name__}: {exc}"
-        for name, t in time_amortised(runners, flush).items():
+        for name, t in time_amortised(runners, flush, ROUNDS).items():
             rows[name].update(t)
             # the timed graphs after all their replays: the first and last call of the K-call graph
             r = runners[name]

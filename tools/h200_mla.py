@@ -50,6 +50,7 @@ from kernels_reference.forward_context import AttentionMetadata, set_forward_con
 from kernels_reference.L1 import mla_attention as mla_module  # noqa: E402
 from kernels_reference.L1 import mla_decode as decode_module  # noqa: E402
 from kernels_reference.L1.mla_attention import MLAAttention  # noqa: E402
+from graph_timing import AmortisedGraphs, flushed_replay_us, time_amortised  # noqa: E402
 from kernels_reference.L2.deepseek_v2_attention import softmax_scale  # noqa: E402
 
 CFG = json.loads((Path(__file__).resolve().parents[1] / "tasks/configs/deepseek-v2-lite.json").read_text())
@@ -137,71 +138,6 @@ class Timer:
         return {"us": statistics.median(s.elapsed_time(e) * 1e3 for s, e in events), "mode": mode, "rounds": rounds}
 
 
-class Amortised:
-    """One implementation over rotated sets: a graph of call 0 and a graph of calls 0..K-1 (call j
-    on its own layer, cache and inputs). ``calls``: zero-argument callables, one per set."""
-
-    def __init__(self, calls):
-        self.calls = len(calls)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # compilation and lazy buffers before any capture
-            for fn in calls:
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        self.one = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.one):
-            self.one_out = calls[0]()
-        self.many = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.many):
-            self.many_out = [fn() for fn in calls]
-
-
-def flushed_replay_us(graph, flush, tries=5):
-    times = []
-    for _ in range(tries):
-        flush()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
-
-
-def time_amortised(runners, flush, rounds=ROUNDS):
-    """Per-call us of every runner (src/fk_pytest/timing.py's method): implementations interleaved
-    round by round (order flipped each round), the L2 flushed before every replay, all events read
-    after one final synchronisation; per call = (K-call - one-call) / (K - 1)."""
-    names = list(runners)
-    ev = {n: [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(rounds)] for n in names}
-    for i in range(rounds):
-        for n in (names if i % 2 == 0 else names[::-1]):
-            e = ev[n][i]
-            flush()
-            e[0].record()
-            runners[n].one.replay()
-            e[1].record()
-            flush()
-            e[2].record()
-            runners[n].many.replay()
-            e[3].record()
-    torch.cuda.synchronize()
-    out = {}
-    for n in names:
-        k = runners[n].calls
-        one = [e[0].elapsed_time(e[1]) * 1e3 for e in ev[n]]
-        many = [e[2].elapsed_time(e[3]) * 1e3 for e in ev[n]]
-        per_call = sorted((m - o) / (k - 1) for m, o in zip(many, one))
-        med = statistics.median(per_call)
-        q1, q3 = per_call[len(per_call) // 4], per_call[3 * len(per_call) // 4]
-        out[n] = {"us": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "single_us": statistics.median(one),
-                  "calls": k, "rounds": rounds, "mode": "cuda-graph amortised"}
-    return out
-
-
 def rotated_calls(layer, meta, inputs, cache, count):
     """``count`` calls of ours, each on its own copy of the layer (its absorbed weights), the cache
     and the inputs: no call finds its bytes in L2 from the call before."""
@@ -228,7 +164,7 @@ def decode_times(case, layer, meta, inputs, cache, timer, truth, configs):
             finally:
                 decode_module.MLA_DECODE_CONFIG = _D
         return results
-    probe = Amortised(rotated_calls(layer, meta, inputs, cache, 1))
+    probe = AmortisedGraphs(rotated_calls(layer, meta, inputs, cache, 1))
     k = int(min(max(math.ceil(AMORTISE_TARGET_US / flushed_replay_us(probe.one, timer.flush)), 2), 16))
     del probe
     calls = rotated_calls(layer, meta, inputs, cache, k)
@@ -236,10 +172,10 @@ def decode_times(case, layer, meta, inputs, cache, timer, truth, configs):
     for name, cfg in configs.items():
         decode_module.MLA_DECODE_CONFIG = cfg
         try:
-            runners[name] = Amortised(calls)
+            runners[name] = AmortisedGraphs(calls)
         finally:
             decode_module.MLA_DECODE_CONFIG = _D
-    results = time_amortised(runners, timer.flush)
+    results = time_amortised(runners, timer.flush, ROUNDS)
     for name, r in runners.items():  # outputs of the timed graphs after all their replays
         r.one.replay()
         torch.cuda.synchronize()

@@ -31,7 +31,6 @@ Prints the markdown tables last; writes $OUT/h200_moe.json when $OUT is set.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
@@ -51,6 +50,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from fk_pytest.timing import L2Flusher  # noqa: E402
+from graph_timing import flushed_replay_us, over_sets, time_amortised  # noqa: E402
 from kernels_reference.L1 import moe_kernels as mk  # noqa: E402
 from kernels_reference.L1.fused_moe import FusedMoE  # noqa: E402
 from tasks import peers as suite_peers  # noqa: E402
@@ -137,74 +137,6 @@ def layer_bytes(shape, t, active) -> float:
 
 
 # ---- amortised CUDA-graph timing ----------------------------------------------------------------------
-class Amortised:
-    """One implementation: a one-call graph (set 0) and a K-call graph (call j on set j), captured
-    inside ``context`` (a config override: launch parameters are fixed at capture)."""
-
-    def __init__(self, fn, sets, calls, context=None):
-        self.fn, self.calls = fn, calls
-        ctx = context or (lambda: contextlib.nullcontext())
-        with ctx(), torch.no_grad():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # compilation, autotuning, lazy buffers before any capture
-                for s in sets[:2]:
-                    fn(s)
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
-            self.one = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.one):
-                self.one_out = fn(sets[0])
-            self.many = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.many):
-                self.many_out = [fn(s) for s in sets[:calls]]
-
-
-def one_call_us(fn, sets, flush, context=None, tries=3) -> float:
-    """Median of a few flushed one-call replays: picks K."""
-    r = Amortised(fn, sets, 1, context)
-    times = []
-    for _ in range(tries):
-        flush()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        r.one.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
-
-
-def time_amortised(runners, flush, rounds=ROUNDS):
-    """Per-call us of every runner, interleaved (order flipped each round), L2 flushed before each
-    replay, all events read after one final synchronisation."""
-    names = list(runners)
-    ev = {n: [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(rounds)] for n in names}
-    for i in range(rounds):
-        for n in (names if i % 2 == 0 else names[::-1]):
-            e = ev[n][i]
-            flush()
-            e[0].record()
-            runners[n].one.replay()
-            e[1].record()
-            flush()
-            e[2].record()
-            runners[n].many.replay()
-            e[3].record()
-    torch.cuda.synchronize()
-    out = {}
-    for n in names:
-        k = runners[n].calls
-        one = [e[0].elapsed_time(e[1]) * 1e3 for e in ev[n]]
-        many = [e[2].elapsed_time(e[3]) * 1e3 for e in ev[n]]
-        per_call = sorted((mm - o) / (k - 1) for mm, o in zip(many, one))
-        med = statistics.median(per_call)
-        q1, q3 = per_call[len(per_call) // 4], per_call[3 * len(per_call) // 4]
-        out[n] = {"us": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "single_us": statistics.median(one),
-                  "calls": k}
-    return out
-
-
 def graph_times(impls, sets_for, flush, want_for):
     """impls: name -> (fn, context). Captures and times them together; each timed graph's first and
     last call are then compared with an eager call on the same inputs (exactly equal expected: same
@@ -212,17 +144,17 @@ def graph_times(impls, sets_for, flush, want_for):
     or {"error": ...} for an implementation that could not be captured."""
     first = next(iter(impls.values()))
     probe = sets_for(2)
-    single = one_call_us(first[0], probe, flush, first[1])
+    single = flushed_replay_us(over_sets(first[0], probe, 1, first[1]).one, flush, tries=3)
     calls = max(2, min(MAX_CALLS, math.ceil(TARGET_US / max(single, 1e-3))))
     sets = probe + sets_for(calls - 2)
     runners, out = {}, {}
     for name, (fn, context) in impls.items():
         try:
-            runners[name] = Amortised(fn, sets, calls, context)
+            runners[name] = over_sets(fn, sets, calls, context)
         except Exception as exc:  # noqa: BLE001 - not capturable: reported, the others still time
             torch.cuda.synchronize()
             out[name] = {"error": f"not capturable: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"}
-    for name, t in time_amortised(runners, flush).items():
+    for name, t in time_amortised(runners, flush, ROUNDS).items():
         r = runners[name]
         err = max(rel(r.many_out[0], want_for(name, sets[0])), rel(r.many_out[-1], want_for(name, sets[calls - 1])))
         out[name] = dict(t, replay_rel_err=err)
