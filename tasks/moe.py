@@ -21,13 +21,14 @@ Where an undetermined token's difference goes: at L2 and L3 only its own row of 
 layer, its own and its sequence's later tokens' rows and their K/V cache slots (attention mixes
 them), so those are left out too.
 """
-import copy
 import dataclasses
+import weakref
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from hypothesis import strategies as st
 
+from fk_pytest.build import cast_copy
 from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.fused_moe import FusedMoE
 
@@ -51,9 +52,15 @@ class RouterLogits:
                     setattr(module, path, self._recording(name, module, getattr(module, path)))
 
     def _recording(self, name, module, path):
+        # The wrapper lives in the module's own __dict__: holding the module (or its bound method)
+        # strongly would make a reference cycle, and a full-size float64 truth copy caught in one
+        # waits for the cyclic collector (GBs per case on the GPU).
+        top_k, func, owner = module.top_k, path.__func__, weakref.ref(module)
+        calls = self.calls
+
         def recorded(hidden_states, router_logits):
-            self.calls.append((name, module.top_k, router_logits.detach()))
-            return path(hidden_states, router_logits)
+            calls.append((name, top_k, router_logits.detach()))
+            return func(owner(), hidden_states, router_logits)
         return recorded
 
 
@@ -69,7 +76,7 @@ def reference_deviation(task, case, inputs, truth_module) -> Callable[[], List[O
     This is how far rounding upstream of the router (the attention, the norms, an earlier layer)
     moves the gate's logits in an honest implementation: at L3 and L4 it is far more than the
     logits' own last place, and a gap narrower than a few times it may honestly flip."""
-    reference = copy.deepcopy(truth_module).to(case.dtype)
+    reference = cast_copy(truth_module, case.dtype)
     seen = RouterLogits(reference)
     low = {k: v.to(case.dtype) if isinstance(v, torch.Tensor) and v.dtype == torch.float64 else v
            for k, v in inputs.items()}

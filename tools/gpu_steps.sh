@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs named GPU steps in one device call, each under its own time limit, logging to $OUT/<step>.log.
 #   OUT=/tmp/out bash tools/gpu_steps.sh decode:120 moe:200 mla:130
+# On a two-GPU machine, two chains side by side (each step sees one GPU):
+#   CUDA_VISIBLE_DEVICES=0 OUT=$OUT/g0 bash tools/gpu_steps.sh l3-moe:540 & \
+#   CUDA_VISIBLE_DEVICES=1 OUT=$OUT/g1 bash tools/gpu_steps.sh l4-moe:300 l1-rest:230; wait
 # A step that times out or fails does not stop the next one; a summary line per step comes last.
 set -u
 export PYTHONPATH=$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -15,6 +18,10 @@ step_cmd() {
     l1-new) echo "$PYTEST tasks/L1/test_fused_moe.py tasks/L1/test_topk_softmax.py tasks/L1/test_mla_attention.py tasks/L1/test_deepseek_rotary_emb.py --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-report=$OUT/l1-new.json" ;;
     l2-new) echo "$PYTEST tasks/L2 tasks/L3 tasks/L4 -k '(mixtral or qwen3_moe or deepseek) and not e2e' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l2-l4-new.json" ;;
     l2-rest) echo "$PYTEST tasks/L2/test_qwen3_moe_block.py tasks/L3/test_mixtral_decoder_layer.py tasks/L3/test_qwen3_moe_decoder_layer.py tasks/L3/test_deepseek_v2_decoder_layer.py tasks/L4/test_mixtral_for_causal_lm.py tasks/L4/test_qwen3_moe_for_causal_lm.py tasks/L4/test_deepseek_v2_for_causal_lm.py -k correctness --fk-device=cuda --fk-profile=full --fk-report=$OUT/l2-rest.json" ;;
+    l1-rest) echo "$PYTEST tasks/L1/test_topk_softmax.py tasks/L1/test_mla_attention.py tasks/L1/test_deepseek_rotary_emb.py --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l1-rest.json" ;;
+    l3-moe) echo "$PYTEST tasks/L3/test_mixtral_decoder_layer.py tasks/L3/test_qwen3_moe_decoder_layer.py tasks/L3/test_deepseek_v2_decoder_layer.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l3-moe.json" ;;
+    l4-moe) echo "$PYTEST tasks/L4/test_mixtral_for_causal_lm.py tasks/L4/test_qwen3_moe_for_causal_lm.py tasks/L4/test_deepseek_v2_for_causal_lm.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l4-moe.json" ;;
+    e2e-mixtral|e2e-deepseek|e2e-qwen3) m=${1#e2e-}; [ "$m" = qwen3 ] && m=qwen3-30b; echo "$PYTEST tasks/L4/test_e2e.py -k '$m and chat' --fk-device=cuda --fk-profile=full --fk-e2e-scale=0.1 --fk-timeout=560 --fk-candidate=examples/candidates/triton --fk-report=$OUT/$1.json --fk-html=$OUT/$1.html" ;;
     peers-new) echo "python3 -m fk_pytest.peers --ops fused_moe,topk_softmax,mla_attention,deepseek_rotary_emb --max-cases-per-op 6 --json $OUT/peers-new.json" ;;
     e2e-moe) echo "$PYTEST tasks/L4/test_e2e.py -k '(mixtral or qwen3-30b or deepseek) and chat' --fk-device=cuda --fk-profile=full --fk-e2e-scale=0.1 --fk-timeout=500 --fk-candidate=examples/candidates/triton --fk-report=$OUT/e2e-moe.json --fk-html=$OUT/e2e-moe.html" ;;
     *) echo "false unknown-step-$1" ;;

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import warnings
 from typing import Any, Dict, Mapping, Optional, Sequence
 
@@ -34,15 +35,13 @@ def draw_inputs(task: Task, case: Case, device, seeds) -> list:
     return [task.make_inputs(case, torch.Generator(device=device).manual_seed(s), device) for s in seeds]
 
 
-def _cast_state(state: Mapping[str, torch.Tensor], device, dtype) -> Dict[str, torch.Tensor]:
-    return {k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype)
-            for k, v in state.items()}
-
-
 def instantiate(cls: type, task: Task, case: Case, state, device, dtype) -> torch.nn.Module:
-    module = cls(**task.init_args(case))
+    with torch.device(device):  # built where it runs: a full-size layer never stages in host memory
+        module = cls(**task.init_args(case))
     module.to(device=device, dtype=dtype)
-    module.load_state_dict(_cast_state(state, device, dtype), strict=True)
+    # load_state_dict copies into the parameters, casting as it goes: no second full-size copy
+    # of the weights at ``dtype`` (a float64 copy of an MoE layer is 11 GB).
+    module.load_state_dict(state, strict=True)
     return module.eval()
 
 
@@ -74,7 +73,7 @@ def _candidate_module(cls, task, case, state, device, dtype) -> torch.nn.Module:
     except Exception as exc:
         raise CandidateError(status.RUNTIME_ERROR, f"{cls.__name__}.to({device}, {dtype}) raised {exc!r}") from exc
     try:
-        module.load_state_dict(_cast_state(state, device, dtype), strict=True)
+        module.load_state_dict(state, strict=True)
     except Exception as exc:
         raise CandidateError(
             status.STATE_DICT_MISMATCH,
@@ -88,6 +87,19 @@ def copy_model(model: torch.nn.Module) -> torch.nn.Module:
     """A deep copy without the KV caches an engine bound to the original (each engine allocates
     its own; copying an 8B model's caches would double their memory for nothing)."""
     memo = {id(m.kv_cache): None for m in model.modules() if getattr(m, "kv_cache", None) is not None}
+    return copy.deepcopy(model, memo)
+
+
+def cast_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """A deep copy with floating-point parameters and buffers at ``dtype``, made without first
+    copying them at their own precision (``deepcopy(m).to(dtype)`` briefly holds a second float64
+    model)."""
+    memo = {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.is_floating_point() and id(t) not in memo:
+            low = t.detach().to(dtype)
+            memo[id(t)] = torch.nn.Parameter(low, requires_grad=t.requires_grad) \
+                if isinstance(t, torch.nn.Parameter) else low
     return copy.deepcopy(model, memo)
 
 
@@ -175,3 +187,15 @@ def sentinel_allocations():
 def synchronize(device: torch.device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def release_memory() -> None:
+    """Free what a finished case, model copy or engine held.
+
+    Modules often sit in reference cycles (a wrapper closure stored on the module it wraps, an
+    engine and its CUDA graphs, a candidate's own back-references), and Python's cyclic collector
+    knows nothing of GPU memory: full-size cases (float64 truth copies of an MoE layer are 2-11 GB)
+    then pile up until an allocation fails. On the H200 this once kept ~130 GB alive."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -8,7 +8,6 @@ against the model's pooled noise floor, and (on a GPU) time it against the refer
 from __future__ import annotations
 
 import dataclasses
-import gc
 import statistics
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -16,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import status
-from .build import copy_model, with_paths
+from .build import copy_model, release_memory, with_paths
 from .compose import Composition, swap_children
 from .e2e import (FAIL_AT, NOISE_PERCENTILE, VALID_CREDIT, E2EResult, E2ESpec, MutantResult, Request,
                   blend, credit, discrepancies, percentile, sampling_allowance)
@@ -27,16 +26,6 @@ Progress = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     pass
-
-
-def _release() -> None:
-    """Free what finished engines held. An engine with CUDA graphs sits in reference cycles, so
-    its model copy, KV cache and graph pools would wait for Python's cyclic collector, which knows
-    nothing of GPU memory: on the H200 an 8B model's calibration otherwise kept ~130 GB alive and
-    the candidate's run failed to allocate."""
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 # ---- the engine's view of any model tree -------------------------------------------------------
@@ -74,6 +63,15 @@ class EngineModel(torch.nn.Module):
             return self._new_cache(num_blocks, block_size, dtype, device)
         shape = (num_blocks, block_size, self.config.num_key_value_heads, self.config.head_dim)
         return torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
+
+
+def unbind_kv_caches(model: torch.nn.Module) -> None:
+    """Drop the KV caches the last engine bound to ``model``'s layers. The engine binds them to the
+    modules it serves and nothing unbinds them when it goes: a reference kept for later runs would
+    hold its last engine's cache (GBs at full size) while the next engine allocates its own."""
+    for m in model.modules():
+        if getattr(m, "kv_cache", None) is not None:
+            m.kv_cache = None
 
 
 def _engine(model: torch.nn.Module, reference: torch.nn.Module, args: dict):
@@ -162,7 +160,7 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
             run.noise["reference-native"] = teacher_forced(
                 _engine(native, reference, dict(args, cuda_graphs=False)), run)
             del native
-            _release()
+            release_memory()
         for name, mapping in spec.mutants().items():
             progress(f"{sc.id}: built-in mutant {name}")
             mutant, composition = compose_candidate(reference, mapping.get)
@@ -172,9 +170,10 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
             d = teacher_forced(_engine(mutant, reference, args), run)
             run.mutants[name] = (sum(d) / len(d), composition.swapped)
             del mutant
-            _release()
+            release_memory()
         scenarios[sc.id] = run
-        _release()
+        unbind_kv_caches(reference)
+        release_memory()
     return scenarios
 
 
@@ -195,7 +194,7 @@ class CalibrationCache:
         key = _calibration_key(spec, case)
         if self.current is None or self.current.key != key:
             self.current = None  # free the previous model first
-            _release()
+            release_memory()
             self.current = ModelCalibration(key, spec.build_reference(case, device))
         return self.current
 
@@ -215,7 +214,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
 
     started = time.perf_counter()
     device = torch.device(device)
-    _release()  # the previous case's candidate model and engines
+    release_memory()  # the previous case's candidate model and engines
     result = E2EResult(case.id, spec.name, spec.family, case["model"], case["scenario"])
     why = spec.unavailable(case)
     if why:
@@ -231,6 +230,8 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
 
     cache = cache or CalibrationCache()
     reference = cache.model(spec, case, device).reference
+    unbind_kv_caches(reference)  # the previous case's timing engine bound its cache there
+    release_memory()
     args, _ = _engine_args(spec, case, device)
 
     # Composed first: a tree that fails to compose, or touches nothing in the model, costs no run.
@@ -279,7 +280,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
         result.noise[f"{case.id}/reference-triton-interpreted"] = teacher_forced(
             _engine(triton_ref, reference, args), run)
         del triton_ref
-        _release()
+        release_memory()
     _judge(result, run)
 
     if device.type == "cuda" and result.status not in (status.TASK_ERROR,):

@@ -14,6 +14,7 @@ import torch
 
 from . import status
 from .candidates import CandidateSource
+from .build import release_memory
 from .compose import candidate_lookup
 from .correctness import CaseResult, evaluate_case
 from .errors import CandidateError, NotAttempted
@@ -77,7 +78,15 @@ class Evaluator:
             return exc.status, exc.message
         return "ok", ""
 
+    def _between_cases(self) -> None:
+        """The previous case's modules, truth copies and graphs go before the next case builds its
+        own (on the GPU only: full-size cases are GBs each; on the CPU the collector's own pace
+        keeps up with the small shapes and a full collection per case would cost seconds)."""
+        if self.device == "cuda":
+            release_memory()
+
     def evaluate(self, ref: TaskRef, case: Case, seed: int, kind: str) -> CaseResult:
+        self._between_cases()
         task = resolve_task(ref)
         # Delegation is a property of the code path; tracing costs a lot under the interpreter,
         # so trace the first workload case of each output structure once.
@@ -106,6 +115,7 @@ class Evaluator:
                        cache=self._e2e_cache, progress=self.progress)
 
     def speed(self, ref: TaskRef, case: Case, seed: int) -> Tuple[SpeedResult, Optional[dict]]:
+        self._between_cases()
         task = resolve_task(ref)
         if self.device == "cuda":
             from .timing import L2Flusher, measure_roofline
