@@ -196,6 +196,137 @@ def test_decode_split_k_heuristic_fills_the_sms(monkeypatch):
     assert mk.gemm_config("down", 8 * 1024, 8, 4096, 14336, a) is None
 
 
+# ---- the small-batch GEMV path -------------------------------------------------------------------------
+def _launched(monkeypatch):
+    """The names of the moe_kernels launches of the calls that follow (which path ran)."""
+    from kernels_reference.L1 import moe_kernels as mk
+
+    names, launch = [], mk._launch
+
+    def record(kernel, grid, *args, **kwargs):
+        names.append(getattr(kernel, "__name__", None) or kernel.fn.__name__)
+        return launch(kernel, grid, *args, **kwargs)
+    monkeypatch.setattr(mk, "_launch", record)
+    return names
+
+
+_TAIL_CONFIGS = ({"gemv_gate_up": (32, 32), "gemv_down": (32, 16)},  # wrapped N blocks, partial K steps
+                 {"gemv_gate_up": (16, 256), "gemv_down": (4, 256)})  # the H200 tile shapes
+
+
+@pytest.mark.parametrize("config", [None, *_TAIL_CONFIGS], ids=["default", "tails", "gpu-tiles"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("e, k, h, i, t, renorm", [
+    (8, 2, 64, 32, 1, True),     # Mixtral-like routing, one token
+    (8, 2, 64, 32, 4, True),     # the largest token count that takes the path
+    (16, 4, 48, 40, 2, False),   # K and N not multiples of the tiles
+    (16, 4, 64, 32, 3, True),
+])
+def test_gemv_path_matches_native_and_grouped(monkeypatch, config, dtype, e, k, h, i, t, renorm):
+    """Up to GEMV_MAX_TOKENS tokens forward_triton runs the two GEMV kernels (no align, no grouped
+    GEMM, no sum_slots) and computes the layer: against the float64 truth as the grouped path is
+    held, and close to the grouped path itself (same routing, same gate_up rounding)."""
+    from kernels_reference.L1 import moe_kernels as mk
+
+    m, g = _moe(e, k, h, i, renorm, dtype, seed=t)
+    x = torch.randn(t, h, generator=g).to(dtype)
+    logits = router_logits(t, e, k, g, "cpu", dtype)
+    over = {name: mk.GemvConfig(*tile) for name, tile in (config or {}).items()}
+    names = _launched(monkeypatch)
+    with torch.no_grad():
+        native = m.forward_native(x, logits)
+        truth = copy.deepcopy(m).double().forward_native(x.double(), logits.double())
+        with mk.override_configs(**over):
+            fast = m.forward_triton(x, logits)
+        assert names == ["_gemv_gate_up_kernel", "_gemv_down_sum_kernel"], names
+        with mk.override_configs(path="grouped"):
+            grouped = m.forward_triton(x, logits)
+        assert "_moe_gemm_kernel" in names and "_sum_slots_kernel" in names
+    assert fast.shape == native.shape and fast.dtype == dtype and fast.is_contiguous()
+    limit = 1.5 if dtype == torch.float32 else 4.0
+    err = output_error("out", truth, [native], fast, dtype, truncating=True)
+    assert err.ratio <= limit and err.elem_ratio <= 2 * limit, err
+    # both paths round gate_up to bf16 and the output once; only the float32 summation order differs
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(fast, grouped, **tol)
+
+
+def test_gemv_path_is_forced_either_way_and_restored(monkeypatch):
+    """override_configs(path=...) picks the path at any token count (the H200 sweep compares them
+    side by side); the default switches at GEMV_MAX_TOKENS; T=0 returns an empty output."""
+    from kernels_reference.L1 import moe_kernels as mk
+
+    m, g = _moe(16, 4, 48, 40, True, torch.float32)
+    names = _launched(monkeypatch)
+    for t in (2, mk.GEMV_MAX_TOKENS + 1, 9):
+        x, logits = torch.randn(t, 48, generator=g), router_logits(t, 16, 4, g, "cpu", torch.float32)
+        with torch.no_grad():
+            native = m.forward_native(x, logits)
+            for path in (None, "gemv", "grouped"):
+                names.clear()
+                with mk.override_configs(path=path):
+                    out = m.forward_triton(x, logits)
+                gemv = path == "gemv" or path is None and t <= mk.GEMV_MAX_TOKENS
+                assert ("_gemv_down_sum_kernel" in names) == gemv and ("_moe_gemm_kernel" in names) != gemv, names
+                torch.testing.assert_close(out, native, rtol=1e-5, atol=1e-5)
+    assert mk._OVERRIDES == {}
+    with torch.no_grad(), mk.override_configs(path="gemv"):
+        empty = m.forward_triton(torch.randn(0, 48), torch.randn(0, 16))
+    assert empty.shape == (0, 48)
+    with pytest.raises(ValueError, match="path"), mk.override_configs(path="dense"):
+        pass
+
+
+def test_gemv_path_reads_strided_hidden_states():
+    """Hidden states that are a view (rows of a wider buffer, or a transpose) give exactly the
+    output of their contiguous copy: the kernel indexes through x's strides."""
+    m, g = _moe(8, 2, 64, 32, True, torch.bfloat16)
+    x = torch.randn(3, 64, generator=g).bfloat16()
+    logits = router_logits(3, 8, 2, g, "cpu", torch.bfloat16)
+    wide = torch.zeros(3, 100, dtype=torch.bfloat16)
+    wide[:, 20:84] = x
+    transposed = x.t().contiguous().t()
+    assert not wide[:, 20:84].is_contiguous() and transposed.stride() == (1, 3)
+    with torch.no_grad():
+        want = m.forward_triton(x, logits)
+        for view in (wide[:, 20:84], transposed):
+            assert torch.equal(m.forward_triton(view, logits), want)
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_gemv_path_float64_is_float64_throughout(t):
+    """float64 inputs accumulate in float64 (products, routing weight, k-sum): the GEMV path agrees
+    with the float64 native loop to rounding, where the grouped path's float32 tiles do not."""
+    from kernels_reference.L1 import moe_kernels as mk
+
+    m, g = _moe(16, 4, 48, 40, True, torch.float64)
+    x = torch.randn(t, 48, generator=g, dtype=torch.float64)
+    logits = router_logits(t, 16, 4, g, "cpu", torch.float64)
+    with torch.no_grad(), mk.override_configs(gemv_gate_up=mk.GemvConfig(16, 16), gemv_down=mk.GemvConfig(16, 16)):
+        fast, native = m.forward_triton(x, logits), m.forward_native(x, logits)
+    assert fast.dtype == torch.float64
+    torch.testing.assert_close(fast, native, rtol=1e-12, atol=1e-13)
+
+
+def test_gemv_defaults_fill_the_sms(monkeypatch):
+    """The fixed H200 launches give every one of 132 SMs >= 2 programs of each kernel at T=1 for the
+    three models, with BLOCK_K a multiple of one warp's 16-byte vectors (no cross-warp sum)."""
+    from kernels_reference.L1 import moe_kernels as mk
+
+    monkeypatch.setattr(mk, "autotune_here", lambda t: True)
+    a = torch.empty(1, 1)
+    for model in MOE_MODELS:
+        s = moe_shape(model, "full")
+        up = mk.gemv_config("gate_up", 2 * s.intermediate_size, s.hidden_size, a)
+        down = mk.gemv_config("down", s.hidden_size, s.intermediate_size, a)
+        assert (up, down) == (mk.GEMV_GATE_UP, mk.GEMV_DOWN)
+        assert s.top_k * -(-2 * s.intermediate_size // up.block_n) >= 2 * 132, model
+        assert -(-s.hidden_size // down.block_n) >= 2 * 132, model
+        assert up.block_k % (32 * 8) == 0 and down.block_k % (32 * 8) == 0
+    with mk.override_configs(gemv_down=mk.GemvConfig(8, 128)):
+        assert mk.gemv_config("down", 2048, 768, a) == mk.GemvConfig(8, 128)
+
+
 class _HostSyncs(TorchDispatchMode):
     """Records every op that makes the host wait for the device: reading a value back
     (``_local_scalar_dense``: .item(), .tolist(), bool(), int()) or an op whose output *size* depends
@@ -246,7 +377,8 @@ def test_fused_moe_fast_path_has_no_host_sync():
         with torch.no_grad(), mode:
             moe_kernels.align_to_blocks(logits.topk(4).indices.int(), 16, 16)
             moe_kernels.align_to_blocks(torch.randint(0, 16, (300, 4), generator=g).int(), 16, 16)  # 2 launches
-            m.forward_triton(x, logits)
+            m.forward_triton(x, logits)  # 7 tokens: the grouped path
+            m.forward_triton(x[:3], logits[:3])  # 3 tokens: the GEMV path
             with moe_kernels.override_configs(down=moe_kernels.GemmConfig(16, 16, split_k=2)):
                 m.forward_triton(x, logits)
     finally:
@@ -265,8 +397,10 @@ def test_fused_moe_fast_path_has_no_host_sync():
     # The source of the fast path must not call them (nor move data to the host).
     source = "".join(_code_of(f) for f in (moe_kernels.align_to_blocks, moe_kernels.align_to_blocks_torch,
                                             moe_kernels.grouped_gemm, moe_kernels.sum_slots,
-                                            FusedMoE.forward_triton))
+                                            moe_kernels.gemv_gate_up, moe_kernels.gemv_down_sum,
+                                            moe_kernels.use_gemv, FusedMoE.forward_triton))
     assert "scatter_add_" in source and "_place_pairs_kernel" in source  # the parse saw the real bodies
+    assert "_gemv_gate_up_kernel" in source and "_gemv_down_sum_kernel" in source
     assert not re.search(r"\.(item|tolist|cpu|numpy)\(|nonzero|bincount|unique", source)
 
 

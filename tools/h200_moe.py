@@ -23,7 +23,8 @@ prefill 1024/8192), with the suite's skewed, tie-free router logits (tasks.moe):
 * TB/s against the bytes actually read: the weights of the experts this routing activates (mean over
   the input sets) plus activations in/out, as % of 4.24 TB/s; TFLOP/s (6 T k H I) as % of 741;
 * ``--sweep`` (default on; ``--no-sweep`` skips it): candidate decode/prefill launch configs of the
-  reference side by side (kernels_reference.L1.moe_kernels.override_configs) at a few cases;
+  reference side by side (kernels_reference.L1.moe_kernels.override_configs) at a few cases, the
+  small-batch GEMV path (default up to mk.GEMV_MAX_TOKENS tokens) against the grouped GEMMs among them;
 * TopKSoftmax's Triton kernel against native (eager wall time).
 
 Prints the markdown tables last; writes $OUT/h200_moe.json when $OUT is set.
@@ -64,18 +65,34 @@ TRUTH_MAX_TOKENS = 256
 
 ROUNDS = 3 if TINY else 15
 TARGET_US, MAX_CALLS = 100.0, 64
-GC = mk.GemmConfig
-# Decode candidates: (gate_up, down) launch configs; "default" is what the module picks itself.
+GC, GV = mk.GemmConfig, mk.GemvConfig
+# Decode candidates. "default" is what the module picks itself: the GEMV path up to
+# mk.GEMV_MAX_TOKENS tokens, the grouped GEMMs above. The grouped-GEMM candidates force
+# path="grouped" (their GemmConfigs are not used on the GEMV path); the GEMV candidates force
+# path="gemv" with neighbours of the default launches (mk.GEMV_GATE_UP 16x256 w4 s4, mk.GEMV_DOWN
+# 4x256 w4 s6: BLOCK_N x BLOCK_K, warps, stages).
+GROUPED = dict(path="grouped")
 DECODE_SWEEP = {
     "default": {},
-    "previous path (torch align, no split-K)": dict(align="torch", gate_up=GC(64, 128, 4, 4), down=GC(64, 128, 4, 4)),
-    "no split-K (64x128 w4 s4)": dict(gate_up=GC(64, 128, 4, 4), down=GC(64, 128, 4, 4)),
-    "down split 2": dict(down=GC(64, 128, 4, 4, split_k=2)),
-    "down split 4": dict(down=GC(64, 128, 4, 4, split_k=4)),
-    "down split 8": dict(down=GC(64, 128, 4, 4, split_k=8)),
-    "32x256 w4 s3, down split 2": dict(gate_up=GC(32, 256, 4, 3), down=GC(32, 256, 4, 3, split_k=2)),
-    "32x128 w4 s4, down split 2": dict(gate_up=GC(32, 128, 4, 4), down=GC(32, 128, 4, 4, split_k=2)),
-    "128x64 w4 s4, down split 2": dict(gate_up=GC(128, 64, 4, 4), down=GC(128, 64, 4, 4, split_k=2)),
+    "grouped path (no gemv)": GROUPED,
+    "gemv path": dict(path="gemv"),
+    "gemv down 8x256 w4 s6": dict(path="gemv", gemv_down=GV(8, 256, 4, 6)),
+    "gemv down 4x256 w4 s3": dict(path="gemv", gemv_down=GV(4, 256, 4, 3)),
+    "gemv down 4x512 w4 s4": dict(path="gemv", gemv_down=GV(4, 512, 4, 4)),
+    "gemv down 2x256 w2 s8": dict(path="gemv", gemv_down=GV(2, 256, 2, 8)),
+    "gemv down 4x256 w2 s6": dict(path="gemv", gemv_down=GV(4, 256, 2, 6)),
+    "gemv gate_up 32x256 w4 s4": dict(path="gemv", gemv_gate_up=GV(32, 256, 4, 4)),
+    "gemv gate_up 8x512 w4 s4": dict(path="gemv", gemv_gate_up=GV(8, 512, 4, 4)),
+    "gemv gate_up 16x256 w4 s6": dict(path="gemv", gemv_gate_up=GV(16, 256, 4, 6)),
+    "previous path (torch align, no split-K)": dict(GROUPED, align="torch", gate_up=GC(64, 128, 4, 4),
+                                                    down=GC(64, 128, 4, 4)),
+    "no split-K (64x128 w4 s4)": dict(GROUPED, gate_up=GC(64, 128, 4, 4), down=GC(64, 128, 4, 4)),
+    "down split 2": dict(GROUPED, down=GC(64, 128, 4, 4, split_k=2)),
+    "down split 4": dict(GROUPED, down=GC(64, 128, 4, 4, split_k=4)),
+    "down split 8": dict(GROUPED, down=GC(64, 128, 4, 4, split_k=8)),
+    "32x256 w4 s3, down split 2": dict(GROUPED, gate_up=GC(32, 256, 4, 3), down=GC(32, 256, 4, 3, split_k=2)),
+    "32x128 w4 s4, down split 2": dict(GROUPED, gate_up=GC(32, 128, 4, 4), down=GC(32, 128, 4, 4, split_k=2)),
+    "128x64 w4 s4, down split 2": dict(GROUPED, gate_up=GC(128, 64, 4, 4), down=GC(128, 64, 4, 4, split_k=2)),
 }
 # Prefill candidates: the autotuned default against fixed tiles and other row-tile heights.
 PREFILL_SWEEP = {
@@ -86,11 +103,12 @@ PREFILL_SWEEP = {
     "64x128x64 w4 s4 g8": dict(block_m=64, gate_up=GC(128, 64, 4, 4, group_m=8), down=GC(128, 64, 4, 4, group_m=8)),
     "autotuned, torch align": dict(align="torch"),
 }
-SWEEP_CASES = ([("qwen3-30b-a3b", 1, DECODE_SWEEP), ("deepseek-v2-lite", 5, PREFILL_SWEEP)] if TINY else
-               [("mixtral-8x7b", 1, DECODE_SWEEP), ("qwen3-30b-a3b", 1, DECODE_SWEEP),
-                ("qwen3-30b-a3b", 32, DECODE_SWEEP), ("qwen3-30b-a3b", 1024, PREFILL_SWEEP)])
-if TINY:  # the interpreter: a few variants only
-    DECODE_SWEEP = {k: DECODE_SWEEP[k] for k in ("default", "previous path (torch align, no split-K)", "down split 2")}
+SWEEP_CASES = [("mixtral-8x7b", 1, DECODE_SWEEP), ("qwen3-30b-a3b", 1, DECODE_SWEEP),
+               ("deepseek-v2-lite", 1, DECODE_SWEEP), ("qwen3-30b-a3b", 4, DECODE_SWEEP),
+               ("qwen3-30b-a3b", 32, DECODE_SWEEP), ("qwen3-30b-a3b", 1024, PREFILL_SWEEP)]
+if TINY:  # the interpreter: a few variants only, both decode paths among them
+    DECODE_SWEEP = {k: DECODE_SWEEP[k] for k in ("default", "grouped path (no gemv)", "gemv path",
+                                                 "gemv down 8x256 w4 s6", "down split 2")}
     PREFILL_SWEEP = {k: PREFILL_SWEEP[k] for k in ("default (autotuned)", "64x128x64 w4 s4 g8")}
     SWEEP_CASES = [("qwen3-30b-a3b", 1, DECODE_SWEEP), ("deepseek-v2-lite", 5, PREFILL_SWEEP)]
 

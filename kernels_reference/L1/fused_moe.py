@@ -13,8 +13,11 @@ and the activation are children (``topk``, ``act_fn``) so composed mode reaches 
 production algorithm: route through ``topk``, sort the (token, expert) pairs by expert padded to row
 tiles (one or two small kernels), a grouped GEMM for gate_up ([T*k, 2I]), ``act_fn``, a grouped GEMM
 for down that scales each row by its routing weight (split over K at decode sizes that leave SMs idle),
-and the sum over the k slots (:mod:`.moe_kernels`): six launches at a decode step. No step reads the
-routing back to the host, so the whole layer is CUDA-graph capturable.
+and the sum over the k slots (:mod:`.moe_kernels`): six launches. Up to ``GEMV_MAX_TOKENS`` tokens
+(decode at small batch) the align step and the grouped GEMMs give way to two GEMV kernels, gate_up
+per (token, slot) pair and down with the routing weights and the k-sum folded in: four launches
+(topk, gate_up, ``act_fn``, down). No step reads the routing back to the host, so the whole layer is
+CUDA-graph capturable.
 
 Under ``torch.compile`` the layer is one opaque custom op, ``fk::fused_moe`` (vLLM compiles its
 fused_moe the same way): the expert loop reads the routing on the host (``unique``), which no graph
@@ -94,11 +97,17 @@ class FusedMoE(RecordsInit, nn.Module):
             return torch.empty_like(hidden_states)
         x = hidden_states
         num_experts, inter = self.num_experts, self.intermediate_size
-        align = mk.align_to_blocks(ids, num_experts, mk.choose_block_m(n_pairs, num_experts))
-        gate_up = torch.empty(n_pairs, 2 * inter, dtype=x.dtype, device=x.device)
-        mk.grouped_gemm(x, self.w13_weight, gate_up, align, rows_per_a=self.top_k,
-                        config=mk.gemm_config("gate_up", n_pairs, num_experts, 2 * inter, h, x))
+        gemv = mk.use_gemv(t)  # a few tokens: per-pair GEMVs, no sort (mk.GEMV_MAX_TOKENS)
+        if gemv:
+            gate_up = mk.gemv_gate_up(x, ids, self.w13_weight)
+        else:
+            align = mk.align_to_blocks(ids, num_experts, mk.choose_block_m(n_pairs, num_experts))
+            gate_up = torch.empty(n_pairs, 2 * inter, dtype=x.dtype, device=x.device)
+            mk.grouped_gemm(x, self.w13_weight, gate_up, align, rows_per_a=self.top_k,
+                            config=mk.gemm_config("gate_up", n_pairs, num_experts, 2 * inter, h, x))
         act = run(self.act_fn, False, gate_up)  # [T*k, I], pair order
+        if gemv:  # down GEMVs, routing weights and the k-sum in one kernel, rounded once
+            return mk.gemv_down_sum(act, ids, weights, self.w2_weight, x.dtype)
         down_cfg = mk.gemm_config("down", n_pairs, num_experts, h, inter, act)
         if down_cfg is not None and down_cfg.split_k > 1:  # float32 partial sums over K slices
             down = torch.empty(down_cfg.split_k, n_pairs, h, dtype=torch.float32, device=x.device)

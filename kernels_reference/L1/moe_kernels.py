@@ -26,6 +26,17 @@ the tiles alone leave SMs idle (Mixtral T1: 2 experts x 64 N tiles = 128 program
 streaming 1.8 MB). Timing equals against each other would pick one at random (see ``triton_rows``),
 so decode configs are fixed (``tools/h200_moe.py --sweep`` compares candidates); prefill sizes
 autotune the N/K tiles, GROUP_M swizzle, warps and stages.
+
+The small-batch path (up to ``GEMV_MAX_TOKENS`` tokens; ``FusedMoE.forward_triton``): with one row
+per expert, a 16-row tl.dot tile is 15/16 padding and the align step is a launch with nothing to
+sort (a token's k experts are distinct, a few tokens rarely share one). Two GEMV kernels replace
+steps 1-3: ``gemv_gate_up`` runs one program per (pair, column block), expert = topk_ids[pair],
+multiply + row sum over K in float32, gate_up stored in x's dtype as before; after the ``act_fn``
+child, ``gemv_down_sum`` runs one program per (token, column block) over the token's k experts,
+weights each expert's float32 sum by its routing weight and adds them in float32, rounding once (the
+numerics of the split-K decode path, float64 throughout for float64). Four launches instead of six,
+and every weight byte read is a useful one. Their launch configs are fixed too (see GEMV_GATE_UP);
+``override_configs(path=...)`` forces either path for the sweep and the tests.
 """
 from __future__ import annotations
 
@@ -221,16 +232,22 @@ _OVERRIDES: dict = {}
 
 @contextlib.contextmanager
 def override_configs(block_m: int = None, gate_up: GemmConfig = None, down: GemmConfig = None,
-                     align: str = None):
+                     align: str = None, path: str = None, gemv_gate_up: "GemvConfig" = None,
+                     gemv_down: "GemvConfig" = None):
     """Force the launch configs of every FusedMoE fast-path call inside the block (the config sweep
     of ``tools/h200_moe.py``; tests of split-K on the CPU). Launch parameters are baked into a CUDA
     graph at capture, so capturing inside the block is what fixes a graph's config. ``align="torch"``
-    aligns with the torch-op chain (the previous fast path) to measure what the kernels save."""
+    aligns with the torch-op chain (the previous fast path) to measure what the kernels save.
+    ``path="gemv"`` / ``"grouped"`` forces the small-batch GEMV path / the grouped GEMMs at any token
+    count (default: GEMV up to GEMV_MAX_TOKENS); ``gemv_gate_up`` / ``gemv_down`` fix its launches."""
     if align not in (None, "torch", "triton"):
         raise ValueError(f"align={align!r}: 'torch' or 'triton'")
+    if path not in (None, "gemv", "grouped"):
+        raise ValueError(f"path={path!r}: 'gemv' or 'grouped'")
     saved = dict(_OVERRIDES)
     _OVERRIDES.update({k: v for k, v in (("block_m", block_m), ("gate_up", gate_up), ("down", down),
-                                         ("align", align)) if v is not None})
+                                         ("align", align), ("path", path), ("gemv_gate_up", gemv_gate_up),
+                                         ("gemv_down", gemv_down)) if v is not None})
     try:
         yield
     finally:
@@ -352,6 +369,110 @@ def sum_slots(partials: torch.Tensor, tokens: int, top_k: int, dtype: torch.dtyp
     return out
 
 
+# ---- the small-batch path: two GEMV kernels, no align step ---------------------------------------
+GEMV_MAX_TOKENS = 4  # up to this many tokens forward_triton takes the GEMV path (see use_gemv)
+
+
+@dataclasses.dataclass(frozen=True)
+class GemvConfig:
+    """One fixed launch of a GEMV kernel: BLOCK_N output columns per program, BLOCK_K-wide steps of
+    the reduction, ``num_stages`` of them in flight (the loads are pipelined even without tl.dot
+    because the K loop is a ``tl.range`` with explicit stages)."""
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 4
+
+
+# H200 defaults (132 SMs). A decode step is a weight stream: the used experts' rows are read once,
+# so the grid has to keep every SM busy and the loads deep enough to cover DRAM latency.
+# * BLOCK_K 256: one warp's 32 lanes x 8 bf16 (16-byte vectors) span a step's K, so the per-step
+#   row sums are register adds + warp shuffles, never a cross-warp (shared memory) reduction; the
+#   models' K (H 2048/4096, I 768/14336) are multiples of it, DeepSeek's I=1408 leaves a half step.
+# * gate_up, BLOCK_N 16: a [16, 256] bf16 tile is 8 KB, 4 x 16-byte loads per thread. Programs at
+#   T=1 = k x 2I/16: Qwen3 8 x 96 = 768, DeepSeek 6 x 176 = 1056, Mixtral 2 x 1792 = 3584, i.e.
+#   >= 5 per SM, each with 3 steps (24 KB) in flight.
+# * down (+ the k-sum), BLOCK_N 4: each program owns a token's columns for all k experts (the sum
+#   stays in registers), so the grid is only T x H/BLOCK_N: H=2048 (Qwen3, DeepSeek) gives 512
+#   programs at T=1 (~4 per SM; BLOCK_N 8 would give 256, fewer than 2 per SM, BLOCK_N 16 128,
+#   leaving SMs idle) and Mixtral H=4096 1024. A [4, 256] bf16 tile is 2 KB, one 16-byte load per
+#   thread (a warp per row); depth comes from the stages: 6 keep 10 KB per program (~40 KB per SM,
+#   ~5 MB over the GPU, about bandwidth x DRAM latency) in flight, 15 KB of shared memory.
+# The K loop of the down kernel runs over (expert slot, K step) flattened, so the pipeline never
+# drains between a token's k experts (Qwen3: 8 experts x 3 steps would otherwise refill 8 times).
+# Compiled ahead of time for sm_90 (Triton 3.9, the runtime's divisibility-16 specialisation of the
+# three models' shapes): both kernels' bf16 tiles are cp.async-pipelined (3 / 5 tiles in flight),
+# 16-byte vectors, 46 / 30 registers, no spills, the K sums within a warp. A K that is not a
+# multiple of 16 (not one of the models) loses the vector loads and the pipelining, not correctness.
+# ``tools/h200_moe.py --sweep`` times these against neighbours; no autotune (capture, stability).
+GEMV_GATE_UP = GemvConfig(block_n=16, block_k=256, num_warps=4, num_stages=4)
+GEMV_DOWN = GemvConfig(block_n=4, block_k=256, num_warps=4, num_stages=6)
+
+
+def use_gemv(tokens: int) -> bool:
+    """The GEMV path at a few tokens: k pairs per token are k different experts, and at <= 4 tokens
+    an expert rarely serves two pairs, so per-pair GEMVs read each weight row about once, with no
+    sort and no 16-row tiles of which one row is real."""
+    path = _OVERRIDES.get("path")
+    return path == "gemv" if path is not None else tokens <= GEMV_MAX_TOKENS
+
+
+def gemv_config(role: str, n: int, k: int, a: torch.Tensor) -> GemvConfig:
+    """The launch of one GEMV kernel (``role``: "gate_up" or "down") for [*, K] @ [N, K].T."""
+    if "gemv_" + role in _OVERRIDES:
+        return _OVERRIDES["gemv_" + role]
+    if autotune_here(a):
+        return GEMV_GATE_UP if role == "gate_up" else GEMV_DOWN
+    # the interpreter pays per program: big tiles, no pipelining
+    return GemvConfig(block_n=max(16, min(64, triton.next_power_of_2(n))),
+                      block_k=max(16, min(128, triton.next_power_of_2(k))), num_warps=4, num_stages=1)
+
+
+def gemv_gate_up(x: torch.Tensor, topk_ids: torch.Tensor, w13: torch.Tensor,
+                 config: Optional[GemvConfig] = None) -> torch.Tensor:
+    """gate_up[t*k + j] = x[t] @ w13[topk_ids[t, j]].T: [T*k, 2I] in x's dtype (rounded once from a
+    float32 sum, float64 for float64 x), pair order, as the grouped GEMM writes it. One launch."""
+    tokens, hidden = x.shape
+    top_k = topk_ids.shape[1]
+    num_experts, n, k = w13.shape
+    if k != hidden:
+        raise ValueError(f"w13 {tuple(w13.shape)} does not match hidden states of width {hidden}")
+    out = torch.empty(tokens * top_k, n, dtype=x.dtype, device=x.device)
+    if tokens == 0:
+        return out
+    cfg = config or gemv_config("gate_up", n, k, x)
+    # pairs vary fastest: programs running together read the same columns, so two pairs of one
+    # expert (rare at these sizes) share the weight tile through L2
+    _launch(_gemv_gate_up_kernel, (tokens * top_k, triton.cdiv(n, cfg.block_n)), x, topk_ids, w13, out, n, k,
+            x.stride(0), x.stride(1), topk_ids.stride(0), topk_ids.stride(1),
+            w13.stride(0), w13.stride(1), w13.stride(2), out.stride(0),
+            TOP_K=top_k, ACC_F64=x.dtype == torch.float64, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+            NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return out
+
+
+def gemv_down_sum(act: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w2: torch.Tensor,
+                  dtype: torch.dtype, config: Optional[GemvConfig] = None) -> torch.Tensor:
+    """out[t] = sum_j topk_weights[t, j] * (act[t*k + j] @ w2[topk_ids[t, j]].T), the products, the
+    weighting and the k-sum in float32 (float64 for float64), rounded once to ``dtype``: the down
+    GEMM and sum_slots of the grouped path in one launch. act: [T*k, I]; w2: [E, H, I]."""
+    tokens, top_k = topk_ids.shape
+    num_experts, n, k = w2.shape
+    if act.shape != (tokens * top_k, k):
+        raise ValueError(f"act {tuple(act.shape)} is not [{tokens} * {top_k}, {k}]")
+    out = torch.empty(tokens, n, dtype=dtype, device=act.device)
+    if tokens == 0:
+        return out
+    cfg = config or gemv_config("down", n, k, act)
+    _launch(_gemv_down_sum_kernel, (tokens, triton.cdiv(n, cfg.block_n)), act, topk_ids, topk_weights, w2, out,
+            n, k, act.stride(0), act.stride(1), topk_ids.stride(0), topk_ids.stride(1),
+            topk_weights.stride(0), topk_weights.stride(1), w2.stride(0), w2.stride(1), w2.stride(2),
+            out.stride(0), TOP_K=top_k, TOP_K_PAD=triton.next_power_of_2(top_k),
+            ACC_F64=dtype == torch.float64, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+            NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def _tuned_gemm():
     # Keyed on the GEMM shape, the expert count (via the tile count bucket) and the pair-count bucket.
@@ -429,3 +550,67 @@ if triton is not None:
                 row = p_ptr + s * stride_split + (t * TOP_K + j) * stride_pair
                 acc += tl.load(row + cols, mask=mask, other=0.0).to(acc.dtype)
         tl.store(out_ptr + t * H + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def _gemv_gate_up_kernel(x_ptr, ids_ptr, w_ptr, out_ptr, N, K,
+                             stride_xt, stride_xk, stride_it, stride_ij, stride_we, stride_wn, stride_wk,
+                             stride_op, TOP_K: tl.constexpr, ACC_F64: tl.constexpr, BLOCK_N: tl.constexpr,
+                             BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+        # One (token, slot) pair's BLOCK_N output columns: a [BLOCK_N, BLOCK_K] weight tile times the
+        # token's K slice, summed along K per step (multiply + reduce, no tl.dot: one real row).
+        pair = tl.program_id(0).to(tl.int64)
+        t = pair // TOP_K
+        expert = tl.load(ids_ptr + t * stride_it + (pair % TOP_K) * stride_ij).to(tl.int64)
+        out_cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        # columns past N wrap around instead of being masked (the loads stay unmasked in N); the
+        # wrapped columns are dropped at the store
+        cols = out_cols % N
+        ks = tl.arange(0, BLOCK_K)
+        x_row = x_ptr + t * stride_xt
+        w_rows = w_ptr + expert * stride_we + cols[:, None] * stride_wn
+        acc = tl.zeros([BLOCK_N], dtype=tl.float64 if ACC_F64 else tl.float32)
+        for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
+            in_k = ks < K - k0
+            xv = tl.load(x_row + (k0 + ks) * stride_xk, mask=in_k, other=0.0)
+            wv = tl.load(w_rows + (k0 + ks)[None, :] * stride_wk, mask=in_k[None, :], other=0.0)
+            acc += tl.sum(wv.to(acc.dtype) * xv.to(acc.dtype)[None, :], axis=1)
+        tl.store(out_ptr + pair * stride_op + out_cols, acc.to(out_ptr.dtype.element_ty), mask=out_cols < N)
+
+    @triton.jit
+    def _gemv_down_sum_kernel(a_ptr, ids_ptr, rw_ptr, w_ptr, out_ptr, N, K,
+                              stride_ap, stride_ak, stride_it, stride_ij, stride_rt, stride_rj,
+                              stride_we, stride_wn, stride_wk, stride_ot, TOP_K: tl.constexpr,
+                              TOP_K_PAD: tl.constexpr, ACC_F64: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+        # One token's BLOCK_N output columns over all k of its experts: acc_j = act[t*k+j] @ w2[e_j].T
+        # in float32, out += weight_j * acc_j (float32), one rounding at the store.
+        t = tl.program_id(0).to(tl.int64)
+        out_cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        cols = out_cols % N  # wrapped, dropped at the store (as in the gate_up kernel)
+        ks = tl.arange(0, BLOCK_K)
+        # the token's k experts and routing weights, read once into registers: inside the loop an
+        # expert is picked out of them by register ops, so the weight loads' addresses depend on no
+        # load of the loop and the pipeliner can issue them stages ahead
+        slots = tl.arange(0, TOP_K_PAD)
+        ids = tl.load(ids_ptr + t * stride_it + slots * stride_ij, mask=slots < TOP_K, other=0).to(tl.int64)
+        acc_dtype = tl.float64 if ACC_F64 else tl.float32
+        rws = tl.load(rw_ptr + t * stride_rt + slots * stride_rj, mask=slots < TOP_K, other=0.0).to(acc_dtype)
+        acc = tl.zeros([BLOCK_N], dtype=acc_dtype)
+        out = tl.zeros([BLOCK_N], dtype=acc_dtype)
+        k_steps = tl.cdiv(K, BLOCK_K)
+        # (slot, K step) flattened into one loop: the pipeline streams a token's k experts back to back
+        for s in tl.range(0, TOP_K * k_steps, num_stages=NUM_STAGES):
+            j = s // k_steps
+            k0 = (s - j * k_steps) * BLOCK_K
+            expert = tl.sum(tl.where(slots == j, ids, 0), axis=0)
+            in_k = ks < K - k0
+            av = tl.load(a_ptr + (t * TOP_K + j) * stride_ap + (k0 + ks) * stride_ak, mask=in_k, other=0.0)
+            wv = tl.load(w_ptr + expert * stride_we + cols[:, None] * stride_wn + (k0 + ks)[None, :] * stride_wk,
+                         mask=in_k[None, :], other=0.0)
+            acc += tl.sum(wv.to(acc_dtype) * av.to(acc_dtype)[None, :], axis=1)
+            # the slot's last K step: weight its whole float32 sum, add it to the token's, restart
+            last = k0 + BLOCK_K >= K
+            rw = tl.sum(tl.where(slots == j, rws, 0.0), axis=0)
+            out += tl.where(last, rw * acc, 0.0)
+            acc = tl.where(last, 0.0, acc)
+        tl.store(out_ptr + t * stride_ot + out_cols, out.to(out_ptr.dtype.element_ty), mask=out_cols < N)
