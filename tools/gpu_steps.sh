@@ -23,7 +23,9 @@ step_cmd() {
     l4-moe) echo "$PYTEST tasks/L4/test_mixtral_for_causal_lm.py tasks/L4/test_qwen3_moe_for_causal_lm.py tasks/L4/test_deepseek_v2_for_causal_lm.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l4-moe.json" ;;
     l34-fix) echo "$PYTEST tasks/L3/test_qwen3_moe_decoder_layer.py tasks/L4/test_deepseek_v2_for_causal_lm.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l34-fix.json" ;;
     e2e-mixtral|e2e-deepseek|e2e-qwen3) m=${1#e2e-}; [ "$m" = qwen3 ] && m=qwen3-30b; echo "$PYTEST tasks/L4/test_e2e.py -k '$m and chat' --fk-device=cuda --fk-profile=full --fk-e2e-scale=0.1 --fk-timeout=560 --fk-candidate=examples/candidates/triton --fk-report=$OUT/$1.json --fk-html=$OUT/$1.html" ;;
-    peers-new) echo "python3 -m fk_pytest.peers --ops fused_moe,topk_softmax,mla_attention,deepseek_rotary_emb --max-cases-per-op 6 --json $OUT/peers-new.json" ;;
+    peers-new) echo "python3 -m fk_pytest.peers --ops fused_moe,topk_softmax,mla_attention,deepseek_rotary_emb --max-cases-per-op 6 --time-budget 200 --json $OUT/peers-new.json --md $OUT/peers-new.md" ;;
+    moe-quick) echo "python3 tools/h200_moe.py --no-sweep" ;;
+    l4-deepseek) echo "$PYTEST tasks/L4/test_deepseek_v2_for_causal_lm.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l4-deepseek.json" ;;
     e2e-moe) echo "$PYTEST tasks/L4/test_e2e.py -k '(mixtral or qwen3-30b or deepseek) and chat' --fk-device=cuda --fk-profile=full --fk-e2e-scale=0.1 --fk-timeout=500 --fk-candidate=examples/candidates/triton --fk-report=$OUT/e2e-moe.json --fk-html=$OUT/e2e-moe.html" ;;
     *) echo "false unknown-step-$1" ;;
   esac

@@ -80,7 +80,7 @@ DECODE_SWEEP = {
     "gemv down 4x256 w4 s3": dict(path="gemv", gemv_down=GV(4, 256, 4, 3)),
     "gemv down 4x512 w4 s4": dict(path="gemv", gemv_down=GV(4, 512, 4, 4)),
     "gemv down 2x256 w2 s8": dict(path="gemv", gemv_down=GV(2, 256, 2, 8)),
-    "gemv down 4x256 w2 s6": dict(path="gemv", gemv_down=GV(4, 256, 2, 6)),
+    "gemv down 4x256 w4 s6 (the first default)": dict(path="gemv", gemv_down=GV(4, 256, 4, 6)),
     "gemv gate_up 32x256 w4 s4": dict(path="gemv", gemv_gate_up=GV(32, 256, 4, 4)),
     "gemv gate_up 8x512 w4 s4": dict(path="gemv", gemv_gate_up=GV(8, 512, 4, 4)),
     "gemv gate_up 16x256 w4 s6": dict(path="gemv", gemv_gate_up=GV(16, 256, 4, 6)),

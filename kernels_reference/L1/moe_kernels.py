@@ -406,7 +406,11 @@ class GemvConfig:
 # multiple of 16 (not one of the models) loses the vector loads and the pipelining, not correctness.
 # ``tools/h200_moe.py --sweep`` times these against neighbours; no autotune (capture, stability).
 GEMV_GATE_UP = GemvConfig(block_n=16, block_k=256, num_warps=4, num_stages=4)
-GEMV_DOWN = GemvConfig(block_n=4, block_k=256, num_warps=4, num_stages=6)
+# Measured on the H200 (docs/perf/h200-moe.md, sweep): 2 warps for the down kernel's [4, 256] tiles
+# beat 4 at every decode case (Qwen3 T1 28.6 vs 30.8 us, DeepSeek T1 35.7 vs 38.5, Mixtral T1 166 vs
+# 189, Qwen3 T4 67.6 vs 80.1). Why was not profiled; a likely reason is that at 4 warps each warp
+# owns one 512-byte row of the tile, at 2 warps two, so each warp has more loads in flight.
+GEMV_DOWN = GemvConfig(block_n=4, block_k=256, num_warps=2, num_stages=6)
 
 
 def use_gemv(tokens: int) -> bool:

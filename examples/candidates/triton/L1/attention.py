@@ -73,26 +73,40 @@ def _gather(cache, table, length):
     return cache.index_select(0, blocks).reshape(-1, *cache.shape[2:])[:length]
 
 
+DECODE_CHUNK = 2048  # cache positions per step: memory is B x chunk, whatever the tables' span
+
+
 def _decode(q, kv_cache, seq_lens, block_tables, scale):
     """One query token per sequence, all sequences at once: each attends to the first seq_len
-    positions of its blocks (padding rows of length 0 give zeros)."""
+    positions of its blocks (padding rows of length 0 give zeros). The block tables' whole span is
+    walked in chunks with a running max and sum (online softmax), so a CUDA graph (no host-side
+    lengths) never materialises keys for every position of every sequence at once."""
     b, nq, d = q.shape
     key_cache, value_cache = kv_cache
     nk, bs = key_cache.shape[2], key_cache.shape[1]
     g = nq // nk
     ct = _compute_dtype(q.dtype)
-    blocks = block_tables.long()
-    span = blocks.shape[1] * bs
-    ks = key_cache[blocks].reshape(b, span, nk, d).to(ct).permute(0, 2, 3, 1)  # [B, nk, d, S]
-    vs = value_cache[blocks].reshape(b, span, nk, d).to(ct).transpose(1, 2)  # [B, nk, S, d]
     qf = q.to(ct).view(b, nk, g, d)
-    scores = torch.matmul(qf, ks).mul_(scale)  # [B, nk, g, S]
-    seen = torch.arange(span, device=q.device)[None, :] < seq_lens.to(torch.long)[:, None]  # [B, S]
-    # Finite fill: a padding row (length 0) then averages garbage instead of producing NaN,
-    # and is zeroed below.
-    scores.masked_fill_(~seen[:, None, None, :], torch.finfo(ct).min)
-    out = torch.matmul(torch.softmax(scores, dim=-1), vs)  # [B, nk, g, d]
-    out = out * (seq_lens > 0).to(ct)[:, None, None, None]
+    lens = seq_lens.to(torch.long)
+    low = torch.finfo(ct).min  # finite: a chunk a sequence does not reach stays NaN-free
+    best = torch.full((b, nk, g, 1), low, dtype=ct, device=q.device)
+    total = torch.zeros((b, nk, g, 1), dtype=ct, device=q.device)
+    acc = torch.zeros((b, nk, g, d), dtype=ct, device=q.device)
+    per = max(1, DECODE_CHUNK // bs)
+    for first in range(0, block_tables.shape[1], per):
+        blocks = block_tables[:, first:first + per].long()
+        n = blocks.shape[1] * bs
+        ks = key_cache[blocks].reshape(b, n, nk, d).to(ct).permute(0, 2, 3, 1)  # [B, nk, d, n]
+        vs = value_cache[blocks].reshape(b, n, nk, d).to(ct).transpose(1, 2)  # [B, nk, n, d]
+        seen = (first * bs + torch.arange(n, device=q.device))[None, :] < lens[:, None]  # [B, n]
+        scores = torch.matmul(qf, ks).mul_(scale).masked_fill_(~seen[:, None, None, :], low)
+        new_best = torch.maximum(best, scores.amax(-1, keepdim=True))
+        probs = torch.exp(scores - new_best) * seen[:, None, None, :]
+        rescale = torch.exp(best - new_best)
+        total = total * rescale + probs.sum(-1, keepdim=True)
+        acc = acc * rescale + torch.matmul(probs, vs)
+        best = new_best
+    out = acc / total.clamp_min(torch.finfo(ct).tiny)  # length 0: acc and total are 0 -> 0
     return out.reshape(b, nq, d).to(q.dtype)
 
 

@@ -5,11 +5,14 @@ skipped); then for every sequence its whole history is gathered through its bloc
 through ``kv_b_proj`` into per-head keys [k_nope | k_pe] and values, and attended causally with
 float32 scores and softmax (float64 stays float64). A pure decode step (one query per sequence, as
 the engine replays in CUDA graphs) runs for all sequences at once from the device-side lengths, so
-it is capturable: each sequence's whole block-table span is expanded and masked past its length."""
+it is capturable: each sequence's whole block-table span is walked in chunks (online softmax) and
+masked past its length."""
 import torch
 from torch import nn
 
 from kernels_reference.forward_context import get_forward_context
+
+DECODE_CHUNK = 1024  # cache positions per step of the decode: memory is B x chunk x heads
 
 
 class _Linear(nn.Module):
@@ -69,14 +72,29 @@ class MLAAttention(nn.Module):
         return out.reshape(t, -1)
 
     def _decode(self, q, cache, seq_lens, block_tables):
+        # The tables' whole span in chunks with a running max and sum (online softmax): a CUDA
+        # graph knows no lengths, and expanding every position of every sequence at once through
+        # kv_b_proj took tens of GB at DeepSeek-V2-Lite's real width.
         b, bs = q.shape[0], cache.shape[1]
-        span = block_tables.shape[1] * bs
-        rows = cache[block_tables.long()].reshape(b, span, cache.shape[-1])
-        kv = self.kv_b_proj(rows[..., : self.rank]).view(b, span, self.h, self.nope + self.v)
         ct = torch.float64 if q.dtype == torch.float64 else torch.float32
-        k = torch.cat([kv[..., : self.nope], rows[:, :, None, self.rank:].expand(b, span, self.h, self.rope)], -1)
-        scores = torch.einsum("bhd,bshd->bhs", q.to(ct), k.to(ct)) * self.scale
-        seen = torch.arange(span, device=q.device)[None, :] < seq_lens.to(torch.long)[:, None]
-        probs = scores.masked_fill(~seen[:, None, :], torch.finfo(ct).min).softmax(-1)
-        out = torch.einsum("bhs,bshd->bhd", probs, kv[..., self.nope:].to(ct))
-        return (out * (seq_lens > 0).to(ct)[:, None, None]).to(q.dtype)
+        qc, lens = q.to(ct), seq_lens.to(torch.long)
+        low = torch.finfo(ct).min
+        best = torch.full((b, self.h, 1), low, dtype=ct, device=q.device)
+        total = torch.zeros((b, self.h, 1), dtype=ct, device=q.device)
+        acc = torch.zeros((b, self.h, self.v), dtype=ct, device=q.device)
+        per = max(1, DECODE_CHUNK // bs)
+        for first in range(0, block_tables.shape[1], per):
+            tables = block_tables[:, first:first + per].long()
+            n = tables.shape[1] * bs
+            rows = cache[tables].reshape(b, n, cache.shape[-1])
+            kv = self.kv_b_proj(rows[..., : self.rank]).view(b, n, self.h, self.nope + self.v)
+            k = torch.cat([kv[..., : self.nope], rows[:, :, None, self.rank:].expand(b, n, self.h, self.rope)], -1)
+            seen = (first * bs + torch.arange(n, device=q.device))[None, :] < lens[:, None]
+            scores = (torch.einsum("bhd,bshd->bhs", qc, k.to(ct)) * self.scale).masked_fill(~seen[:, None, :], low)
+            new_best = torch.maximum(best, scores.amax(-1, keepdim=True))
+            probs = torch.exp(scores - new_best) * seen[:, None, :]
+            rescale = torch.exp(best - new_best)
+            total = total * rescale + probs.sum(-1, keepdim=True)
+            acc = acc * rescale + torch.einsum("bhs,bshd->bhd", probs, kv[..., self.nope:].to(ct))
+            best = new_best
+        return (acc / total.clamp_min(torch.finfo(ct).tiny)).to(q.dtype)  # length 0: 0 / tiny = 0
