@@ -27,7 +27,10 @@ class DeepseekScalingRotaryEmbedding(nn.Module):
         lo, hi = max(math.floor(pair_for(beta_fast)), 0), min(math.ceil(pair_for(beta_slow)), rotary_dim - 1)
         hi = hi + 0.001 if lo == hi else hi
         extrapolate = (1 - ((idx - lo) / (hi - lo)).clamp(0, 1)) * extrapolation_factor
-        self._freqs = original / scaling_factor * (1 - extrapolate) + original * extrapolate
+        # A plain attribute, not a buffer (module.to(bfloat16) would round a buffer), so it stays on
+        # the CPU: one copy per device is made on first use (the engine's eager warm-up), never inside
+        # a CUDA-graph capture, which cannot copy from pageable host memory.
+        self._freqs = {"cpu": original / scaling_factor * (1 - extrapolate) + original * extrapolate}
         self._gain = _temperature(scaling_factor, mscale) / _temperature(scaling_factor, mscale_all_dim) * attn_factor
 
     def _rotate(self, x, cos, sin):
@@ -45,7 +48,10 @@ class DeepseekScalingRotaryEmbedding(nn.Module):
         return x
 
     def forward(self, positions, query, key):
-        angles = positions.reshape(-1, 1).float() * self._freqs.to(positions.device)[None]
+        key = str(positions.device)
+        if key not in self._freqs:
+            self._freqs[key] = self._freqs["cpu"].to(positions.device)
+        angles = positions.reshape(-1, 1).float() * self._freqs[key][None]
         cos = (angles.cos() * self._gain)[:, None, :]
         sin = (angles.sin() * self._gain)[:, None, :]
         return self._rotate(query, cos, sin), self._rotate(key, cos, sin)
