@@ -48,10 +48,10 @@ class DeepseekScalingRotaryEmbedding(nn.Module):
         return x
 
     def forward(self, positions, query, key):
-        key = str(positions.device)
-        if key not in self._freqs:
-            self._freqs[key] = self._freqs["cpu"].to(positions.device)
-        angles = positions.reshape(-1, 1).float() * self._freqs[key][None]
+        where = str(positions.device)
+        if where not in self._freqs:
+            self._freqs[where] = self._freqs["cpu"].to(positions.device)
+        angles = positions.reshape(-1, 1).float() * self._freqs[where][None]
         cos = (angles.cos() * self._gain)[:, None, :]
         sin = (angles.sin() * self._gain)[:, None, :]
         return self._rotate(query, cos, sin), self._rotate(key, cos, sin)
