@@ -105,3 +105,46 @@ def test_wrong_fused_moe_fails_every_moe_task(suite_run, tmp_path):
     assert result.ret == 1
     assert {t: tasks[t]["status"] for t in MOE_TASKS} == dict.fromkeys(MOE_TASKS, "WRONG_RESULT")
     assert all(tasks[t]["swapped_modules"] == ["FusedMoE"] for t in MOE_TASKS)
+
+
+# ---- memory: what a case builds is freed with it, without waiting for the cyclic collector --------
+# On the H200 a float64 truth copy of a full-size MoE layer is 2-11 GB; held by a reference cycle it
+# outlived its case until the GPU ran out of memory (docs/perf/h200-moe-tasks.md, run 1).
+
+def test_router_recorder_keeps_no_reference_cycle():
+    import gc
+    import weakref
+
+    from kernels_reference.L1.fused_moe import FusedMoE
+    from tasks.moe import RouterLogits
+
+    layer = FusedMoE(num_experts=4, top_k=2, hidden_size=8, intermediate_size=4)
+    torch.nn.init.normal_(layer.w13_weight)
+    torch.nn.init.normal_(layer.w2_weight)
+    x, logits = torch.randn(3, 8), torch.randn(3, 4)
+    gc.disable()
+    try:
+        recorder = RouterLogits(layer)
+        out = layer.forward_native(x, logits)
+        assert len(recorder.calls) == 1 and recorder.calls[0][1] == 2  # (name, top_k, logits)
+        assert torch.equal(recorder.calls[0][2], logits)
+        alive = weakref.ref(layer)
+        del layer
+        assert alive() is None, "the recorder's wrapper keeps the module alive through a reference cycle"
+    finally:
+        gc.enable()
+    assert out.shape == x.shape
+
+
+def test_cast_copy_casts_without_touching_the_original():
+    from fk_pytest.build import cast_copy
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4)).double()
+    model[0].register_buffer("steps", torch.arange(3))  # integer buffers keep their dtype
+    low = cast_copy(model, torch.bfloat16)
+    for (name, a), (_, b) in zip(model.state_dict().items(), low.state_dict().items()):
+        assert a.dtype == (torch.float64 if a.is_floating_point() else torch.int64), name
+        expected = a.to(torch.bfloat16) if a.is_floating_point() else a
+        assert b.dtype == expected.dtype and torch.equal(b, expected), name
+    assert isinstance(low[0].weight, torch.nn.Parameter)
+    assert low[0].weight.data_ptr() != model[0].weight.data_ptr()
