@@ -119,6 +119,7 @@ def smollm2():
     def score(tree):
         lookup = candidate_lookup(CandidateSource(tree)) if tree else None
         return run_e2e(SPEC, case, "cpu", lookup, tree is not None, cache=cache)
+    score.cache = cache
     return score
 
 
@@ -131,6 +132,10 @@ def test_smollm2_case_is_sensitive_and_an_honest_minimal_tree_gets_full_credit(s
     assert set(ran) == {"rope-ignores-positions", "rms-norm-old-residual", "silu-and-mul-halves-swapped"}
     assert all(m.caught and m.margin >= 0 for m in ran.values()), r.mutants
     assert "no module" in r.mutants["topk-expert-off-by-one"].note  # a dense model has no router
+    # The kept reference holds no engine's KV cache (on the H200 one more cache beside the
+    # candidate's engine ran Mixtral out of memory).
+    reference = smollm2.cache.current.reference
+    assert all(getattr(m, "kv_cache", None) is None for m in reference.modules())
 
 
 @pytest.mark.parametrize("tree", ["rope_no_positions", "rms_old_residual", "silu_swapped"])
