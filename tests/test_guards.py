@@ -72,6 +72,11 @@ def test_honest_candidates_are_not_flagged(suite_run, tmp_path):
     assert all(t["delegated"] == [] for t in tasks)
 
 
+def _terminal_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_interrupted_run_still_writes_its_report(tmp_path):
     report = tmp_path / "r.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
@@ -81,8 +86,9 @@ def test_interrupted_run_still_writes_its_report(tmp_path):
          "-k", "not e2e",  # minutes of work: the run cannot finish before the interrupt
          f"--rootdir={ROOT}", "-p", "no:randomly"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         # An xdist worker ignores SIGINT and a child inherits that (Python then installs no
-        # KeyboardInterrupt handler): give the run the disposition a user's terminal gives it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        # KeyboardInterrupt handler), and a signal mask blocking it would be inherited too: give
+        # the run the disposition and mask a user's terminal gives it.
+        preexec_fn=_terminal_sigint)
 
     def finished_tasks():
         try:
@@ -93,10 +99,11 @@ def test_interrupted_run_still_writes_its_report(tmp_path):
     deadline = time.monotonic() + 180
     while finished_tasks() == 0 and time.monotonic() < deadline:
         time.sleep(0.5)
+    assert proc.poll() is None, "the run ended before it could be interrupted: select more work"
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=120)
+    out = proc.communicate(timeout=120)[0].decode(errors="replace")
     data = json.loads(report.read_text())
-    assert data["complete"] is False
+    assert data["complete"] is False, f"the interrupt did not end the run (exit {proc.returncode}):\n{out[-1500:]}"
     assert data["tasks"]  # what finished before the interrupt is kept
 
 
