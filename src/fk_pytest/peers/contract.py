@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -114,16 +114,18 @@ def _allow_recompiles(limit: int = 256) -> None:
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), limit))
 
 
-def compiled_native(ctx: PeerContext):
+def compiled_native(ctx: PeerContext, dynamic: Optional[bool] = False):
     """Inductor on the reference's plain-PyTorch semantics, one graph per shape (dynamic=False), the
-    way a serving engine compiles per captured batch size."""
+    way a serving engine compiles per captured batch size. ``dynamic=None`` is torch's default
+    (shapes that change become symbolic after the first recompile), for ops whose inner shapes
+    change with the data itself (an MoE expert loop's rows per expert)."""
     if not ctx.compile:
         raise Skipped("torch.compile disabled (--no-compile)")
     module = ctx.new_reference()
     _allow_recompiles()
     # An instance attribute shadows the method, so task.call (which binds caches and the forward
     # context for attention) runs the compiled function.
-    module.forward_native = torch.compile(module.forward_native, dynamic=False)
+    module.forward_native = torch.compile(module.forward_native, dynamic=dynamic)
     return lambda inputs: ctx.task.call(module, inputs, "forward_native")
 
 
