@@ -196,6 +196,8 @@ class CalibrationCache:
             self.current = None  # free the previous model first
             release_memory()
             self.current = ModelCalibration(key, spec.build_reference(case, device))
+        # Handed out without the cache the last engine bound to it (a previous case's timing engine).
+        unbind_kv_caches(self.current.reference)
         return self.current
 
     def scenarios(self, spec: E2ESpec, case, device: torch.device, progress: Progress) -> ModelCalibration:
@@ -230,8 +232,6 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
 
     cache = cache or CalibrationCache()
     reference = cache.model(spec, case, device).reference
-    unbind_kv_caches(reference)  # the previous case's timing engine bound its cache there
-    release_memory()
     args, _ = _engine_args(spec, case, device)
 
     # Composed first: a tree that fails to compose, or touches nothing in the model, costs no run.
