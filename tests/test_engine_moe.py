@@ -6,9 +6,15 @@ and the padded decode path (static buffers padded to a bucket, as the CUDA graph
 run eagerly here) gives the eager path's tokens and leaves every real cache block as the eager
 path wrote it (padding rows carry slot -1 and length 0).
 """
+from pathlib import Path
+
 import pytest
 import torch
 
+from fk_pytest.candidates import CandidateSource
+from fk_pytest.compose import candidate_lookup
+from fk_pytest.e2e_run import EngineModel, compose_candidate
+from host_sync import HostSyncCheck, NotCapturable
 from kernels_reference.engine import LLM, SamplingParams
 from kernels_reference.L4.llama import init_random_weights, model_for
 
@@ -65,3 +71,48 @@ def test_moe_models_generate_alike_chunked_and_padded(arch):
     for got, want in zip(_caches(model, 64), eager_cache):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)  # batch-shape rounding only
     assert len({tuple(o) for o in alone}) > 1  # the outputs depend on the prompt: not a constant model
+
+
+def _example_attention_tree(tmp_path, boolean_store=False):
+    """A candidate tree of only the example tree's attention and MLA files (its other files run
+    CUDA-only branches under capture, which a CPU run cannot take)."""
+    src = Path(__file__).parent.parent / "examples" / "candidates" / "triton" / "L1"
+    (tmp_path / "L1").mkdir()
+    for name in ("attention.py", "mla_attention.py"):
+        text = (src / name).read_text()
+        if boolean_store and name == "mla_attention.py":  # the store as it was before the H200 showed the bug
+            text = text.replace("store_rows(cache.view(-1, cache.shape[-1]), rows, meta.slot_mapping)",
+                                "keep = meta.slot_mapping.long() >= 0\n"
+                                "            cache.view(-1, cache.shape[-1])[meta.slot_mapping.long()[keep]] = "
+                                "rows[keep].to(cache.dtype)")
+        (tmp_path / "L1" / name).write_text(text)
+    return tmp_path
+
+
+def _decode_without_host_syncs(arch, tree):
+    """Generate through padded decode steps (the path the GPU captures) with every module of the
+    candidate tree run under a check that raises on the first operation a CUDA-graph capture
+    cannot run (the reference's own CPU paths, which the GPU does not capture, are not checked)."""
+    reference = _model(arch).float()
+    model, composition = compose_candidate(reference, candidate_lookup(CandidateSource(tree)))
+    checked = [m for m in model.modules() if type(m).__module__.startswith("_fk_candidate")]
+    assert checked, "the example attention was not composed into the model"
+    for module in checked:
+        def forward(*args, _forward=module.forward, **kwargs):
+            with HostSyncCheck(f"{arch}, {type(module).__name__}"):
+                return _forward(*args, **kwargs)
+        module.forward = forward
+    llm = LLM(EngineModel(model, reference), num_blocks=64, block_size=4, padded_decode=True, max_num_seqs=8)
+    llm.generate(PROMPTS, SamplingParams(max_tokens=3))
+
+
+@pytest.mark.parametrize("arch", ["mixtral", "deepseek_v2"])
+def test_example_attention_decode_is_capturable(arch, tmp_path):
+    # On the H200 the example MLA's boolean-mask cache store broke DeepSeek-V2's decode-graph capture
+    # end to end; the CPU never captures, so the check stands in for it.
+    _decode_without_host_syncs(arch, _example_attention_tree(tmp_path))
+
+
+def test_host_sync_check_catches_a_boolean_mask_store(tmp_path):
+    with pytest.raises(NotCapturable, match="boolean mask"):
+        _decode_without_host_syncs("deepseek_v2", _example_attention_tree(tmp_path, boolean_store=True))

@@ -12,6 +12,7 @@ import pytest
 from fk_pytest import status
 from fk_pytest.candidates import CandidateSource
 from fk_pytest.correctness import evaluate_case
+from fk_pytest.errors import short_traceback
 from fk_pytest.registry import get_task
 
 from conftest import CANDIDATES, EXAMPLES, ROOT
@@ -69,3 +70,15 @@ def test_contiguous_rows_kernel_is_right_on_packed_rows():
     packed = [c for c in get_task("rms_norm").cases("cpu") if c["layout"] == "contiguous"]
     counts, _ = verdicts("rms_norm", cls, packed)
     assert counts == {status.PASSED: len(packed)}
+
+
+def test_an_error_inside_torch_names_the_line_of_user_code_that_led_there():
+    def candidate_line():
+        return torch.zeros(4).split([5])  # raises inside torch's own Python code
+
+    with pytest.raises(RuntimeError) as info:
+        candidate_line()
+    text = short_traceback(info.value)
+    assert text.startswith("RuntimeError: ")
+    assert "torch" in text.split(" (at ")[1].split(",")[0]  # the innermost frame is torch's
+    assert f"from {__file__}:" in text and "split([5])" in text

@@ -18,6 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..cuda_graphs import capture
 from ..forward_context import AttentionMetadata, set_forward_context
 
 
@@ -167,7 +168,7 @@ class PaddedDecoder:
                 self.out_logits[:size] = self.logits(self.forward(self.tokens[0, :size], self.tokens[1, :size])).float()
                 torch.cuda.synchronize()
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self._pool):
+                with capture(graph, pool=self._pool):
                     hidden = self.forward(self.tokens[0, :size], self.tokens[1, :size])
                     self.out_logits[:size] = self.logits(hidden).float()
             self.graphs[size] = graph

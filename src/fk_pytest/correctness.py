@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import hashlib
 import threading
-import traceback
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -20,7 +19,7 @@ from . import status
 from .build import (SENTINEL, clone_inputs, draw_inputs, instantiate, instantiate_candidate, master_state,
                     poisoned_allocations, sentinel_allocations, synchronize, upcast_inputs, with_paths)
 from .compare import OutputError, check_discriminating, output_error, triton_interpreter_active
-from .errors import CandidateError, TaskDefinitionError
+from .errors import CandidateError, TaskDefinitionError, short_traceback
 from .guards import ReferenceTracer, new_threads, tampered
 from .task import Case, Task
 
@@ -71,14 +70,6 @@ def _describe(x: Any) -> str:
     return type(x).__name__
 
 
-def _short_traceback(exc: BaseException) -> str:
-    """``Type: first line of the message (at file:line)`` of the innermost frame."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}{where}"
-
-
 def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
@@ -113,7 +104,7 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
         except TaskDefinitionError:
             raise
         except Exception as exc:
-            raise TaskDefinitionError(f"the task failed before the candidate ran: {_short_traceback(exc)}") from exc
+            raise TaskDefinitionError(f"the task failed before the candidate ran: {short_traceback(exc)}") from exc
 
         threads_before = {t.ident for t in threading.enumerate()}
         tracer = ReferenceTracer(trace_reference, task.module_path)
@@ -136,7 +127,7 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             return dataclasses.replace(result, status=exc.status, message=exc.message)
         except Exception as exc:
             return dataclasses.replace(result, status=status.RUNTIME_ERROR,
-                                       message=f"candidate raised: {_short_traceback(exc)}")
+                                       message=f"candidate raised: {short_traceback(exc)}")
         result.delegated = sorted(tracer.hits)
         problem = _sterility_problem(threads_before, raw, snapshot)
         if problem is not None:

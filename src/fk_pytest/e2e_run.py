@@ -19,7 +19,7 @@ from .build import copy_model, release_memory, with_paths
 from .compose import Composition, swap_children
 from .e2e import (FAIL_AT, NOISE_PERCENTILE, VALID_CREDIT, E2EResult, E2ESpec, MutantResult, Request,
                   blend, credit, discrepancies, percentile, sampling_allowance)
-from .errors import CandidateError
+from .errors import CandidateError, short_traceback
 
 Progress = Callable[[str], None]
 
@@ -259,7 +259,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
         return result
     except Exception as exc:
         result.status = status.RUNTIME_ERROR
-        result.message = f"the candidate model failed in the engine: {type(exc).__name__}: {exc}"
+        result.message = f"the candidate model failed in the engine: {short_traceback(exc)}"
         return result
     names = tampered()
     if names:

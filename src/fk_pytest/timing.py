@@ -31,6 +31,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
+from kernels_reference.cuda_graphs import capture
+
 from .build import clone_inputs
 
 
@@ -93,7 +95,7 @@ class _GpuRunner:
                 graphs = []
                 for s in self.sets:
                     g = torch.cuda.CUDAGraph()
-                    with torch.no_grad(), torch.cuda.graph(g):
+                    with torch.no_grad(), capture(g):
                         self.keep.append(self.call(module, s))
                     graphs.append(g)
                 self.graphs = graphs
@@ -127,7 +129,7 @@ class _GpuRunner:
         self.calls = calls
         if self.graphs:
             self.multi = torch.cuda.CUDAGraph()
-            with torch.no_grad(), torch.cuda.graph(self.multi):
+            with torch.no_grad(), capture(self.multi):
                 self.multi_keep = [self.call(self.module, s) for s in self.multi_sets]
 
     def launch(self, i: int):

@@ -19,15 +19,15 @@ def _compute_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _store(key, value, key_cache, value_cache, slot_mapping):
-    """Write each token's K/V row at its slot; tokens with a negative slot (padding) write nothing.
+def store_rows(flat, rows, slot_mapping):
+    """Write row i of ``rows`` [T, W] at row ``slot_mapping[i]`` of ``flat`` [N, W]; a negative slot
+    (padding) writes nothing.
 
-    No host sync (no boolean indexing): a padded token is given the slot and row of the step's
-    first real token, so it rewrites what that token writes (duplicates carry equal values, so the
-    order of the writes does not matter); in a step with no real token it rewrites slot 0 with its
-    own current contents.
+    No host sync (no boolean indexing, which a CUDA-graph capture cannot run): a padded token is
+    given the slot and row of the step's first real token, so it rewrites what that token writes
+    (duplicates carry equal values, so the order of the writes does not matter); in a step with no
+    real token it rewrites slot 0 with its own current contents.
     """
-    nk, d = key_cache.shape[-2:]
     slots = slot_mapping.reshape(-1).long()
     if slots.numel() == 0:
         return
@@ -37,11 +37,16 @@ def _store(key, value, key_cache, value_cache, slot_mapping):
     any_real = real.any()
     fill_slot = torch.where(any_real, slots.index_select(0, first).clamp(min=0), torch.zeros_like(first))
     index = torch.where(real, slots, fill_slot)
+    rows = rows.reshape(slots.numel(), flat.shape[-1]).to(flat.dtype)
+    fill_row = torch.where(any_real, rows.index_select(0, first), flat.index_select(0, fill_slot))
+    flat.index_copy_(0, index, torch.where(real[:, None], rows, fill_row))
+
+
+def _store(key, value, key_cache, value_cache, slot_mapping):
+    """Each token's K and V rows into the caches at its slot (see ``store_rows``)."""
+    nk, d = key_cache.shape[-2:]
     for new, cache in ((key, key_cache), (value, value_cache)):
-        flat = cache.view(-1, nk * d)
-        rows = new.reshape(slots.numel(), nk * d).to(cache.dtype)
-        fill_row = torch.where(any_real, rows.index_select(0, first), flat.index_select(0, fill_slot))
-        flat.index_copy_(0, index, torch.where(real[:, None], rows, fill_row))
+        store_rows(cache.view(-1, nk * d), new, slot_mapping)
 
 
 def _attend(q, k, v, scale, allowed):

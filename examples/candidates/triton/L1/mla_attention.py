@@ -1,9 +1,9 @@
 """Multi-head latent attention over a paged latent cache, in plain PyTorch.
 
 Each step's latent rows [kv_c_normed | k_pe] go into the cache at the slot mapping (negative slots
-skipped); then for every sequence its whole history is gathered through its block table, expanded
-through ``kv_b_proj`` into per-head keys [k_nope | k_pe] and values, and attended causally with
-float32 scores and softmax (float64 stays float64). A pure decode step (one query per sequence, as
+skipped, without a host sync); then for every sequence its whole history is gathered through its
+block table, expanded through ``kv_b_proj`` into per-head keys [k_nope | k_pe] and values, and
+attended causally with float32 scores and softmax (float64 stays float64). A pure decode step (one query per sequence, as
 the engine replays in CUDA graphs) runs for all sequences at once from the device-side lengths, so
 it is capturable: each sequence's whole block-table span is walked in chunks (online softmax) and
 masked past its length."""
@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 from kernels_reference.forward_context import get_forward_context
+
+from .attention import store_rows
 
 DECODE_CHUNK = 1024  # cache positions per step of the decode: memory is B x chunk x heads
 
@@ -51,9 +53,7 @@ class MLAAttention(nn.Module):
             return self._attend(q, rows, 0).reshape(t, -1)
         cache = self.kv_cache
         if cache is not None:
-            slots = meta.slot_mapping.long()
-            keep = slots >= 0
-            cache.view(-1, cache.shape[-1])[slots[keep]] = rows[keep].to(cache.dtype)
+            store_rows(cache.view(-1, cache.shape[-1]), rows, meta.slot_mapping)
         if cache is not None and meta.max_query_len == 1 and t == meta.seq_lens.numel():
             return self._decode(q, cache, meta.seq_lens, meta.block_tables).reshape(t, -1)
         out = q.new_empty(t, self.h, self.v)

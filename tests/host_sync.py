@@ -1,0 +1,41 @@
+"""What would stop a CUDA-graph capture, seen on the CPU."""
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class NotCapturable(RuntimeError):
+    """An operation that a CUDA-graph capture cannot run (it reads device values on the host)."""
+
+
+def _syncing_ops() -> frozenset:
+    aten = torch.ops.aten
+    names = ("_local_scalar_dense", "nonzero", "masked_select", "equal", "is_nonzero", "bincount", "unique",
+             "_unique", "_unique2", "unique_consecutive", "unique_dim")
+    return frozenset(getattr(aten, n) for n in names if hasattr(aten, n))
+
+
+def _bool_index(indices) -> bool:
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ())
+
+
+class HostSyncCheck(TorchDispatchMode):
+    """Raises ``NotCapturable`` on an operation that would stop a CUDA-graph capture because it
+    reads device values on the host: ``.item()``/``.tolist()``/``int(t)``, ``nonzero``, boolean-mask
+    indexing and assignment, ``masked_select``, ``unique``, ``bincount``, ``torch.equal``. On the CPU
+    nothing syncs, so this is how a CPU run sees what would break a decode graph on the GPU (copies
+    from pageable host memory, the other kind, it cannot see)."""
+
+    def __init__(self, where: str = ""):
+        super().__init__()
+        self.where = where
+        self._syncing = _syncing_ops()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        packet = func.overloadpacket
+        aten = torch.ops.aten
+        if packet in self._syncing or (packet in (aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_)
+                                       and _bool_index(args[1] if len(args) > 1 else ())):
+            what = f"{packet.__name__} with a boolean mask" if packet not in self._syncing else packet.__name__
+            raise NotCapturable(f"{what} reads device values on the host, which a CUDA-graph capture cannot do"
+                                + (f" ({self.where})" if self.where else ""))
+        return func(*args, **(kwargs or {}))
