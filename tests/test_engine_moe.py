@@ -6,6 +6,7 @@ and the padded decode path (static buffers padded to a bucket, as the CUDA graph
 run eagerly here) gives the eager path's tokens and leaves every real cache block as the eager
 path wrote it (padding rows carry slot -1 and length 0).
 """
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,7 @@ def _example_attention_tree(tmp_path, boolean_store=False):
     return tmp_path
 
 
-def _decode_without_host_syncs(arch, tree):
+def _decode_without_host_syncs(arch, tree, monkeypatch=None, decode_rows=None):
     """Generate through padded decode steps (the path the GPU captures) with every module of the
     candidate tree run under a check that raises on the first operation a CUDA-graph capture
     cannot run (the reference's own CPU paths, which the GPU does not capture, are not checked)."""
@@ -97,13 +98,16 @@ def _decode_without_host_syncs(arch, tree):
     model, composition = compose_candidate(reference, candidate_lookup(CandidateSource(tree)))
     checked = [m for m in model.modules() if type(m).__module__.startswith("_fk_candidate")]
     assert checked, "the example attention was not composed into the model"
+    if decode_rows is not None:  # the examples walk the cache in chunks of this many (sequence, position) rows
+        for module in checked:
+            monkeypatch.setattr(sys.modules[type(module).__module__], "DECODE_ROWS", decode_rows)
     for module in checked:
         def forward(*args, _forward=module.forward, **kwargs):
             with HostSyncCheck(f"{arch}, {type(module).__name__}"):
                 return _forward(*args, **kwargs)
         module.forward = forward
     llm = LLM(EngineModel(model, reference), num_blocks=64, block_size=4, padded_decode=True, max_num_seqs=8)
-    llm.generate(PROMPTS, SamplingParams(max_tokens=3))
+    return llm.generate(PROMPTS, SamplingParams(max_tokens=3))
 
 
 @pytest.mark.parametrize("arch", ["mixtral", "deepseek_v2"])
@@ -116,3 +120,12 @@ def test_example_attention_decode_is_capturable(arch, tmp_path):
 def test_host_sync_check_catches_a_boolean_mask_store(tmp_path):
     with pytest.raises(NotCapturable, match="boolean mask"):
         _decode_without_host_syncs("deepseek_v2", _example_attention_tree(tmp_path, boolean_store=True))
+
+
+@pytest.mark.parametrize("arch", ["mixtral", "deepseek_v2"])
+def test_example_attention_decode_in_chunks_gives_the_same_tokens(arch, tmp_path, monkeypatch):
+    # On the GPU the examples' decode walks long block tables in many chunks; on these tiny tables
+    # one chunk covers everything unless the chunk is made tiny (one block per chunk here).
+    tree = _example_attention_tree(tmp_path)
+    whole = _decode_without_host_syncs(arch, tree)
+    assert _decode_without_host_syncs(arch, tree, monkeypatch, decode_rows=8) == whole

@@ -14,7 +14,7 @@ from kernels_reference.forward_context import get_forward_context
 
 from .attention import store_rows
 
-DECODE_CHUNK = 1024  # cache positions per step of the decode: memory is B x chunk x heads
+DECODE_ROWS = 16384  # sequences x cache positions per step of the decode: its memory, whatever the batch
 
 
 class _Linear(nn.Module):
@@ -82,7 +82,7 @@ class MLAAttention(nn.Module):
         best = torch.full((b, self.h, 1), low, dtype=ct, device=q.device)
         total = torch.zeros((b, self.h, 1), dtype=ct, device=q.device)
         acc = torch.zeros((b, self.h, self.v), dtype=ct, device=q.device)
-        per = max(1, DECODE_CHUNK // bs)
+        per = max(1, DECODE_ROWS // (b * bs))
         for first in range(0, block_tables.shape[1], per):
             tables = block_tables[:, first:first + per].long()
             n = tables.shape[1] * bs
