@@ -75,6 +75,13 @@ class DecodeConfig:
     small_batch_programs_per_sm: int = 4
     max_splits: int = 32  # one-pass: the merging program reads splits x group x head_size floats
     fused_merge: bool = False  # two-pass only: merge in the decode kernel (atomic counter)
+    # Two-pass only (see the module docstring, "Batch-1 fixed cost"). interleaved: split s takes
+    # tiles s, s+S, ... and its first block-table read waits on nothing (not on seq_len).
+    interleaved: bool = False
+    # Programmatic dependent launch: "off", "merge" (the merge kernel launches while the split
+    # kernel runs), "all" (the split kernel too, after whatever kernel precedes it), or
+    # "early-metadata" ("all", and seq_len / the first table entries are read before the wait).
+    pdl: str = "off"
 
 
 # The two-pass kernel's configuration (its H200 numbers: docs/perf/h200-attention.md and
@@ -84,6 +91,56 @@ TWO_PASS_CONFIG = DecodeConfig(kernel="two-pass", blocks_per_iter=4, num_warps=4
 ONE_PASS_CONFIG = DecodeConfig()
 DECODE_CONFIG = TWO_PASS_CONFIG
 KERNELS = ("one-pass", "two-pass")
+PDL_MODES = ("off", "merge", "all", "early-metadata")
+
+
+class VariantUnavailable(RuntimeError):
+    """A DecodeConfig asks for a feature this Triton / GPU does not have (e.g. PDL before sm_90)."""
+
+
+try:  # Grid dependency control (PDL), in Triton since about 3.3; older: no-op stand-ins, unavailable
+    from triton.language.extra.cuda import gdc_launch_dependents as _gdc_launch_dependents
+    from triton.language.extra.cuda import gdc_wait as _gdc_wait
+    _HAVE_GDC = True
+except Exception:  # noqa: BLE001 - any import failure means the same: no PDL
+    _HAVE_GDC = False
+    if triton is not None:
+        @triton.jit
+        def _gdc_wait():
+            pass
+
+        @triton.jit
+        def _gdc_launch_dependents():
+            pass
+
+
+def _launch_pdl_option() -> bool:
+    """Does this Triton's CUDA backend take ``launch_pdl`` at launch? An unknown launch option is
+    silently dropped by Triton, so without this check a "PDL" variant would run without PDL (and
+    its timing would be mislabelled)."""
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except Exception:  # noqa: BLE001
+        return False
+    return "launch_pdl" in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
+def pdl_unavailable_reason(device: torch.device) -> Optional[str]:
+    """None when the PDL variants run with PDL on ``device``; else why not. Off the GPU (the
+    interpreter) the variants run with the grid-dependency calls compiled out, so the reason
+    is given but ``paged_decode`` does not refuse them there."""
+    if triton is None:
+        return "no Triton"
+    if device.type != "cuda":
+        return "not a CUDA device (the interpreter has no dependent launches)"
+    if not _HAVE_GDC:
+        return f"triton {triton.__version__} has no triton.language.extra.cuda.gdc_wait"
+    if not _launch_pdl_option():
+        return f"triton {triton.__version__} has no launch_pdl launch option"
+    major, _ = torch.cuda.get_device_capability(device)
+    if major < 9:
+        return f"sm_{major}x: programmatic dependent launch needs sm_90 or newer"
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -151,6 +208,14 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
     config = config or DECODE_CONFIG
     if config.kernel not in KERNELS:
         raise ValueError(f"unknown decode kernel {config.kernel!r}; expected one of {KERNELS}")
+    if config.pdl not in PDL_MODES:
+        raise ValueError(f"unknown pdl mode {config.pdl!r}; expected one of {PDL_MODES}")
+    if config.kernel == "one-pass" and (config.pdl != "off" or config.interleaved):
+        raise ValueError("pdl and interleaved are options of the two-pass kernel")
+    if config.pdl != "off" and query.is_cuda:
+        reason = pdl_unavailable_reason(query.device)
+        if reason:
+            raise VariantUnavailable(f"DecodeConfig(pdl={config.pdl!r}): {reason}")
     _check_inputs(query, key_cache, value_cache, block_tables, seq_lens)
     if query.stride(-1) != 1:
         query = query.contiguous()
@@ -190,24 +255,37 @@ def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
     else:  # one split writes the final output directly; the workspace pointers are unused
         part_out = part_lse = out
     counters = _split_counters(query.device, num_seqs * num_kv_heads) if fused_merge else seq_lens
+    # PDL: the grid-dependency instructions exist only in compiled code (paged_decode has refused
+    # a CUDA device without them); the interpreter runs the same load order without them.
+    gdc = config.pdl != "off" and query.is_cuda
+    split_pdl = gdc and config.pdl in ("all", "early-metadata")  # the split kernel itself launched dependent
+    merge_kernel = splits > 1 and not fused_merge
     _paged_decode_kernel[(num_seqs, num_kv_heads, splits)](
         query, key_cache, value_cache, block_tables, seq_lens, out, part_out, part_lse, counters,
         scale * LOG2E,
         query.stride(0), query.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
-        block_tables.stride(0), out.stride(0), out.stride(1),
+        block_tables.stride(0), out.stride(0), out.stride(1), block_tables.shape[1],
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, DIM_PAD=dim_pad,
         BLOCK_SIZE=block_size, BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=splits > 1,
         FUSED_MERGE=fused_merge, SPLITS_PAD=triton.next_power_of_2(splits), F32_DOT=_f32_dot(query),
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        INTERLEAVED=config.interleaved, EARLY_METADATA=config.pdl == "early-metadata",
+        PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel,
+        num_warps=config.num_warps, num_stages=config.num_stages, **_pdl_launch(split_pdl),
     )
-    if splits > 1 and not fused_merge:
+    if merge_kernel:
         _merge_splits_kernel[(num_seqs, num_heads)](
             part_out, part_lse, out, out.stride(0), out.stride(1), splits,
-            HEAD_DIM=head_dim, DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(splits),
-            num_warps=4,
+            HEAD_DIM=head_dim, DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(splits), PDL=gdc,
+            num_warps=4, **_pdl_launch(gdc),
         )
+
+
+def _pdl_launch(on: bool) -> dict:
+    # Passed only when on: the default launch stays byte-for-byte what it was (and a Triton
+    # without the option is never handed it: it would drop it silently).
+    return {"launch_pdl": True} if on else {}
 
 
 def _launch_one_pass(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits):
@@ -321,24 +399,57 @@ if triton is not None:
         q_s_seq, q_s_head,
         k_s_block, k_s_tok, k_s_head,
         v_s_block, v_s_tok, v_s_head,
-        bt_s_seq, o_s_seq, o_s_head,
+        bt_s_seq, o_s_seq, o_s_head, table_width,
         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr,
         BLOCK_SIZE: tl.constexpr, BLOCKS_PER_ITER: tl.constexpr, SPLIT: tl.constexpr,
         FUSED_MERGE: tl.constexpr, SPLITS_PAD: tl.constexpr, F32_DOT: tl.constexpr,
+        INTERLEAVED: tl.constexpr, EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr,
+        PDL_TRIGGER: tl.constexpr,
     ):
         seq = tl.program_id(0).to(tl.int64)
         kv_head = tl.program_id(1)
         split = tl.program_id(2)
         num_splits = tl.num_programs(2)
         TILE: tl.constexpr = BLOCKS_PER_ITER * BLOCK_SIZE
+        if PDL_TRIGGER:
+            # The merge kernel may be launched now: its programs become resident and wait (at
+            # their gdc_wait) for this whole grid, instead of being launched after it drains.
+            _gdc_launch_dependents()
+        if PDL_WAIT and not EARLY_METADATA:
+            # Launched as a dependent of whatever kernel came before: nothing is read (or written)
+            # before that kernel has finished and its writes are visible.
+            _gdc_wait()
 
-        # This split's share of the sequence, in whole loop iterations (blocks_per_iter blocks each),
-        # so that only the last tile of the sequence is partial.
+        t = tl.arange(0, TILE)
+        block_of_token = t // BLOCK_SIZE
+        offset_in_block = t % BLOCK_SIZE
+        table = block_tables_ptr + seq * bt_s_seq
         seq_len = tl.load(seq_lens_ptr + seq)
         num_blocks = tl.cdiv(seq_len, BLOCK_SIZE)
-        per_split = tl.cdiv(tl.cdiv(num_blocks, num_splits), BLOCKS_PER_ITER) * BLOCKS_PER_ITER
-        block_start = split * per_split
-        block_end = tl.minimum(block_start + per_split, num_blocks)
+        if INTERLEAVED:
+            # Split s takes tiles s, s+S, s+2S, ...: where a split starts is known without seq_len,
+            # so its first table read is issued together with the seq_len read (bounded by the
+            # table's width, a shape) instead of after it. Entries read past the sequence are never
+            # dereferenced: the K/V loads are masked by seq_len. Unlike ranges cut from the table
+            # width, every split still gets work when the table is much wider than the sequence.
+            block_start = split * BLOCKS_PER_ITER
+            block_end = num_blocks
+            block_step = num_splits * BLOCKS_PER_ITER
+            physical = tl.load(table + block_start + block_of_token,
+                               mask=block_start + block_of_token < table_width, other=0)
+        else:
+            # This split's share of the sequence, in whole loop iterations (blocks_per_iter blocks
+            # each), so that only the last tile of the sequence is partial.
+            per_split = tl.cdiv(tl.cdiv(num_blocks, num_splits), BLOCKS_PER_ITER) * BLOCKS_PER_ITER
+            block_start = split * per_split
+            block_end = tl.minimum(block_start + per_split, num_blocks)
+            block_step = BLOCKS_PER_ITER
+        if EARLY_METADATA:
+            # seq_len and the first table entries were requested before the wait, overlapping the
+            # previous kernel's tail. Valid only when that kernel does not write seq_lens or the
+            # block table (an engine uploads them before the step's first kernel).
+            if PDL_WAIT:
+                _gdc_wait()
 
         g = tl.arange(0, GROUP_PAD)
         d = tl.arange(0, DIM_PAD)
@@ -346,19 +457,16 @@ if triton is not None:
         row_mask = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
         q = tl.load(q_ptr + seq * q_s_seq + heads[:, None] * q_s_head + d[None, :], mask=row_mask, other=0.0)
 
-        t = tl.arange(0, TILE)
-        block_of_token = t // BLOCK_SIZE
-        offset_in_block = t % BLOCK_SIZE
         d_mask = (d < HEAD_DIM)[None, :]
-        table = block_tables_ptr + seq * bt_s_seq
-        # Table entries of the first tile; inside the loop, those of the next tile are requested
-        # before this tile's math, so a K/V load never waits on a table load.
-        physical = tl.load(table + block_start + block_of_token,
-                           mask=block_start * BLOCK_SIZE + t < seq_len, other=0)
+        if not INTERLEAVED:
+            # Table entries of the first tile; inside the loop, those of the next tile are requested
+            # before this tile's math, so a K/V load never waits on a table load.
+            physical = tl.load(table + block_start + block_of_token,
+                               mask=block_start * BLOCK_SIZE + t < seq_len, other=0)
         m = tl.full([GROUP_PAD], float("-inf"), tl.float32)  # running max, in log2 units
         l = tl.zeros([GROUP_PAD], tl.float32)
         acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
-        for block in range(block_start, block_end, BLOCKS_PER_ITER):
+        for block in range(block_start, block_end, block_step):
             valid = block * BLOCK_SIZE + t < seq_len
             kv_mask = valid[:, None] & d_mask
             rows = physical.to(tl.int64)[:, None]
@@ -367,7 +475,7 @@ if triton is not None:
                         + kv_head * k_s_head + d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(v_cache_ptr + rows * v_s_block + offset_in_block[:, None] * v_s_tok
                         + kv_head * v_s_head + d[None, :], mask=kv_mask, other=0.0)
-            next_block = block + BLOCKS_PER_ITER
+            next_block = block + block_step
             physical = tl.load(table + next_block + block_of_token,
                                mask=next_block * BLOCK_SIZE + t < tl.minimum(seq_len, block_end * BLOCK_SIZE), other=0)
             if F32_DOT:
@@ -434,10 +542,16 @@ if triton is not None:
     @triton.jit
     def _merge_splits_kernel(
         part_out_ptr, part_lse_ptr, out_ptr, o_s_seq, o_s_head, num_splits,
-        HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+        HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, PDL: tl.constexpr,
     ):
         seq = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
+        if PDL:
+            # Launched while the split kernel still runs: let the next dependent kernel launch too,
+            # then wait until the split kernel has finished and its partials are visible. Nothing
+            # is read or written before the wait.
+            _gdc_launch_dependents()
+            _gdc_wait()
         _merge_one_head(part_out_ptr, part_lse_ptr, out_ptr, (seq * tl.num_programs(1) + head) * num_splits,
                         seq * o_s_seq + head * o_s_head, num_splits, HEAD_DIM, DIM_PAD, SPLITS_PAD)
 
