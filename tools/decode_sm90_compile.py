@@ -76,8 +76,8 @@ def _registers(compiled):
                                   timeout=60).stdout
         except (OSError, subprocess.SubprocessError):
             return None
-    found = re.search(r"REG:(\d+)", text)
-    return int(found.group(1)) if found else None
+    regs, stack = re.search(r"REG:(\d+)", text), re.search(r"STACK:(\d+)", text)
+    return {"regs": int(regs.group(1)) if regs else None, "stack": int(stack.group(1)) if stack else None}
 
 
 def ptx_order(ptx: str) -> dict:
@@ -101,15 +101,16 @@ def compile_variant(config: "decode_mod.DecodeConfig", splits: int = 66) -> dict
                 BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=splits > 1, FUSED_MERGE=config.fused_merge and splits > 1,
                 SPLITS_PAD=triton.next_power_of_2(splits), F32_DOT=False, INTERLEAVED=config.interleaved,
                 EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel)
-    options = dict(num_warps=config.num_warps, num_stages=config.num_stages, **decode_mod._pdl_launch(split_pdl))
+    options = dict(num_warps=config.num_warps, num_stages=config.num_stages,
+                   **decode_mod._launch_options(split_pdl, config.max_registers))
     split_k = _compile(decode_mod._paged_decode_kernel, meta, options)
-    out = {"split": {**ptx_order(split_k.asm["ptx"]), "regs": _registers(split_k),
+    out = {"split": {**ptx_order(split_k.asm["ptx"]), **(_registers(split_k) or {}),
                      "shared": split_k.metadata.shared, "launch_pdl": bool(getattr(split_k.metadata, "launch_pdl", False))}}
     if merge_kernel:
         merge_k = _compile(decode_mod._merge_splits_kernel,
                            dict(HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, SPLITS_PAD=triton.next_power_of_2(splits), PDL=gdc),
-                           dict(num_warps=4, **decode_mod._pdl_launch(gdc)))
-        out["merge"] = {**ptx_order(merge_k.asm["ptx"]), "regs": _registers(merge_k),
+                           dict(num_warps=4, **decode_mod._launch_options(gdc)))
+        out["merge"] = {**ptx_order(merge_k.asm["ptx"]), **(_registers(merge_k) or {}),
                         "launch_pdl": bool(getattr(merge_k.metadata, "launch_pdl", False))}
     return out
 
@@ -122,7 +123,9 @@ def structural_variants() -> dict:
             "pdl all": dataclasses.replace(base, pdl="all"),
             "interleaved pdl all": dataclasses.replace(base, interleaved=True, pdl="all"),
             "interleaved pdl early-metadata": dataclasses.replace(base, interleaved=True, pdl="early-metadata"),
-            "contiguous pdl early-metadata": dataclasses.replace(base, pdl="early-metadata")}
+            "contiguous pdl early-metadata": dataclasses.replace(base, pdl="early-metadata"),
+            "maxnreg 128": dataclasses.replace(base, max_registers=128),
+            "interleaved pdl all maxnreg 128": dataclasses.replace(base, interleaved=True, pdl="all", max_registers=128)}
 
 
 def main():

@@ -82,6 +82,10 @@ class DecodeConfig:
     # kernel runs), "all" (the split kernel too, after whatever kernel precedes it), or
     # "early-metadata" ("all", and seq_len / the first table entries are read before the wait).
     pdl: str = "off"
+    # Two-pass split kernel: a register cap (Triton's maxnreg launch option), None for none. At
+    # Llama-3.1-8B's shapes the default split kernel compiles to ~137 registers x 128 threads,
+    # 3 programs per SM, so the 4-per-SM launch runs in two waves; 128 lets 4 fit at once.
+    max_registers: Optional[int] = None
 
 
 # The two-pass kernel's configuration (its H200 numbers: docs/perf/h200-attention.md and
@@ -114,15 +118,15 @@ except Exception:  # noqa: BLE001 - any import failure means the same: no PDL
             pass
 
 
-def _launch_pdl_option() -> bool:
-    """Does this Triton's CUDA backend take ``launch_pdl`` at launch? An unknown launch option is
-    silently dropped by Triton, so without this check a "PDL" variant would run without PDL (and
-    its timing would be mislabelled)."""
+def _cuda_launch_option(name: str) -> bool:
+    """Does this Triton's CUDA backend take launch option ``name`` (``launch_pdl``, ``maxnreg``)?
+    An unknown launch option is silently dropped by Triton, so without this check a variant would
+    run as the default kernel (and its timing would be mislabelled)."""
     try:
         from triton.backends.nvidia.compiler import CUDAOptions
     except Exception:  # noqa: BLE001
         return False
-    return "launch_pdl" in getattr(CUDAOptions, "__dataclass_fields__", {})
+    return name in getattr(CUDAOptions, "__dataclass_fields__", {})
 
 
 def pdl_unavailable_reason(device: torch.device) -> Optional[str]:
@@ -135,7 +139,7 @@ def pdl_unavailable_reason(device: torch.device) -> Optional[str]:
         return "not a CUDA device (the interpreter has no dependent launches)"
     if not _HAVE_GDC:
         return f"triton {triton.__version__} has no triton.language.extra.cuda.gdc_wait"
-    if not _launch_pdl_option():
+    if not _cuda_launch_option("launch_pdl"):
         return f"triton {triton.__version__} has no launch_pdl launch option"
     major, _ = torch.cuda.get_device_capability(device)
     if major < 9:
@@ -216,6 +220,11 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
         reason = pdl_unavailable_reason(query.device)
         if reason:
             raise VariantUnavailable(f"DecodeConfig(pdl={config.pdl!r}): {reason}")
+    if config.max_registers is not None:
+        if config.kernel != "two-pass":
+            raise ValueError("max_registers is an option of the two-pass kernel")
+        if query.is_cuda and not _cuda_launch_option("maxnreg"):
+            raise VariantUnavailable(f"DecodeConfig(max_registers=...): triton {triton.__version__} has no maxnreg")
     _check_inputs(query, key_cache, value_cache, block_tables, seq_lens)
     if query.stride(-1) != 1:
         query = query.contiguous()
@@ -272,20 +281,24 @@ def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
         FUSED_MERGE=fused_merge, SPLITS_PAD=triton.next_power_of_2(splits), F32_DOT=_f32_dot(query),
         INTERLEAVED=config.interleaved, EARLY_METADATA=config.pdl == "early-metadata",
         PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel,
-        num_warps=config.num_warps, num_stages=config.num_stages, **_pdl_launch(split_pdl),
+        num_warps=config.num_warps, num_stages=config.num_stages,
+        **_launch_options(split_pdl, config.max_registers if query.is_cuda else None),
     )
     if merge_kernel:
         _merge_splits_kernel[(num_seqs, num_heads)](
             part_out, part_lse, out, out.stride(0), out.stride(1), splits,
             HEAD_DIM=head_dim, DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(splits), PDL=gdc,
-            num_warps=4, **_pdl_launch(gdc),
+            num_warps=4, **_launch_options(gdc),
         )
 
 
-def _pdl_launch(on: bool) -> dict:
-    # Passed only when on: the default launch stays byte-for-byte what it was (and a Triton
-    # without the option is never handed it: it would drop it silently).
-    return {"launch_pdl": True} if on else {}
+def _launch_options(pdl: bool, max_registers: Optional[int] = None) -> dict:
+    # Passed only when asked for: the default launch stays what it was (and a Triton without
+    # the option is never handed it: paged_decode has refused the variant there).
+    options = {"launch_pdl": True} if pdl else {}
+    if max_registers is not None:
+        options["maxnreg"] = max_registers
+    return options
 
 
 def _launch_one_pass(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits):
