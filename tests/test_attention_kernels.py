@@ -296,6 +296,8 @@ def test_variants_compile_for_sm90_with_pdl_order():
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     run = subprocess.run([sys.executable, os.path.join(root, "tools", "decode_sm90_compile.py"), "--json"],
                          capture_output=True, text=True, env=env, timeout=600)
+    if run.returncode == 3:  # another Triton's ahead-of-time API (the tool says which): nothing to check
+        pytest.skip(run.stdout.strip()[-300:])
     rows = {r["variant"]: r for r in map(json.loads, filter(None, run.stdout.splitlines()))}
     assert rows and all("error" not in r for r in rows.values()), run.stdout + run.stderr[-3000:]
     default = rows["default"]
