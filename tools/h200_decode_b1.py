@@ -131,7 +131,8 @@ KNOBS = {
     "il+pdl ppsm8": dict(small_batch_programs_per_sm=8),
     "il+pdl bpi2 ppsm8": dict(blocks_per_iter=2, small_batch_programs_per_sm=8),
     "il+pdl maxnreg128 (one wave at 4/SM)": dict(max_registers=128),
-    "il+pdl maxnreg128 st3": dict(max_registers=128, num_stages=3),
+    "il+pdl maxnreg128 st3": dict(max_registers=128, num_stages=3),  # 72 KiB of shared memory: still 3/SM
+    "il+pdl w8 maxnreg64 (4/SM)": dict(num_warps=8, max_registers=64),  # w8 compiles to 66 registers: 3/SM
     "il early-md maxnreg128": dict(pdl="early-metadata", max_registers=128),
 }
 if PDL_MISSING:
