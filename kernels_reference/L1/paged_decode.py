@@ -177,6 +177,13 @@ def pdl_unavailable_reason(device: torch.device) -> Optional[str]:
         return "no Triton"
     if device.type != "cuda":
         return "not a CUDA device (the interpreter has no dependent launches)"
+    return _cuda_pdl_unavailable_reason(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_pdl_unavailable_reason(device_index: int) -> Optional[str]:
+    # cached: paged_decode asks on every call of a PDL config, and the answer never changes
+    device = torch.device("cuda", device_index)
     if not _HAVE_GDC:
         return f"triton {triton.__version__} has no triton.language.extra.cuda.gdc_wait"
     if not _cuda_launch_option("launch_pdl"):
