@@ -161,6 +161,13 @@ SPLIT_VARIANTS = {
     "two-pass-merge-kernel": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1),
     "two-pass-fused-merge": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1, fused_merge=True),
     "one-pass": ONE_PASS_SMALL_TILES,
+    "two-pass-interleaved": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1, interleaved=True),
+    # On the CPU the PDL modes run without the grid-dependency instructions, but with their load
+    # order (early-metadata: seq_len and the first table entries before q).
+    "two-pass-interleaved-early-metadata": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
+                                                               interleaved=True, pdl="early-metadata"),
+    "two-pass-contiguous-early-metadata": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
+                                                              pdl="early-metadata"),
 }
 
 
@@ -191,6 +198,125 @@ def test_decode_splits_agree_with_uneven_partitions(splits, variant):
         vs = v_cache[blocks].flatten(0, 1)[:n].double().repeat_interleave(nq // nk, 1)
         probs = torch.softmax(torch.einsum("hd,khd->hk", q[i].double(), ks) * 0.3, -1)
         torch.testing.assert_close(split[i].double(), torch.einsum("hk,khd->hd", probs, vs), rtol=1e-5, atol=1e-6)
+
+
+# The batch-1 fixed-cost variants (module docstring). programs_per_sm 8 so that the layer's batch
+# (12 programs on the interpreter's 4-SM stand-in) is split 3 ways; one block per tile so that a split
+# runs several tiles (interleaved: tiles s, s+3, ...).
+_FEW_SM_SPLITS = dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1, programs_per_sm=8)
+FIXED_COST_VARIANTS = {
+    "interleaved": dataclasses.replace(_FEW_SM_SPLITS, interleaved=True),
+    "pdl-merge": dataclasses.replace(_FEW_SM_SPLITS, pdl="merge"),
+    "pdl-all": dataclasses.replace(_FEW_SM_SPLITS, pdl="all"),
+    "interleaved-pdl-all": dataclasses.replace(_FEW_SM_SPLITS, interleaved=True, pdl="all"),
+    "interleaved-early-metadata": dataclasses.replace(_FEW_SM_SPLITS, interleaved=True, pdl="early-metadata"),
+    "max-registers": dataclasses.replace(_FEW_SM_SPLITS, max_registers=128),  # a launch option: GPU only
+}
+
+
+@pytest.mark.parametrize("variant", list(FIXED_COST_VARIANTS))
+def test_fixed_cost_variants_match_native(variant, monkeypatch):
+    # GQA 4, uneven contexts (one under a block, one of many blocks), a padded row (seq_len 0); the
+    # block table is as wide as the longest sequence, so the short rows' tables are wider than them
+    config = FIXED_COST_VARIANTS[variant]
+    monkeypatch.setattr(decode_module, "DECODE_CONFIG", config)
+    layer, meta, qkv, caches = _step(8, 2, 64, [70, 9, 40, 33, 100], [1] * 5, torch.bfloat16, seed=7, padded_rows=1)
+    assert decode_module.decode_num_splits(6, 2, meta.block_tables.shape[1], 4, config) == 3
+    fast, native = _check_fast_path(8, 2, 64, [70, 9, 40, 33, 100], [1] * 5, torch.bfloat16, seed=7, padded_rows=1)
+    assert torch.count_nonzero(fast[0][5:]) == 0
+
+
+@pytest.mark.parametrize("variant", ["two-pass-interleaved", "two-pass-interleaved-early-metadata"])
+@pytest.mark.parametrize("splits", [None, 2, 13])
+def test_interleaved_splits_with_a_table_wider_than_the_sequences(variant, splits):
+    """The interleaved first table read is bounded by the table's width only, so it reads entries
+    past the sequence: here they hold block numbers far outside the cache, which must never be
+    dereferenced (K/V loads are masked by seq_len). 13 splits: more than the longest sequence has
+    blocks (most splits read only such entries and write an empty partial). None: the shape rule,
+    which on a table 5x wider than the sequences still gives every split work."""
+    config = SPLIT_VARIANTS[variant]
+    gen = _gen(5)
+    nq, nk, d, lens, width = 8, 2, 32, [100, 3, 0, 49], 40
+    num_blocks = 30
+    tables = torch.full((4, width), 2 ** 30, dtype=torch.int32)  # garbage: block 2^30 does not exist
+    for i, n in enumerate(lens):
+        used = -(-n // BLOCK)
+        tables[i, :used] = torch.randperm(num_blocks, generator=gen)[:used].to(torch.int32)
+    k_cache, v_cache = (torch.randn(num_blocks, BLOCK, nk, d, generator=gen) for _ in "kv")
+    q = torch.randn(4, nq, d, generator=gen)
+    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    got = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, config=config, num_splits=splits)
+    assert torch.isfinite(got).all() and torch.count_nonzero(got[2]) == 0
+    for i, n in enumerate(lens):
+        if n == 0:
+            continue
+        blocks = tables[i, : -(-n // BLOCK)].long()
+        ks = k_cache[blocks].flatten(0, 1)[:n].double().repeat_interleave(nq // nk, 1)
+        vs = v_cache[blocks].flatten(0, 1)[:n].double().repeat_interleave(nq // nk, 1)
+        probs = torch.softmax(torch.einsum("hd,khd->hk", q[i].double(), ks) * 0.3, -1)
+        torch.testing.assert_close(got[i].double(), torch.einsum("hk,khd->hd", probs, vs), rtol=1e-5, atol=1e-6)
+
+
+def test_variant_options_are_validated():
+    q = torch.zeros(1, 4, 32)
+    cache = torch.zeros(2, BLOCK, 1, 32)
+    args = (q, cache, cache, torch.zeros(1, 2, dtype=torch.int32), torch.ones(1, dtype=torch.int32), 0.1)
+    with pytest.raises(ValueError, match="pdl mode"):
+        decode_module.paged_decode(*args, config=dataclasses.replace(decode_module.TWO_PASS_CONFIG, pdl="yes"))
+    for change in (dict(pdl="all"), dict(interleaved=True), dict(max_registers=128)):
+        with pytest.raises(ValueError, match="two-pass"):
+            decode_module.paged_decode(*args, config=dataclasses.replace(decode_module.ONE_PASS_CONFIG, **change))
+    assert decode_module.pdl_unavailable_reason(torch.device("cpu"))  # the interpreter: compiled out, said so
+
+
+def test_pdl_variant_refused_where_unavailable(monkeypatch):
+    """On a CUDA device whose Triton lacks PDL, a PDL config raises VariantUnavailable (the H200
+    sweep reports the row as unavailable) instead of running the plain kernel under its name."""
+    monkeypatch.setattr(decode_module, "pdl_unavailable_reason", lambda device: "no launch_pdl in this Triton")
+    q = torch.zeros(1, 4, 32)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    cache = torch.zeros(2, BLOCK, 1, 32)
+    with pytest.raises(decode_module.VariantUnavailable, match="launch_pdl"):
+        decode_module.paged_decode(q, cache, cache, torch.zeros(1, 2, dtype=torch.int32), torch.ones(1, dtype=torch.int32),
+                                   0.1, config=dataclasses.replace(decode_module.TWO_PASS_CONFIG, pdl="merge"))
+
+
+def test_variants_compile_for_sm90_with_pdl_order():
+    """Every structural variant compiled for sm_90 by Triton's compiler (no GPU needed; the
+    interpreter accepts code the compiler may not), and the PDL order read from the PTX: no
+    global load or store before griddepcontrol.wait except early-metadata's seq_len / table reads,
+    the merge kernel waits before reading partials, and the default kernel has no PDL at all."""
+    import json
+    import subprocess
+    import sys
+    if not os.path.exists(os.path.join(os.path.dirname(__import__("triton").__file__), "backends", "nvidia")):
+        pytest.skip("this Triton has no NVIDIA backend")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    run = subprocess.run([sys.executable, os.path.join(root, "tools", "decode_sm90_compile.py"), "--json"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    if run.returncode == 3:  # another Triton's ahead-of-time API (the tool says which): nothing to check
+        pytest.skip(run.stdout.strip()[-300:])
+    rows = {r["variant"]: r for r in map(json.loads, filter(None, run.stdout.splitlines()))}
+    assert rows and all("error" not in r for r in rows.values()), run.stdout + run.stderr[-3000:]
+    default = rows["default"]
+    assert not (default["split"]["wait"] or default["split"]["launch_dependents"] or default["split"]["launch_pdl"])
+    assert not (default["merge"]["wait"] or default["merge"]["launch_pdl"])
+    for name in ("pdl merge", "pdl all", "interleaved pdl all", "interleaved pdl early-metadata"):
+        merge = rows[name]["merge"]
+        assert merge["launch_pdl"] and merge["wait"] and merge["loads_before_wait"] == 0, (name, merge)
+        assert merge["stores_before_wait"] == 0 and rows[name]["split"]["launch_dependents"], name
+    assert not rows["pdl merge"]["split"]["launch_pdl"] and not rows["pdl merge"]["split"]["wait"]
+    for name in ("pdl all", "interleaved pdl all"):
+        split = rows[name]["split"]
+        assert split["launch_pdl"] and split["wait"] and split["loads_before_wait"] == split["stores_before_wait"] == 0
+    early = rows["interleaved pdl early-metadata"]["split"]
+    assert early["launch_pdl"] and early["stores_before_wait"] == 0
+    assert 0 < early["loads_before_wait"] < early["loads_total"]  # metadata only: q and K/V after the wait
+    capped = rows["maxnreg 128"]["split"]
+    if capped.get("regs") is not None:
+        assert capped["regs"] <= 128 < rows["default"]["split"]["regs"]
 
 
 @pytest.mark.parametrize("kernel", list(KERNEL_CONFIGS))

@@ -1,7 +1,9 @@
-"""Paged decode at batch 1 (and regression shapes): the one-pass kernel against the two-pass one.
+"""Paged decode at batch 1 (and regression shapes): the two-pass kernel's fixed-cost variants and
+knobs, and the one-pass kernel, against the default two-pass kernel.
 
-    python3 tools/h200_decode_b1.py               # on the H200, from the repo root (well under 2 minutes)
+    python3 tools/h200_decode_b1.py               # on the H200, from the repo root (about 2 minutes)
     python3 tools/h200_decode_b1.py --tiny-cpu    # tiny shapes, Triton interpreter, CPU wall times
+    python3 tools/h200_decode_b1.py --one-pass-sweep   # also the one-pass knob sweep of the last run
 
 Llama-3.1-8B attention (32 q heads, 8 kv heads, d 128), paged cache [blocks, 16, 8, 128] in bfloat16,
 block tables shuffled. Cases: B1 C8192 (the target), B1 C2048, B1 C32768, B32 C2048, B128 C1024.
@@ -18,9 +20,18 @@ block tables shuffled. Cases: B1 C8192 (the target), B1 C2048, B1 C32768, B32 C2
    (K-call replay - one-call replay) / (K - 1).
 3. Bandwidth: bytes = KV cache read once + q + out. The fraction is of 4.24 TB/s (the brief's H200
    copy figure) and of a device-to-device copy measured here (1 GiB, events).
-4. At the batch-1 cases, a sweep of the one-pass knobs (tile, warps, pipeline depth, split cap), the
-   two-pass kernel with its fused merge, and the two-pass kernel held to one wave (2 programs per
-   SM), so the table says which design choice moved the time.
+4. At B1 C8192 and B1 C2048, the two-pass kernel's fixed-cost variants (``VARIANTS``: interleaved
+   split tiles, PDL of the merge / of both kernels / with the metadata read before the wait, a
+   register cap for one resident wave; see kernels_reference/L1/paged_decode.py) at the default
+   knobs, and a grid of knobs (``KNOBS``: tile, warps, pipeline depth, programs per SM, register
+   cap) on interleaved + PDL "all". Two of the variants also run at the other cases (regressions).
+   A variant this Triton / GPU cannot run (``VariantUnavailable``) is reported as unavailable.
+   With --one-pass-sweep, also the one-pass knob sweep of docs/perf/h200-decode-b1.md (all lost).
+   Caveat for PDL "all" / "early-metadata": here the kernel before a call's split kernel is the
+   previous call's merge kernel, which signals its dependents early; in an engine it is the KV
+   store kernel, which does not, so only the launch latency would overlap there.
+5. ``--tiny-cpu`` also compiles the structural variants for sm_90 (tools/decode_sm90_compile.py,
+   Triton's compiler without a GPU) and checks the PDL instruction order in their PTX.
 
 Prints markdown tables last; writes $OUT/h200_decode_b1.json when OUT is set.
 """
@@ -44,6 +55,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny-cpu", action="store_true", help="tiny shapes on the CPU (Triton interpreter)")
     p.add_argument("--no-sweep", action="store_true", help="old and new default configs only")
+    p.add_argument("--one-pass-sweep", action="store_true", help="also the one-pass knob sweep (it lost last time)")
     return p.parse_args()
 
 
@@ -71,7 +83,7 @@ if ARGS.tiny_cpu:
 
 OLD = decode_mod.TWO_PASS_CONFIG
 NEW = decode_mod.ONE_PASS_CONFIG
-SWEEP = {  # label -> changes to the new default (one-pass) or to the old config (two-pass)
+ONE_PASS_SWEEP = {  # label -> changes to the one-pass default ("new") or to the two-pass one ("old")
     "1p bpi4 w4 st2 (1 tile in flight, 4/SM)": ("new", dict(num_warps=4, num_stages=2, max_splits=64)),
     "1p bpi4 w4 st5 (3/SM)": ("new", dict(num_warps=4, max_splits=64)),
     "1p bpi4 w4 st5 cap32": ("new", dict(num_warps=4)),
@@ -86,7 +98,46 @@ SWEEP = {  # label -> changes to the new default (one-pass) or to the old config
     "2p one wave (2/SM)": ("old", dict(small_batch_programs_per_sm=2)),
 }
 if ARGS.tiny_cpu:
-    SWEEP = {"1p bpi2 w4": ("new", dict(blocks_per_iter=2, num_warps=4)), "2p fused merge": ("old", dict(fused_merge=True))}
+    ONE_PASS_SWEEP = {"1p bpi2 w4": ("new", dict(blocks_per_iter=2, num_warps=4)),
+                      "2p fused merge": ("old", dict(fused_merge=True))}
+# The two-pass kernel's fixed-cost variants, each at the default knobs (changes to OLD).
+VARIANTS = {
+    "2p interleaved": dict(interleaved=True),
+    "2p pdl merge": dict(pdl="merge"),
+    "2p pdl all": dict(pdl="all"),
+    "2p il pdl-all": dict(interleaved=True, pdl="all"),
+    "2p il early-md": dict(interleaved=True, pdl="early-metadata"),
+    "2p early-md": dict(pdl="early-metadata"),
+    "2p maxnreg128": dict(max_registers=128),
+}
+EVERY_CASE = ("2p il pdl-all", "2p il early-md")  # also timed at the other cases (regressions)
+# Knobs on interleaved + PDL "all" (changes to OLD). Splits at B1 C8192 (132 SMs, 8 kv heads,
+# 512 blocks): programs per SM 1/2/3/4/8 -> 17/33/50/66/128 splits (bpi 4), bpi 8 caps at 64.
+# Where this Triton / GPU has no PDL, the grid runs on interleaved alone (labelled so) rather than
+# being lost as unavailable rows.
+PDL_MISSING = decode_mod.pdl_unavailable_reason(DEVICE) if GPU else None
+KNOB_BASE = dict(interleaved=True) if PDL_MISSING else dict(interleaved=True, pdl="all")
+KNOBS = {
+    "il+pdl st3": dict(num_stages=3),
+    "il+pdl st4": dict(num_stages=4),
+    "il+pdl w8 st2": dict(num_warps=8),
+    "il+pdl w8 st3": dict(num_warps=8, num_stages=3),
+    "il+pdl bpi8 w4 st2": dict(blocks_per_iter=8),
+    "il+pdl bpi8 w8 st2": dict(blocks_per_iter=8, num_warps=8),
+    "il+pdl bpi8 w8 st3": dict(blocks_per_iter=8, num_warps=8, num_stages=3),
+    "il+pdl ppsm1": dict(small_batch_programs_per_sm=1),
+    "il+pdl ppsm2": dict(small_batch_programs_per_sm=2),
+    "il+pdl ppsm3 (one wave at 3/SM)": dict(small_batch_programs_per_sm=3),
+    "il+pdl ppsm8": dict(small_batch_programs_per_sm=8),
+    "il+pdl bpi2 ppsm8": dict(blocks_per_iter=2, small_batch_programs_per_sm=8),
+    "il+pdl maxnreg128 (one wave at 4/SM)": dict(max_registers=128),
+    "il+pdl maxnreg128 st3": dict(max_registers=128, num_stages=3),  # 72 KiB of shared memory: still 3/SM
+    "il+pdl w8 maxnreg64 (4/SM)": dict(num_warps=8, max_registers=64),  # w8 compiles to 66 registers: 3/SM
+    "il early-md maxnreg128": dict(pdl="early-metadata", max_registers=128),
+}
+if PDL_MISSING:
+    KNOBS = {label.replace("il+pdl", "il (no PDL)"): change for label, change in KNOBS.items()}
+SWEEP_CASES = {(1, 8192), (1, 2048), (1, 200)}  # (1, 200): --tiny-cpu
 
 
 # ---- inputs --------------------------------------------------------------------------------------
@@ -162,16 +213,22 @@ def measured_copy_tbps():
 
 # ---- checks ---------------------------------------------------------------------------------------
 
-def check_graph_replay_new_metadata():
-    """The one-pass kernel captured at B1 C8192, replayed after seq_len and the block table changed
-    in place (shorter, reshuffled), three times: each replay equals the float32 evaluation."""
+def check_graph_replay_new_metadata(config=None, label="one-pass"):
+    """A kernel (the one-pass default, or a two-pass variant) captured at B1 C8192, replayed after
+    seq_len and the block table changed in place (shorter, reshuffled), three times: each replay
+    equals the float32 evaluation."""
+    config = config or NEW
+    name = f"graph-replay-new-metadata {label}"
     context = 8192 if GPU else 200
     s = make_sets(1, context, 1, seed=11)[0]
     want_full = reference_f32(s)
-    fn = decode_call(NEW)
-    if not GPU:
+    fn = decode_call(config)
+    try:
         got = fn(s)
-        return {"check": "graph-replay-new-metadata", "ok": errors(got, want_full)["rel_l2"] < 1e-2}
+    except decode_mod.VariantUnavailable as exc:
+        return {"check": name, "ok": None, "unavailable": str(exc)}
+    if not GPU:
+        return {"check": name, "ok": errors(got, want_full)["rel_l2"] < 1e-2}
     fn(s)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -188,16 +245,49 @@ def check_graph_replay_new_metadata():
         worst = max(worst, err["rel_l2"])
         ok = ok and err["finite"] and err["rel_l2"] < 1e-2
     counters_zero = all(int(torch.count_nonzero(c)) == 0 for c in decode_mod._COUNTERS.values())
-    return {"check": "graph-replay-new-metadata", "ok": ok and counters_zero, "worst_rel_l2": worst,
-            "counters_zero": counters_zero}
+    return {"check": name, "ok": ok and counters_zero, "worst_rel_l2": worst, "counters_zero": counters_zero}
+
+
+def check_sm90_compile():
+    """--tiny-cpu: the structural variants compiled for sm_90 without a GPU (a subprocess: this
+    process runs the interpreter), and the PDL order in their PTX (the test suite asserts it)."""
+    import subprocess
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "decode_sm90_compile.py"), "--json"],
+                         capture_output=True, text=True, env=env, timeout=900)
+    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    if run.returncode == 3:
+        return {"check": "sm90-compile + PDL order in PTX", "ok": None, "unavailable": run.stdout.strip()[-300:]}
+    for r in rows:
+        print("sm_90", json.dumps(r), flush=True)
+    ok = run.returncode == 0 and bool(rows) and all("error" not in r for r in rows)
+    for r in rows:  # a PDL kernel reads or writes nothing before its wait (early-metadata: reads only)
+        for kernel in ("split", "merge"):
+            k = r.get(kernel)
+            if k and k.get("launch_pdl"):
+                ok = ok and k["wait"] and k["stores_before_wait"] == 0
+                ok = ok and (k["loads_before_wait"] == 0 or ("early-metadata" in r["variant"] and kernel == "split"))
+    if not ok:
+        print(run.stderr[-3000:])
+    return {"check": "sm90-compile + PDL order in PTX", "ok": ok, "variants": len(rows)}
 
 
 # ---- main -----------------------------------------------------------------------------------------
 
-def implementations(batch):
+def implementations(batch, context):
     impls = {"old": OLD, "new": NEW}
-    if batch == 1 and not ARGS.no_sweep:
-        for label, (base, change) in SWEEP.items():
+    if ARGS.no_sweep:
+        return impls
+    sweep = (batch, context) in SWEEP_CASES
+    for label, change in VARIANTS.items():
+        if sweep or label in EVERY_CASE:
+            impls[label] = dataclasses.replace(OLD, **change)
+    if sweep:
+        for label, change in KNOBS.items():
+            impls[label] = dataclasses.replace(OLD, **{**KNOB_BASE, **change})
+    if batch == 1 and (ARGS.one_pass_sweep or ARGS.tiny_cpu):
+        for label, (base, change) in ONE_PASS_SWEEP.items():
             impls[label] = dataclasses.replace(NEW if base == "new" else OLD, **change)
     return impls
 
@@ -211,22 +301,33 @@ def plan(config, s):
 
 def run_case(batch, context, flush, result):
     t0 = time.time()
-    impls = implementations(batch)
+    impls = implementations(batch, context)
     probe = make_sets(batch, context, 1)
     want = reference_f32(probe[0])
     rows = {}
     for name, cfg in impls.items():  # correctness first (compiles every kernel once)
         row = rows[name] = {"case": f"B{batch} C{context}", "impl": name, "config": dataclasses.asdict(cfg)}
+        t = time.time()
         try:
             got = decode_call(cfg)(probe[0])
             row.update(errors(got, want), **plan(cfg, probe[0]))
+        except decode_mod.VariantUnavailable as exc:  # this Triton / GPU lacks a feature: not a failure
+            row["unavailable"] = str(exc)
         except Exception as exc:  # noqa: BLE001 - a variant that fails is recorded, not fatal
             row["error"] = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
+        print(f"  B{batch} C{context} {name}: "
+              + (f"unavailable ({row['unavailable']})" if "unavailable" in row else
+                 f"ERROR {row['error'][:200]}" if "error" in row else
+                 f"rel_l2 {row['rel_l2']:.2e} splits {row['splits']}")
+              + f" ({time.time() - t:.1f} s)", flush=True)
     base_err = max(rows["old"].get("rel_l2", 0.0), 2 ** -9)
     for row in rows.values():
+        if "unavailable" in row:
+            row["ok"] = None
+            continue
         row["ok"] = "error" not in row and row["finite"] and row["rel_l2"] < 1e-2 and row["rel_l2"] <= 2 * base_err
-    live = {n: impls[n] for n, r in rows.items() if "error" not in r}
+    live = {n: impls[n] for n, r in rows.items() if "error" not in r and "unavailable" not in r}
     if GPU:
         first = decode_call(live["new"] if "new" in live else next(iter(live.values())))
         single = flushed_replay_us(over_sets(first, probe, 1).one, flush)
@@ -239,6 +340,8 @@ def run_case(batch, context, flush, result):
                 runners[name] = over_sets(decode_call(cfg), sets, calls)
             except Exception as exc:  # noqa: BLE001
                 rows[name]["error"] = f"capture: {type(exc).__name__}: {exc}"
+                rows[name]["ok"] = False
+                traceback.print_exc()
         for name, t in time_amortised(runners, flush, ROUNDS).items():
             rows[name].update(t)
             # the timed graphs after all their replays: the first and last call of the K-call graph
@@ -246,6 +349,9 @@ def run_case(batch, context, flush, result):
             after = [errors(r.many_out[0], want), errors(r.many_out[-1], want), errors(r.one_out, want)]
             rows[name]["after_timing_rel_l2"] = max(e["rel_l2"] for e in after)
             rows[name]["ok"] = rows[name]["ok"] and rows[name]["after_timing_rel_l2"] < 1e-2
+            print(f"  B{batch} C{context} {name}: {t['us']:.2f} us ({decode_bytes(batch, context) / t['us'] / 1e6 / COPY_TBPS:.2f} "
+                  f"of copy) splits {rows[name].get('splits')} K {t.get('calls')} spread {t.get('spread', 0):.2f} "
+                  f"after-timing rel_l2 {rows[name]['after_timing_rel_l2']:.1e}", flush=True)
         del runners, sets
         torch.cuda.empty_cache()
     else:  # the interpreter: one wall-clock call each, informational only
@@ -293,11 +399,38 @@ def print_tables(result):
         for r in sorted(sweep, key=lambda r: (r["case"], r.get("us", 1e9))):
             print(f"| {r['case']} | {r['impl']} | {fmt(r.get('us'))} | {fmt(r.get('frac_4.24'))} | "
                   f"{r.get('splits', '-')} | {r.get('resident_per_sm') or '-'} | {r.get('calls', '-')} | "
-                  f"{fmt(r.get('spread'))} | {'ok' if r.get('ok') else r.get('error', 'FAILED')[:60]} |")
+                  f"{fmt(r.get('spread'))} | {status(r)} |")
     checks = result["checks"]
     print("\n| check | ok |\n|---|---|")
     for c in checks:
-        print(f"| {c['check']} | {'ok' if c['ok'] else 'FAILED'} |")
+        print(f"| {c['check']} | {status(c)} |")
+    # The question of this run: the fastest correct setting per batch-1 sweep case, against the default.
+    print("\n| case | fastest setting | us | frac of 4.24 TB/s | frac of measured copy | default (old) us | speedup |")
+    print("|---|---|---|---|---|---|---|")
+    for case, impls in by_case.items():
+        timed = [r for r in impls.values() if r.get("ok") and "us" in r]
+        if case not in {f"B{b} C{c}" for b, c in SWEEP_CASES} or not timed:
+            continue
+        old = impls.get("old", {})
+        # early-metadata reads seq_len / the table before its wait (a contract on the kernel before
+        # it): also name the fastest setting that is safe after any kernel
+        safe = [r for r in timed if r.get("config", {}).get("pdl") != "early-metadata"]
+        for label, pool in (("", timed), (" (no early-metadata)", safe)):
+            if not pool:
+                continue
+            best = min(pool, key=lambda r: r["us"])
+            speed = old["us"] / best["us"] if "us" in old else None
+            print(f"| {case}{label} | {best['impl']} | {fmt(best['us'])} | {fmt(best.get('frac_4.24'))} | "
+                  f"{fmt(best.get('frac_measured_copy'))} | {fmt(old.get('us'))} | {fmt(speed)} |")
+    unavailable = sorted({r["impl"] for r in rows if "unavailable" in r})
+    if unavailable:
+        print(f"\nunavailable here: {', '.join(unavailable)} ({next(r['unavailable'] for r in rows if 'unavailable' in r)})")
+
+
+def status(r):
+    if "unavailable" in r:
+        return "unavailable"
+    return "ok" if r.get("ok") else str(r.get("error", "FAILED"))[:60]
 
 
 def main():
@@ -310,11 +443,22 @@ def main():
     if GPU:
         from fk_pytest.timing import L2Flusher
         flush = L2Flusher(DEVICE)
-    try:
-        result["checks"].append(check_graph_replay_new_metadata())
-    except Exception as exc:  # noqa: BLE001
-        traceback.print_exc()
-        result["checks"].append({"check": "graph-replay-new-metadata", "ok": False, "error": repr(exc)})
+    replay_checks = {"one-pass": NEW}
+    if not ARGS.no_sweep:  # the PDL variants: a graph replayed after its metadata changed in place
+        replay_checks.update({label: dataclasses.replace(OLD, **VARIANTS[label])
+                              for label in ("2p pdl merge", "2p il pdl-all", "2p il early-md")})
+    for label, config in replay_checks.items():
+        try:
+            result["checks"].append(check_graph_replay_new_metadata(config, label))
+        except Exception as exc:  # noqa: BLE001
+            traceback.print_exc()
+            result["checks"].append({"check": f"graph-replay-new-metadata {label}", "ok": False, "error": repr(exc)})
+    if ARGS.tiny_cpu:
+        try:
+            result["checks"].append(check_sm90_compile())
+        except Exception as exc:  # noqa: BLE001
+            traceback.print_exc()
+            result["checks"].append({"check": "sm90-compile + PDL order in PTX", "ok": False, "error": repr(exc)})
     for batch, context in CASES:
         try:
             run_case(batch, context, flush, result)
@@ -328,6 +472,10 @@ def main():
             json.dump(result, f, indent=1, default=str)
     print_tables(result)
     print(f"\nwall {result['wall_s']:.0f} s")
+    failed = [r for r in result["rows"] + result["checks"] if r.get("ok") is False]
+    if failed:
+        print(f"FAILED: {len(failed)} rows/checks")
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

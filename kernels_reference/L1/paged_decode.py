@@ -19,13 +19,53 @@ Two kernels, chosen by ``DecodeConfig.kernel``:
   per SM) but was launched as 4 per SM (528 programs), so a quarter ran in a second wave, followed
   by a merge launch; its fused merge spilled (255 registers, 2 per SM).
 * ``"two-pass"`` (the default, ``TWO_PASS_CONFIG``): contiguous block ranges per split, a
-  second small merge kernel, or (``fused_merge``) the last-program merge of one head at a time.
+  second small merge kernel, or (``fused_merge``) the last-program merge of one head at a time;
+  optionally the batch-1 fixed-cost variants below.
 
 Measured side by side on the H200 (tools/h200_decode_b1.py, docs/perf/h200-decode-b1.md), the
 one-pass kernel lost at every shape (B1 C8192: 22.2 us against 16.0; B32 C2048: 104 against 67),
 and holding the two-pass kernel to one wave did not help either (17.1 us): the second-wave
 diagnosis above was wrong. The one-pass kernel stays selectable for the next attempt; the
 default is the two-pass kernel.
+
+Batch-1 fixed cost: selectable two-pass variants (``DecodeConfig`` fields; the default uses none).
+At B1 C8192 the two-pass kernel takes 16.0 us against 7.9 us of streaming the cache, while at
+C32768 it reaches 0.82 of copy: about 6 us per call is fixed, and at 2 loop iterations per split
+it is the chain seq_len -> split range -> table entries -> K/V, the partial stores, and a second
+launch whose programs start only after the first kernel drained. Each variant removes one link
+(tools/h200_decode_b1.py times them side by side; decode_sm90_compile.py shows their PTX order):
+
+* ``interleaved``: split s takes tiles s, s+S, s+2S, ... (S splits), like the one-pass kernel.
+  Where a split starts no longer depends on seq_len, so its first table read is issued together
+  with the seq_len read, bounded only by the table's width (a shape); entries read past the
+  sequence are never dereferenced (the K/V loads are masked by seq_len). Ranges cut from the
+  table width would do the same but leave most splits idle when the table is max_model_len wide
+  and the sequence short; interleaved tiles keep every split busy whatever the width, and the
+  split count stays a function of shapes.
+* ``pdl`` (programmatic dependent launch, sm_90+, Triton with ``launch_pdl`` and
+  ``triton.language.extra.cuda.gdc_wait``): a dependent kernel is launched before the one ahead of
+  it finishes and waits in ``gdc_wait`` until that kernel has completed and its writes are
+  visible. ``"merge"``: the split kernel signals ``gdc_launch_dependents`` at its start, so the
+  merge programs are resident when the last split finishes (no launch gap; the merge was already
+  one memory round trip: the lse and partial loads are all issued before any is used).
+  ``"all"``: the split kernel is launched dependent too (it waits before its first load, so it is
+  safe after any kernel), hiding its own launch behind the previous kernel's tail.
+  ``"early-metadata"``: as "all", but seq_len and (interleaved) the first table entries are read
+  *before* the wait, taking that part of the chain off the critical path; valid only when the kernel
+  launched just before decode does not write seq_lens or the block table (an engine uploads them
+  before the step's first kernel; the KV store kernel just before decode writes only the cache,
+  which is read after the wait). Rule for every PDL kernel here: nothing is written before the
+  wait, so a reused workspace or output buffer is never written while the previous call reads it.
+  Where PDL is missing (another Triton, an older GPU) ``paged_decode`` raises
+  ``VariantUnavailable`` rather than run the plain kernel under the variant's name; the
+  interpreter runs the same load order with the grid-dependency instructions compiled out.
+* ``max_registers``: Triton's ``maxnreg``. The split kernel compiles to ~138 registers at
+  Llama-3.1-8B's shapes (3 programs of 128 threads per SM) while the default launch asks for 4 per
+  SM, so a quarter of the programs run in a second wave and pay the chain again; 128 registers
+  (16 bytes of spill) lets all of them be resident at once.
+* Fewer, longer splits, bigger tiles, deeper pipelines are the existing knobs
+  (``blocks_per_iter``, ``num_warps``, ``num_stages``, ``small_batch_programs_per_sm``,
+  ``max_splits``); the H200 script sweeps a grid of them on top of interleaved + PDL.
 
 CUDA-graph contract (the engine captures decode once per batch size and replays it): nothing here
 syncs with the host, and the launch (grid, number of splits, workspace size) is a function of
@@ -75,6 +115,17 @@ class DecodeConfig:
     small_batch_programs_per_sm: int = 4
     max_splits: int = 32  # one-pass: the merging program reads splits x group x head_size floats
     fused_merge: bool = False  # two-pass only: merge in the decode kernel (atomic counter)
+    # Two-pass only (see the module docstring, "Batch-1 fixed cost"). interleaved: split s takes
+    # tiles s, s+S, ... and its first block-table read waits on nothing (not on seq_len).
+    interleaved: bool = False
+    # Programmatic dependent launch: "off", "merge" (the merge kernel launches while the split
+    # kernel runs), "all" (the split kernel too, after whatever kernel precedes it), or
+    # "early-metadata" ("all", and seq_len / the first table entries are read before the wait).
+    pdl: str = "off"
+    # Two-pass split kernel: a register cap (Triton's maxnreg launch option), None for none. At
+    # Llama-3.1-8B's shapes the default split kernel compiles to ~137 registers x 128 threads,
+    # 3 programs per SM, so the 4-per-SM launch runs in two waves; 128 lets 4 fit at once.
+    max_registers: Optional[int] = None
 
 
 # The two-pass kernel's configuration (its H200 numbers: docs/perf/h200-attention.md and
@@ -84,6 +135,63 @@ TWO_PASS_CONFIG = DecodeConfig(kernel="two-pass", blocks_per_iter=4, num_warps=4
 ONE_PASS_CONFIG = DecodeConfig()
 DECODE_CONFIG = TWO_PASS_CONFIG
 KERNELS = ("one-pass", "two-pass")
+PDL_MODES = ("off", "merge", "all", "early-metadata")
+
+
+class VariantUnavailable(RuntimeError):
+    """A DecodeConfig asks for a feature this Triton / GPU does not have (e.g. PDL before sm_90)."""
+
+
+try:  # Grid dependency control (PDL), in Triton since about 3.3; older: no-op stand-ins, unavailable
+    from triton.language.extra.cuda import gdc_launch_dependents as _gdc_launch_dependents
+    from triton.language.extra.cuda import gdc_wait as _gdc_wait
+    _HAVE_GDC = True
+except Exception:  # noqa: BLE001 - any import failure means the same: no PDL
+    _HAVE_GDC = False
+    if triton is not None:
+        @triton.jit
+        def _gdc_wait():
+            pass
+
+        @triton.jit
+        def _gdc_launch_dependents():
+            pass
+
+
+def _cuda_launch_option(name: str) -> bool:
+    """Does this Triton's CUDA backend take launch option ``name`` (``launch_pdl``, ``maxnreg``)?
+    An unknown launch option is silently dropped by Triton, so without this check a variant would
+    run as the default kernel (and its timing would be mislabelled)."""
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except Exception:  # noqa: BLE001
+        return False
+    return name in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
+def pdl_unavailable_reason(device: torch.device) -> Optional[str]:
+    """None when the PDL variants run with PDL on ``device``; else why not. Off the GPU (the
+    interpreter) the variants run with the grid-dependency calls compiled out, so the reason
+    is given but ``paged_decode`` does not refuse them there."""
+    if triton is None:
+        return "no Triton"
+    if device.type != "cuda":
+        return "not a CUDA device (the interpreter has no dependent launches)"
+    return _cuda_pdl_unavailable_reason(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_pdl_unavailable_reason(device_index: int) -> Optional[str]:
+    # cached: paged_decode asks on every call of a PDL config, and the answer never changes
+    device = torch.device("cuda", device_index)
+    if not _HAVE_GDC:
+        return f"triton {triton.__version__} has no triton.language.extra.cuda.gdc_wait"
+    if not _cuda_launch_option("launch_pdl"):
+        return f"triton {triton.__version__} has no launch_pdl launch option"
+    major, _ = torch.cuda.get_device_capability(device)
+    if major < 9:
+        return f"sm_{major}x: programmatic dependent launch needs sm_90 or newer"
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -151,6 +259,19 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
     config = config or DECODE_CONFIG
     if config.kernel not in KERNELS:
         raise ValueError(f"unknown decode kernel {config.kernel!r}; expected one of {KERNELS}")
+    if config.pdl not in PDL_MODES:
+        raise ValueError(f"unknown pdl mode {config.pdl!r}; expected one of {PDL_MODES}")
+    if config.kernel == "one-pass" and (config.pdl != "off" or config.interleaved):
+        raise ValueError("pdl and interleaved are options of the two-pass kernel")
+    if config.pdl != "off" and query.is_cuda:
+        reason = pdl_unavailable_reason(query.device)
+        if reason:
+            raise VariantUnavailable(f"DecodeConfig(pdl={config.pdl!r}): {reason}")
+    if config.max_registers is not None:
+        if config.kernel != "two-pass":
+            raise ValueError("max_registers is an option of the two-pass kernel")
+        if query.is_cuda and not _cuda_launch_option("maxnreg"):
+            raise VariantUnavailable(f"DecodeConfig(max_registers=...): triton {triton.__version__} has no maxnreg")
     _check_inputs(query, key_cache, value_cache, block_tables, seq_lens)
     if query.stride(-1) != 1:
         query = query.contiguous()
@@ -190,24 +311,43 @@ def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
     else:  # one split writes the final output directly; the workspace pointers are unused
         part_out = part_lse = out
     counters = _split_counters(query.device, num_seqs * num_kv_heads) if fused_merge else seq_lens
+    # PDL: the grid-dependency instructions exist only in compiled code (paged_decode has refused
+    # a CUDA device without them); the interpreter runs the same load order without them.
+    gdc = config.pdl != "off" and query.is_cuda
+    split_pdl = gdc and config.pdl in ("all", "early-metadata")  # the split kernel itself launched dependent
+    merge_kernel = splits > 1 and not fused_merge
     _paged_decode_kernel[(num_seqs, num_kv_heads, splits)](
         query, key_cache, value_cache, block_tables, seq_lens, out, part_out, part_lse, counters,
         scale * LOG2E,
         query.stride(0), query.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
-        block_tables.stride(0), out.stride(0), out.stride(1),
+        block_tables.stride(0), out.stride(0), out.stride(1), block_tables.shape[1],
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, DIM_PAD=dim_pad,
         BLOCK_SIZE=block_size, BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=splits > 1,
-        FUSED_MERGE=fused_merge, SPLITS_PAD=triton.next_power_of_2(splits), F32_DOT=_f32_dot(query),
+        # SPLITS_PAD is read only by the fused merge: a constant otherwise, so that a split count of
+        # another power of two does not compile the same split kernel again
+        FUSED_MERGE=fused_merge, SPLITS_PAD=triton.next_power_of_2(splits) if fused_merge else 1,
+        F32_DOT=_f32_dot(query), INTERLEAVED=config.interleaved, EARLY_METADATA=config.pdl == "early-metadata",
+        PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel,
         num_warps=config.num_warps, num_stages=config.num_stages,
+        **_launch_options(split_pdl, config.max_registers if query.is_cuda else None),
     )
-    if splits > 1 and not fused_merge:
+    if merge_kernel:
         _merge_splits_kernel[(num_seqs, num_heads)](
             part_out, part_lse, out, out.stride(0), out.stride(1), splits,
-            HEAD_DIM=head_dim, DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(splits),
-            num_warps=4,
+            HEAD_DIM=head_dim, DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(splits), PDL=gdc,
+            num_warps=4, **_launch_options(gdc),
         )
+
+
+def _launch_options(pdl: bool, max_registers: Optional[int] = None) -> dict:
+    # Passed only when asked for: the default launch stays what it was (and a Triton without
+    # the option is never handed it: paged_decode has refused the variant there).
+    options = {"launch_pdl": True} if pdl else {}
+    if max_registers is not None:
+        options["maxnreg"] = max_registers
+    return options
 
 
 def _launch_one_pass(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits):
@@ -321,24 +461,57 @@ if triton is not None:
         q_s_seq, q_s_head,
         k_s_block, k_s_tok, k_s_head,
         v_s_block, v_s_tok, v_s_head,
-        bt_s_seq, o_s_seq, o_s_head,
+        bt_s_seq, o_s_seq, o_s_head, table_width,
         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr,
         BLOCK_SIZE: tl.constexpr, BLOCKS_PER_ITER: tl.constexpr, SPLIT: tl.constexpr,
         FUSED_MERGE: tl.constexpr, SPLITS_PAD: tl.constexpr, F32_DOT: tl.constexpr,
+        INTERLEAVED: tl.constexpr, EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr,
+        PDL_TRIGGER: tl.constexpr,
     ):
         seq = tl.program_id(0).to(tl.int64)
         kv_head = tl.program_id(1)
         split = tl.program_id(2)
         num_splits = tl.num_programs(2)
         TILE: tl.constexpr = BLOCKS_PER_ITER * BLOCK_SIZE
+        if PDL_TRIGGER:
+            # The merge kernel may be launched now: its programs become resident and wait (at
+            # their gdc_wait) for this whole grid, instead of being launched after it drains.
+            _gdc_launch_dependents()
+        if PDL_WAIT and not EARLY_METADATA:
+            # Launched as a dependent of whatever kernel came before: nothing is read (or written)
+            # before that kernel has finished and its writes are visible.
+            _gdc_wait()
 
-        # This split's share of the sequence, in whole loop iterations (blocks_per_iter blocks each),
-        # so that only the last tile of the sequence is partial.
+        t = tl.arange(0, TILE)
+        block_of_token = t // BLOCK_SIZE
+        offset_in_block = t % BLOCK_SIZE
+        table = block_tables_ptr + seq * bt_s_seq
         seq_len = tl.load(seq_lens_ptr + seq)
         num_blocks = tl.cdiv(seq_len, BLOCK_SIZE)
-        per_split = tl.cdiv(tl.cdiv(num_blocks, num_splits), BLOCKS_PER_ITER) * BLOCKS_PER_ITER
-        block_start = split * per_split
-        block_end = tl.minimum(block_start + per_split, num_blocks)
+        if INTERLEAVED:
+            # Split s takes tiles s, s+S, s+2S, ...: where a split starts is known without seq_len,
+            # so its first table read is issued together with the seq_len read (bounded by the
+            # table's width, a shape) instead of after it. Entries read past the sequence are never
+            # dereferenced: the K/V loads are masked by seq_len. Unlike ranges cut from the table
+            # width, every split still gets work when the table is much wider than the sequence.
+            block_start = split * BLOCKS_PER_ITER
+            block_end = num_blocks
+            block_step = num_splits * BLOCKS_PER_ITER
+            physical = tl.load(table + block_start + block_of_token,
+                               mask=block_start + block_of_token < table_width, other=0)
+        else:
+            # This split's share of the sequence, in whole loop iterations (blocks_per_iter blocks
+            # each), so that only the last tile of the sequence is partial.
+            per_split = tl.cdiv(tl.cdiv(num_blocks, num_splits), BLOCKS_PER_ITER) * BLOCKS_PER_ITER
+            block_start = split * per_split
+            block_end = tl.minimum(block_start + per_split, num_blocks)
+            block_step = BLOCKS_PER_ITER
+        if EARLY_METADATA:
+            # seq_len and the first table entries were requested before the wait, overlapping the
+            # previous kernel's tail. Valid only when that kernel does not write seq_lens or the
+            # block table (an engine uploads them before the step's first kernel).
+            if PDL_WAIT:
+                _gdc_wait()
 
         g = tl.arange(0, GROUP_PAD)
         d = tl.arange(0, DIM_PAD)
@@ -346,19 +519,16 @@ if triton is not None:
         row_mask = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
         q = tl.load(q_ptr + seq * q_s_seq + heads[:, None] * q_s_head + d[None, :], mask=row_mask, other=0.0)
 
-        t = tl.arange(0, TILE)
-        block_of_token = t // BLOCK_SIZE
-        offset_in_block = t % BLOCK_SIZE
         d_mask = (d < HEAD_DIM)[None, :]
-        table = block_tables_ptr + seq * bt_s_seq
-        # Table entries of the first tile; inside the loop, those of the next tile are requested
-        # before this tile's math, so a K/V load never waits on a table load.
-        physical = tl.load(table + block_start + block_of_token,
-                           mask=block_start * BLOCK_SIZE + t < seq_len, other=0)
+        if not INTERLEAVED:
+            # Table entries of the first tile; inside the loop, those of the next tile are requested
+            # before this tile's math, so a K/V load never waits on a table load.
+            physical = tl.load(table + block_start + block_of_token,
+                               mask=block_start * BLOCK_SIZE + t < seq_len, other=0)
         m = tl.full([GROUP_PAD], float("-inf"), tl.float32)  # running max, in log2 units
         l = tl.zeros([GROUP_PAD], tl.float32)
         acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
-        for block in range(block_start, block_end, BLOCKS_PER_ITER):
+        for block in range(block_start, block_end, block_step):
             valid = block * BLOCK_SIZE + t < seq_len
             kv_mask = valid[:, None] & d_mask
             rows = physical.to(tl.int64)[:, None]
@@ -367,7 +537,7 @@ if triton is not None:
                         + kv_head * k_s_head + d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(v_cache_ptr + rows * v_s_block + offset_in_block[:, None] * v_s_tok
                         + kv_head * v_s_head + d[None, :], mask=kv_mask, other=0.0)
-            next_block = block + BLOCKS_PER_ITER
+            next_block = block + block_step
             physical = tl.load(table + next_block + block_of_token,
                                mask=next_block * BLOCK_SIZE + t < tl.minimum(seq_len, block_end * BLOCK_SIZE), other=0)
             if F32_DOT:
@@ -434,10 +604,16 @@ if triton is not None:
     @triton.jit
     def _merge_splits_kernel(
         part_out_ptr, part_lse_ptr, out_ptr, o_s_seq, o_s_head, num_splits,
-        HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+        HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, PDL: tl.constexpr,
     ):
         seq = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
+        if PDL:
+            # Launched while the split kernel still runs: let the next dependent kernel launch too,
+            # then wait until the split kernel has finished and its partials are visible. Nothing
+            # is read or written before the wait.
+            _gdc_launch_dependents()
+            _gdc_wait()
         _merge_one_head(part_out_ptr, part_lse_ptr, out_ptr, (seq * tl.num_programs(1) + head) * num_splits,
                         seq * o_s_seq + head * o_s_head, num_splits, HEAD_DIM, DIM_PAD, SPLITS_PAD)
 
