@@ -90,7 +90,7 @@ def _example_attention_tree(tmp_path, boolean_store=False):
     return tmp_path
 
 
-def _decode_without_host_syncs(arch, tree, monkeypatch=None, decode_rows=None):
+def _decode_without_host_syncs(arch, tree, monkeypatch=None, decode_chunk=None):
     """Generate through padded decode steps (the path the GPU captures) with every module of the
     candidate tree run under a check that raises on the first operation a CUDA-graph capture
     cannot run (the reference's own CPU paths, which the GPU does not capture, are not checked)."""
@@ -98,9 +98,9 @@ def _decode_without_host_syncs(arch, tree, monkeypatch=None, decode_rows=None):
     model, composition = compose_candidate(reference, candidate_lookup(CandidateSource(tree)))
     checked = [m for m in model.modules() if type(m).__module__.startswith("_fk_candidate")]
     assert checked, "the example attention was not composed into the model"
-    if decode_rows is not None:  # the examples walk the cache in chunks of this many (sequence, position) rows
+    if decode_chunk is not None:  # the examples walk the cache in chunks of this many positions
         for module in checked:
-            monkeypatch.setattr(sys.modules[type(module).__module__], "DECODE_ROWS", decode_rows)
+            monkeypatch.setattr(sys.modules[type(module).__module__], "DECODE_CHUNK", decode_chunk)
     for module in checked:
         def forward(*args, _forward=module.forward, **kwargs):
             with HostSyncCheck(f"{arch}, {type(module).__name__}"):
@@ -128,4 +128,4 @@ def test_example_attention_decode_in_chunks_gives_the_same_tokens(arch, tmp_path
     # one chunk covers everything unless the chunk is made tiny (one block per chunk here).
     tree = _example_attention_tree(tmp_path)
     whole = _decode_without_host_syncs(arch, tree)
-    assert _decode_without_host_syncs(arch, tree, monkeypatch, decode_rows=8) == whole
+    assert _decode_without_host_syncs(arch, tree, monkeypatch, decode_chunk=4) == whole

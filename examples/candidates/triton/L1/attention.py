@@ -78,7 +78,7 @@ def _gather(cache, table, length):
     return cache.index_select(0, blocks).reshape(-1, *cache.shape[2:])[:length]
 
 
-DECODE_ROWS = 32768  # sequences x cache positions per step: its memory, whatever the batch and the tables' span
+DECODE_CHUNK = 2048  # cache positions per step: memory is B x chunk, whatever the tables' span
 
 
 def _decode(q, kv_cache, seq_lens, block_tables, scale):
@@ -97,7 +97,7 @@ def _decode(q, kv_cache, seq_lens, block_tables, scale):
     best = torch.full((b, nk, g, 1), low, dtype=ct, device=q.device)
     total = torch.zeros((b, nk, g, 1), dtype=ct, device=q.device)
     acc = torch.zeros((b, nk, g, d), dtype=ct, device=q.device)
-    per = max(1, DECODE_ROWS // (b * bs))
+    per = max(1, DECODE_CHUNK // bs)
     for first in range(0, block_tables.shape[1], per):
         blocks = block_tables[:, first:first + per].long()
         n = blocks.shape[1] * bs

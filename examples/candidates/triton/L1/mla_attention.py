@@ -5,8 +5,8 @@ skipped, without a host sync); then for every sequence its whole history is gath
 block table, expanded through ``kv_b_proj`` into per-head keys [k_nope | k_pe] and values, and
 attended causally with float32 scores and softmax (float64 stays float64). A pure decode step (one query per sequence, as
 the engine replays in CUDA graphs) runs for all sequences at once from the device-side lengths, so
-it is capturable: each sequence's whole block-table span is walked in chunks (online softmax) and
-masked past its length."""
+it is capturable: the query is absorbed into the latent space, and each sequence's whole
+block-table span is walked in chunks of latent rows (online softmax), masked past its length."""
 import torch
 from torch import nn
 
@@ -14,7 +14,7 @@ from kernels_reference.forward_context import get_forward_context
 
 from .attention import store_rows
 
-DECODE_ROWS = 16384  # sequences x cache positions per step of the decode: its memory, whatever the batch
+DECODE_CHUNK = 1024  # cache positions per step of the decode: memory is B x chunk x (latent + rope)
 
 
 class _Linear(nn.Module):
@@ -72,29 +72,35 @@ class MLAAttention(nn.Module):
         return out.reshape(t, -1)
 
     def _decode(self, q, cache, seq_lens, block_tables):
-        # The tables' whole span in chunks with a running max and sum (online softmax): a CUDA
-        # graph knows no lengths, and expanding every position of every sequence at once through
-        # kv_b_proj took tens of GB at DeepSeek-V2-Lite's real width.
+        # Absorbed: the query goes into the latent space through kv_b_proj's key half, so each
+        # cache position is read as its latent row once, never expanded per head (expanding took
+        # tens of GB at DeepSeek-V2-Lite's width and the engine's 1024-sequence decode bucket). The
+        # tables' whole span is walked in chunks with a running max and sum (online softmax): a
+        # CUDA graph knows no lengths.
         b, bs = q.shape[0], cache.shape[1]
         ct = torch.float64 if q.dtype == torch.float64 else torch.float32
-        qc, lens = q.to(ct), seq_lens.to(torch.long)
+        w = self.kv_b_proj.weight.to(ct).view(self.h, self.nope + self.v, self.rank)
+        q_latent = torch.einsum("bhn,hnr->bhr", q[..., : self.nope].to(ct), w[:, : self.nope])
+        q_pe, lens = q[..., self.nope:].to(ct), seq_lens.to(torch.long)
         low = torch.finfo(ct).min
         best = torch.full((b, self.h, 1), low, dtype=ct, device=q.device)
         total = torch.zeros((b, self.h, 1), dtype=ct, device=q.device)
-        acc = torch.zeros((b, self.h, self.v), dtype=ct, device=q.device)
-        per = max(1, DECODE_ROWS // (b * bs))
+        acc = torch.zeros((b, self.h, self.rank), dtype=ct, device=q.device)
+        per = max(1, DECODE_CHUNK // bs)
         for first in range(0, block_tables.shape[1], per):
             tables = block_tables[:, first:first + per].long()
             n = tables.shape[1] * bs
-            rows = cache[tables].reshape(b, n, cache.shape[-1])
-            kv = self.kv_b_proj(rows[..., : self.rank]).view(b, n, self.h, self.nope + self.v)
-            k = torch.cat([kv[..., : self.nope], rows[:, :, None, self.rank:].expand(b, n, self.h, self.rope)], -1)
+            rows = cache[tables].reshape(b, n, cache.shape[-1]).to(ct)
+            latent = rows[..., : self.rank]
             seen = (first * bs + torch.arange(n, device=q.device))[None, :] < lens[:, None]
-            scores = (torch.einsum("bhd,bshd->bhs", qc, k.to(ct)) * self.scale).masked_fill(~seen[:, None, :], low)
+            scores = (torch.einsum("bhr,bsr->bhs", q_latent, latent)
+                      + torch.einsum("bhp,bsp->bhs", q_pe, rows[..., self.rank:])) * self.scale
+            scores = scores.masked_fill(~seen[:, None, :], low)
             new_best = torch.maximum(best, scores.amax(-1, keepdim=True))
             probs = torch.exp(scores - new_best) * seen[:, None, :]
             rescale = torch.exp(best - new_best)
             total = total * rescale + probs.sum(-1, keepdim=True)
-            acc = acc * rescale + torch.einsum("bhs,bshd->bhd", probs, kv[..., self.nope:].to(ct))
+            acc = acc * rescale + torch.einsum("bhs,bsr->bhr", probs, latent)
             best = new_best
-        return (acc / total.clamp_min(torch.finfo(ct).tiny)).to(q.dtype)  # length 0: 0 / tiny = 0
+        out_latent = acc / total.clamp_min(torch.finfo(ct).tiny)  # length 0: 0 / tiny = 0
+        return torch.einsum("bhr,hvr->bhv", out_latent, w[:, self.nope:]).to(q.dtype)
