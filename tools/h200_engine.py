@@ -34,7 +34,7 @@ TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_atten
             num_key_value_heads=2, vocab_size=500, head_dim=16)
 PROMPT, OUTPUT, BIG_BATCH, BLOCK = 128, 256, 64, 16
 TINY_SHAPES = (32, 40, 8)  # prompt, output, big batch on a CPU: the same flow, smaller
-TOTAL_BUDGET_S = 290  # the whole run; the compile phase gets what is left, at least MIN_COMPILE_S
+TOTAL_BUDGET_S = 290  # default --budget: the whole run; the compile phase gets what is left, at least MIN_COMPILE_S
 MIN_COMPILE_S = 90
 
 
@@ -93,7 +93,7 @@ def main():
     else:
         del s  # the child builds its own copy of the weights
         empty_cache(torch.device("cpu" if args.tiny_cpu else "cuda"))
-        limit = max(MIN_COMPILE_S, TOTAL_BUDGET_S - (time.time() - t_start))
+        limit = max(MIN_COMPILE_S, args.budget - (time.time() - t_start))
         results["compile"], child = run_compile_child(args, ours_tokens, limit)
         results["runs"] += child.get("runs", [])
         results["checks"].update(child.get("checks", {}))
@@ -129,12 +129,22 @@ class Setup:
 def compile_phase(s: Setup, ours_tokens_path: str) -> dict:
     from torch._dynamo.utils import counters
 
+    start = time.time()
+
+    def progress(what):  # on stderr, which the parent shows when it has to kill this process
+        print(f"[compile child {time.time() - start:.0f} s] {what}; dynamo stats {dict(counters['stats'])}",
+              file=sys.stderr, flush=True)
+
     del s.hf
     empty_cache(s.dev)
     name = s.graphs_name.replace("ours", "ours + compile")
+    progress("building the engine (compiles and captures the decode buckets)")
     llm, build_s = timed(lambda: LLM(s.ours, **s.engine_args, **s.graphs, compile=s.compile_options), s.dev)
+    progress(f"engine built in {build_s:.0f} s; batch-1 decode run")
     c1 = decode_run(llm, name, s.prompt, s.output, s.dev, build_s=build_s)
+    progress("batch-64 run")
     c64 = batch_run(llm, name, s.batch, s.output, s.dev)
+    progress("done")
     ours_tokens = json.loads(Path(ours_tokens_path).read_text())
     checks = {"compile_vs_graphs_prefix": common_prefix(c1.pop("tokens"), ours_tokens),
               "compile_graphs_compiled": counters["stats"].get("unique_graphs", None)}
@@ -153,8 +163,10 @@ def run_compile_child(args, ours_tokens, limit_s):
         cmd += ["--tiny-cpu"] if args.tiny_cpu else []
         try:
             done = subprocess.run(cmd, timeout=limit_s, capture_output=True, text=True)
-        except subprocess.TimeoutExpired:
-            return f"not finished within {limit_s:.0f} s (killed)", {}
+        except subprocess.TimeoutExpired as exc:  # say how far it got
+            err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+            reached = [line for line in err.splitlines() if line.startswith("[compile child")]
+            return f"not finished within {limit_s:.0f} s (killed); last progress: {reached[-1:] or err[-300:]}", {}
         if done.returncode != 0 or not out.exists():
             return f"failed (exit {done.returncode}): {done.stderr[-400:]}", {}
         return "ran", json.loads(out.read_text())
@@ -325,8 +337,13 @@ def environment(dev):
 
 
 def command_line(args):
-    return "PYTHONPATH=$PWD/src:$PWD python3 tools/h200_engine.py" + (" --tiny-cpu" if args.tiny_cpu else "") + \
-        (" --no-compile" if args.no_compile else "")
+    flags = [f"--{name.replace('_', '-')}" + ("" if value is True else f" {value:g}" if isinstance(value, float)
+                                              else f" {value}")
+             for name, value in vars(args).items()
+             if name not in ("compile_phase", "ours_tokens") and value not in (False, None)
+             and value != _parser().get_default(name)]
+    return " ".join(["PYTHONPATH=$PWD/src:$PWD python3 tools/h200_engine.py"] + flags)
+
 
 
 def fmt(x, spec=".2f"):
@@ -363,15 +380,21 @@ def write(results, args):
 
 
 def parse_args():
+    return _parser().parse_args()
+
+
+def _parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tiny-cpu", action="store_true", help="tiny config on the CPU: checks the script")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile + graphs run")
+    p.add_argument("--budget", type=float, default=TOTAL_BUDGET_S,
+                   help=f"seconds for the whole run; the compile phase gets what is left (default {TOTAL_BUDGET_S})")
     p.add_argument("--eager-tokens", type=int, default=64, help="output tokens of the eager runs")
     p.add_argument("--hf-tokens", type=int, default=OUTPUT, help="HF batch-1 output tokens")
     p.add_argument("--hf-batch-tokens", type=int, default=128, help="HF batch-64 output tokens (HF is slow)")
     p.add_argument("--compile-phase", help=argparse.SUPPRESS)  # internal: the child process's output file
     p.add_argument("--ours-tokens", help=argparse.SUPPRESS)
-    return p.parse_args()
+    return p
 
 
 if __name__ == "__main__":
