@@ -43,7 +43,7 @@ def main():
     t_start = time.time()
     s = Setup(args)
     if args.compile_phase:  # the child process of the compile phase
-        Path(args.compile_phase).write_text(json.dumps(compile_phase(s, args.ours_tokens)))
+        compile_phase(s, args.ours_tokens, Path(args.compile_phase))
         return
     results = {"environment": environment(s.dev), "command": command_line(args), "runs": [], "checks": {},
                "floor": decode_floor(s.ours, s.dev)}
@@ -126,14 +126,19 @@ class Setup:
         self.compile_options = {"backend": "aot_eager"} if args.tiny_cpu else True  # Inductor's C++ is slow on CPUs
 
 
-def compile_phase(s: Setup, ours_tokens_path: str) -> dict:
+def compile_phase(s: Setup, ours_tokens_path: str, out: Path) -> None:
+    """Runs and checks of the compiled engine, written to ``out`` after each run: a child killed at
+    its time limit (the batch-64 shapes compile again) keeps what it finished."""
     from torch._dynamo.utils import counters
 
     start = time.time()
+    result = {"runs": [], "checks": {}}
 
     def progress(what):  # on stderr, which the parent shows when it has to kill this process
         print(f"[compile child {time.time() - start:.0f} s] {what}; dynamo stats {dict(counters['stats'])}",
               file=sys.stderr, flush=True)
+        result["checks"]["compile_graphs_compiled"] = counters["stats"].get("unique_graphs", None)
+        out.write_text(json.dumps(result))
 
     del s.hf
     empty_cache(s.dev)
@@ -142,13 +147,12 @@ def compile_phase(s: Setup, ours_tokens_path: str) -> dict:
     llm, build_s = timed(lambda: LLM(s.ours, **s.engine_args, **s.graphs, compile=s.compile_options), s.dev)
     progress(f"engine built in {build_s:.0f} s; batch-1 decode run")
     c1 = decode_run(llm, name, s.prompt, s.output, s.dev, build_s=build_s)
-    progress("batch-64 run")
-    c64 = batch_run(llm, name, s.batch, s.output, s.dev)
-    progress("done")
     ours_tokens = json.loads(Path(ours_tokens_path).read_text())
-    checks = {"compile_vs_graphs_prefix": common_prefix(c1.pop("tokens"), ours_tokens),
-              "compile_graphs_compiled": counters["stats"].get("unique_graphs", None)}
-    return {"runs": [c1, c64], "checks": checks}
+    result["checks"]["compile_vs_graphs_prefix"] = common_prefix(c1.pop("tokens"), ours_tokens)
+    result["runs"].append(c1)
+    progress("batch-64 run")
+    result["runs"].append(batch_run(llm, name, s.batch, s.output, s.dev))
+    progress("done")
 
 
 def run_compile_child(args, ours_tokens, limit_s):
@@ -163,10 +167,11 @@ def run_compile_child(args, ours_tokens, limit_s):
         cmd += ["--tiny-cpu"] if args.tiny_cpu else []
         try:
             done = subprocess.run(cmd, timeout=limit_s, capture_output=True, text=True)
-        except subprocess.TimeoutExpired as exc:  # say how far it got
+        except subprocess.TimeoutExpired as exc:  # say how far it got, keep the runs it finished
             err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
             reached = [line for line in err.splitlines() if line.startswith("[compile child")]
-            return f"not finished within {limit_s:.0f} s (killed); last progress: {reached[-1:] or err[-300:]}", {}
+            partial = json.loads(out.read_text()) if out.exists() else {}
+            return f"not finished within {limit_s:.0f} s (killed); last progress: {reached[-1:] or err[-300:]}", partial
         if done.returncode != 0 or not out.exists():
             return f"failed (exit {done.returncode}): {done.stderr[-400:]}", {}
         return "ran", json.loads(out.read_text())
