@@ -39,20 +39,6 @@ def over_sets(fn, sets, calls, context=None) -> AmortisedGraphs:
                            warmup=[functools.partial(fn, s) for s in sets[:2]], context=context)
 
 
-def flushed_replay_us(graph, flush, tries=5) -> float:
-    """Median of a few flushed replays of ``graph`` (picks K)."""
-    times = []
-    for _ in range(tries):
-        flush()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
-
-
 def time_amortised(runners, flush, rounds):
     """Per-call us of every runner (name -> AmortisedGraphs): us (median), spread (IQR / median),
     single_us (the one-call replay), calls (K), rounds, mode."""

@@ -66,7 +66,8 @@ if ARGS.tiny_cpu:
 import torch  # noqa: E402
 
 from kernels_reference.L1 import paged_decode as decode_mod  # noqa: E402
-from graph_timing import flushed_replay_us, over_sets, time_amortised  # noqa: E402
+from fk_pytest.timing import flushed_replay_us  # noqa: E402
+from graph_timing import over_sets, time_amortised  # noqa: E402
 
 DEVICE = torch.device("cpu" if ARGS.tiny_cpu else "cuda")
 GPU = DEVICE.type == "cuda"  # timed with CUDA graphs (else one wall-clock call each)

@@ -50,7 +50,8 @@ from kernels_reference.forward_context import AttentionMetadata, set_forward_con
 from kernels_reference.L1 import mla_attention as mla_module  # noqa: E402
 from kernels_reference.L1 import mla_decode as decode_module  # noqa: E402
 from kernels_reference.L1.mla_attention import MLAAttention  # noqa: E402
-from graph_timing import AmortisedGraphs, flushed_replay_us, time_amortised  # noqa: E402
+from fk_pytest.timing import flushed_replay_us  # noqa: E402
+from graph_timing import AmortisedGraphs, time_amortised  # noqa: E402
 from kernels_reference.L2.deepseek_v2_attention import softmax_scale  # noqa: E402
 
 CFG = json.loads((Path(__file__).resolve().parents[1] / "tasks/configs/deepseek-v2-lite.json").read_text())

@@ -51,7 +51,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from fk_pytest.timing import L2Flusher  # noqa: E402
-from graph_timing import flushed_replay_us, over_sets, time_amortised  # noqa: E402
+from fk_pytest.timing import flushed_replay_us  # noqa: E402
+from graph_timing import over_sets, time_amortised  # noqa: E402
 from kernels_reference.L1 import moe_kernels as mk  # noqa: E402
 from kernels_reference.L1.fused_moe import FusedMoE  # noqa: E402
 from tasks import peers as suite_peers  # noqa: E402

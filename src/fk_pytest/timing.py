@@ -212,6 +212,21 @@ def _event_pair():
     return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
 
+def flushed_replay_us(graph: "torch.cuda.CUDAGraph", flush: Callable[[], None], tries: int = 5) -> float:
+    """Median time of a few replays of ``graph``, the L2 flushed before each (the GPU scripts and
+    the GPU timing test use it where a whole graph is the unit timed)."""
+    times = []
+    for _ in range(tries):
+        flush()
+        start, end = _event_pair()
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
 def _estimate_single_us(runners: Dict[str, _GpuRunner], flusher: L2Flusher, tries: int = 4) -> Dict[str, float]:
     """Median single-call time per runner from a few flushed replays (picks K and the rounds)."""
     events = {name: [_event_pair() for _ in range(tries)] for name in runners}
