@@ -125,3 +125,37 @@ def test_time_below_the_roofline_is_a_suspect_not_a_record():
     assert not honest.suspect and 0.85 < honest.frac_roofline < 1.0
     cheat = _result(task, case, timed(floor_us * 0.5), timed(floor_us * 1.2), roofline)
     assert cheat.suspect and cheat.frac_roofline > 1.9
+
+
+SWALLOWS_CTRL_C = '''
+import os, signal, time
+
+
+def test_swallows_ctrl_c():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(2)
+    except KeyboardInterrupt:
+        pass  # what a broad except, or a finaliser that caught the signal, does with it
+
+
+def test_after_the_interrupt():
+    pass
+'''
+
+
+def test_a_swallowed_interrupt_still_marks_the_report_incomplete_and_stops_the_run(tmp_path):
+    swallow = tmp_path / "test_swallow.py"
+    swallow.write_text(SWALLOWS_CTRL_C)
+    report = tmp_path / "r.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(ROOT / "tasks" / "L1" / "test_silu_and_mul.py"), str(swallow),
+         "-k", "correctness or swallows or after", "-p", "no:cacheprovider", "-v", "--benchmark-disable",
+         "--fk-device=cpu", f"--fk-candidate={EXAMPLES}", f"--fk-report={report}", f"--rootdir={ROOT}",
+         "-p", "no:randomly"], env=env, capture_output=True, text=True, timeout=300, preexec_fn=_terminal_sigint)
+    out = done.stdout + done.stderr
+    data = json.loads(report.read_text())
+    assert data["tasks"], out[-1500:]  # the verdicts before the interrupt are kept
+    assert data["complete"] is False, out[-1500:]
+    assert "test_after_the_interrupt" not in out, out[-1500:]  # the run stopped at the interrupt

@@ -9,6 +9,8 @@ table; final JSON/HTML; the report is also embedded in pytest-benchmark's JSON).
 from __future__ import annotations
 
 import os
+import signal
+import threading
 
 import pytest
 
@@ -149,6 +151,25 @@ def pytest_configure(config):
         # harmless without xdist: no report carries a journal then
         config.pluginmanager.register(_JournalMerger(session), "fastkernels-journal-merger")
     config.stash[SESSION_KEY] = session
+    _watch_interrupts(config, session)
+
+
+def _watch_interrupts(config, session: FKSession) -> None:
+    """Note a SIGINT (Ctrl-C) before Python turns it into KeyboardInterrupt. Code that swallows the
+    exception (a finaliser, a broad ``except``) would otherwise let an interrupted run finish and
+    write its report as complete; with the note the report says it is not, and the run stops at
+    the next test. Only where Python's own handler is in place (an xdist worker ignores SIGINT:
+    its controller is the one interrupted), and only from the main thread, as signals require."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return
+
+    def on_sigint(signum, frame):
+        session.interrupted = True
+        signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as without the plugin
+
+    signal.signal(signal.SIGINT, on_sigint)
+    config.add_cleanup(lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
 
 
 def _write_line(config, text: str) -> None:
@@ -269,6 +290,9 @@ def fk_check(fk_session):
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
+    fk = item.config.stash.get(SESSION_KEY, None)
+    if fk is not None and fk.interrupted:  # a KeyboardInterrupt was swallowed somewhere
+        item.session.shouldstop = "interrupted (SIGINT)"
     fn = getattr(item, "function", None)
     if getattr(fn, "_fk_task", None) is not None or getattr(fn, "_fk_e2e", None) is not None:
         get_session(item.config).write(complete=False)
@@ -280,7 +304,7 @@ def pytest_sessionfinish(session, exitstatus):
         return
     fk.close()
     if fk.results.tasks or fk.results.e2e:
-        fk.write(complete=exitstatus in (0, 1))
+        fk.write(complete=exitstatus in (0, 1) and not fk.interrupted)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables: the verdicts are the last word

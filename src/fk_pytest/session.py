@@ -44,6 +44,7 @@ class FKSession:
         self._dead: Dict[str, WorkerFailure] = {}  # task -> the crash/timeout that ended it
         self.record_cpu_benchmarks = False  # --fk-benchmark-cpu
         self.progress_sink = None  # set by the plugin: where phases of long runs are shown
+        self.interrupted = False  # set by the plugin's SIGINT watch: the report can then not be complete
         self._progress_started = time.monotonic()
         if isolation == "process":
             self.evaluator = WorkerClient(candidate, device, timeout_s, mode, progress=self._progress,
