@@ -15,7 +15,7 @@ import torch
 from fk_pytest.candidates import CandidateSource
 from fk_pytest.compose import candidate_lookup
 from fk_pytest.e2e_run import EngineModel, compose_candidate
-from host_sync import HostSyncCheck, NotCapturable
+from fk_pytest.host_sync import HostSyncCheck, NotCapturable
 from kernels_reference.engine import LLM, SamplingParams
 from kernels_reference.L4.llama import init_random_weights, model_for
 
@@ -129,3 +129,18 @@ def test_example_attention_decode_in_chunks_gives_the_same_tokens(arch, tmp_path
     tree = _example_attention_tree(tmp_path)
     whole = _decode_without_host_syncs(arch, tree)
     assert _decode_without_host_syncs(arch, tree, monkeypatch, decode_chunk=4) == whole
+
+
+@pytest.mark.parametrize("sync", [lambda x: x.sum().item(), lambda x: x[x > 0], lambda x: x.nonzero(),
+                                  lambda x: x.tolist(), lambda x: torch.equal(x, x)])
+def test_host_sync_check_flags_each_kind_of_host_sync(sync):
+    x = torch.randn(8)
+    with pytest.raises(NotCapturable), HostSyncCheck():
+        sync(x)
+
+
+def test_host_sync_check_lets_capturable_code_run():
+    x, index = torch.randn(8), torch.tensor([3, 1])
+    with HostSyncCheck():
+        y = torch.where(x > 0, x, 0.0).index_select(0, index) + x.sum()
+    assert y.shape == (2,)

@@ -1,4 +1,6 @@
-"""What would stop a CUDA-graph capture, seen on the CPU."""
+"""What would stop a CUDA-graph capture, seen on the CPU: ``with HostSyncCheck(): module(...)``
+raises ``NotCapturable`` at the first operation that reads device values on the host (see the
+class). For candidate authors before a GPU run, and for the suite's own tests of the example tree."""
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
