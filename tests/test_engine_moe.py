@@ -132,7 +132,8 @@ def test_example_attention_decode_in_chunks_gives_the_same_tokens(arch, tmp_path
 
 
 @pytest.mark.parametrize("sync", [lambda x: x.sum().item(), lambda x: x[x > 0], lambda x: x.nonzero(),
-                                  lambda x: x.tolist(), lambda x: torch.equal(x, x)])
+                                  lambda x: x.tolist(), lambda x: torch.equal(x, x), lambda x: int(x[0]),
+                                  lambda x: bool(x[0] > 0), lambda x: x.numpy()])
 def test_host_sync_check_flags_each_kind_of_host_sync(sync):
     x = torch.randn(8)
     with pytest.raises(NotCapturable), HostSyncCheck():
