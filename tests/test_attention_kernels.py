@@ -211,7 +211,16 @@ FIXED_COST_VARIANTS = {
     "interleaved-pdl-all": dataclasses.replace(_FEW_SM_SPLITS, interleaved=True, pdl="all"),
     "interleaved-early-metadata": dataclasses.replace(_FEW_SM_SPLITS, interleaved=True, pdl="early-metadata"),
     "max-registers": dataclasses.replace(_FEW_SM_SPLITS, max_registers=128),  # a launch option: GPU only
+    "pdl-small-batch": dataclasses.replace(_FEW_SM_SPLITS, pdl="small-batch"),
 }
+
+
+def test_small_batch_pdl_is_all_only_while_the_batch_leaves_sms_idle():
+    base = decode_module.TWO_PASS_CONFIG
+    assert decode_module.small_batch_pdl(base, 8, 132, True).pdl == "all"  # B1 of 8 kv heads
+    assert decode_module.small_batch_pdl(base, 256, 132, True).pdl == "off"  # B32: measured slower
+    assert decode_module.small_batch_pdl(base, 8, 132, False).pdl == "off"  # no PDL here
+    assert decode_module.small_batch_pdl(base, 8, 132, True).num_warps == base.num_warps  # nothing else changes
 
 
 @pytest.mark.parametrize("variant", list(FIXED_COST_VARIANTS))

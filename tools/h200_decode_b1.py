@@ -110,8 +110,9 @@ VARIANTS = {
     "2p il early-md": dict(interleaved=True, pdl="early-metadata"),
     "2p early-md": dict(pdl="early-metadata"),
     "2p maxnreg128": dict(max_registers=128),
+    "2p pdl small-batch": dict(pdl="small-batch"),
 }
-EVERY_CASE = ("2p pdl merge", "2p pdl all", "2p il pdl-all")  # also timed at the other cases (regressions)
+EVERY_CASE = ("2p pdl merge", "2p pdl all", "2p pdl small-batch")  # also timed at the other cases (regressions)
 # Knobs on interleaved + PDL "all" (changes to OLD). Splits at B1 C8192 (132 SMs, 8 kv heads,
 # 512 blocks): programs per SM 1/2/3/4/8 -> 17/33/50/66/128 splits (bpi 4), bpi 8 caps at 64.
 # Where this Triton / GPU has no PDL, the grid runs on interleaved alone (labelled so) rather than

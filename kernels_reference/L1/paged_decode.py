@@ -120,7 +120,9 @@ class DecodeConfig:
     interleaved: bool = False
     # Programmatic dependent launch: "off", "merge" (the merge kernel launches while the split
     # kernel runs), "all" (the split kernel too, after whatever kernel precedes it), or
-    # "early-metadata" ("all", and seq_len / the first table entries are read before the wait).
+    # "early-metadata" ("all", and seq_len / the first table entries are read before the wait), or
+    # "small-batch" ("all" where the batch leaves SMs idle and PDL exists, else "off": a candidate
+    # default, see small_batch_pdl).
     pdl: str = "off"
     # Two-pass split kernel: a register cap (Triton's maxnreg launch option), None for none. At
     # Llama-3.1-8B's shapes the default split kernel compiles to ~137 registers x 128 threads,
@@ -135,7 +137,7 @@ TWO_PASS_CONFIG = DecodeConfig(kernel="two-pass", blocks_per_iter=4, num_warps=4
 ONE_PASS_CONFIG = DecodeConfig()
 DECODE_CONFIG = TWO_PASS_CONFIG
 KERNELS = ("one-pass", "two-pass")
-PDL_MODES = ("off", "merge", "all", "early-metadata")
+PDL_MODES = ("off", "merge", "all", "early-metadata", "small-batch")
 
 
 class VariantUnavailable(RuntimeError):
@@ -263,6 +265,9 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
         raise ValueError(f"unknown pdl mode {config.pdl!r}; expected one of {PDL_MODES}")
     if config.kernel == "one-pass" and (config.pdl != "off" or config.interleaved):
         raise ValueError("pdl and interleaved are options of the two-pass kernel")
+    if config.pdl == "small-batch":
+        usable = query.is_cuda and not torch.compiler.is_compiling() and pdl_unavailable_reason(query.device) is None
+        config = small_batch_pdl(config, query.shape[0] * key_cache.shape[2], sm_count(query.device), usable)
     if config.pdl != "off" and query.is_cuda:
         reason = pdl_unavailable_reason(query.device)
         if reason:
@@ -287,6 +292,15 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
     launch = _launch_one_pass if config.kernel == "one-pass" else _launch_two_pass
     launch(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits)
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def small_batch_pdl(config: DecodeConfig, programs: int, num_sms: int, pdl_usable: bool) -> DecodeConfig:
+    """What pdl="small-batch" runs: "all" when the batch's (sequence, kv head) pairs leave SMs idle
+    (B1-B16 of an 8-KV-head model on an H200), where the H200 measured it 2-10% faster than no PDL;
+    "off" at larger batches (34% slower at B32 C2048: docs/perf/h200-decode-b1.md, run 3), where PDL
+    is missing, off the GPU and under torch.compile. A function of shapes: graph-safe."""
+    return dataclasses.replace(config, pdl="all" if pdl_usable and programs < num_sms else "off")
 
 
 def _f32_dot(query: torch.Tensor) -> bool:
