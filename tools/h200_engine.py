@@ -40,6 +40,10 @@ MIN_COMPILE_S = 90
 
 def main():
     args = parse_args()
+    if args.decode_pdl != "off":  # the paged decode's launch variant for this whole run (child too)
+        import dataclasses
+        from kernels_reference.L1 import paged_decode
+        paged_decode.DECODE_CONFIG = dataclasses.replace(paged_decode.DECODE_CONFIG, pdl=args.decode_pdl)
     t_start = time.time()
     s = Setup(args)
     if args.compile_phase:  # the child process of the compile phase
@@ -165,6 +169,7 @@ def run_compile_child(args, ours_tokens, limit_s):
         tokens.write_text(json.dumps(ours_tokens))
         cmd = [sys.executable, __file__, "--compile-phase", str(out), "--ours-tokens", str(tokens)]
         cmd += ["--tiny-cpu"] if args.tiny_cpu else []
+        cmd += ["--decode-pdl", args.decode_pdl]
         try:
             done = subprocess.run(cmd, timeout=limit_s, capture_output=True, text=True)
         except subprocess.TimeoutExpired as exc:  # say how far it got, keep the runs it finished
@@ -392,6 +397,8 @@ def _parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tiny-cpu", action="store_true", help="tiny config on the CPU: checks the script")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile + graphs run")
+    p.add_argument("--decode-pdl", default="off", choices=["off", "merge", "all", "small-batch"],
+                   help="paged decode's programmatic-dependent-launch variant (kernels_reference/L1/paged_decode.py)")
     p.add_argument("--budget", type=float, default=TOTAL_BUDGET_S,
                    help=f"seconds for the whole run; the compile phase gets what is left (default {TOTAL_BUDGET_S})")
     p.add_argument("--eager-tokens", type=int, default=64, help="output tokens of the eager runs")
