@@ -12,8 +12,9 @@ Two kinds of model:
   bug at all (INSENSITIVE otherwise).
 * **Mixture-of-experts models, random weights** (Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V2-Lite): on
   CUDA their real configs cut in depth (``FULL_LAYERS``: the evaluator holds the reference and a
-  composed copy of a model at once, and two whole Mixtrals in bf16 are 187 GB); on the CPU a cut of each (``CPU_CUTS``: the real architecture switches, expert count and
-  top-k, narrow widths, two layers, a small vocabulary).
+  composed copy of a model at once, and two whole Mixtrals in bf16 are 187 GB); on the CPU a cut
+  of each (``CPU_CUTS``: the real architecture switches, expert count and top-k, narrow widths,
+  two layers, a small vocabulary).
 
 Sizes: the full profile runs the serving scenarios shrunk by ``FULL_SCALE`` (``--fk-e2e-scale``);
 the CPU profile runs SmolLM2 whole on ``CPU_REQUESTS`` short corpus prompts. Every case compares at

@@ -7,7 +7,6 @@ run eagerly here) gives the eager path's tokens and leaves every real cache bloc
 path wrote it (padding rows carry slot -1 and length 0).
 """
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +17,8 @@ from fk_pytest.e2e_run import EngineModel, compose_candidate
 from fk_pytest.host_sync import HostSyncCheck, NotCapturable
 from kernels_reference.engine import LLM, SamplingParams
 from kernels_reference.L4.llama import init_random_weights, model_for
+
+from conftest import EXAMPLES
 
 ATTN = dict(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0)
@@ -77,7 +78,7 @@ def test_moe_models_generate_alike_chunked_and_padded(arch):
 def _example_attention_tree(tmp_path, boolean_store=False):
     """A candidate tree of only the example tree's attention and MLA files (its other files run
     CUDA-only branches under capture, which a CPU run cannot take)."""
-    src = Path(__file__).parent.parent / "examples" / "candidates" / "triton" / "L1"
+    src = EXAMPLES / "L1"
     (tmp_path / "L1").mkdir()
     for name in ("attention.py", "mla_attention.py"):
         text = (src / name).read_text()
@@ -102,8 +103,8 @@ def _decode_without_host_syncs(arch, tree, monkeypatch=None, decode_chunk=None):
         for module in checked:
             monkeypatch.setattr(sys.modules[type(module).__module__], "DECODE_CHUNK", decode_chunk)
     for module in checked:
-        def forward(*args, _forward=module.forward, **kwargs):
-            with HostSyncCheck(f"{arch}, {type(module).__name__}"):
+        def forward(*args, _forward=module.forward, _where=f"{arch}, {type(module).__name__}", **kwargs):
+            with HostSyncCheck(_where):
                 return _forward(*args, **kwargs)
         module.forward = forward
     llm = LLM(EngineModel(model, reference), num_blocks=64, block_size=4, padded_decode=True, max_num_seqs=8)

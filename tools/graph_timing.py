@@ -9,6 +9,8 @@ import statistics
 
 import torch
 
+from kernels_reference.cuda_graphs import capture  # reports the operation that broke a capture
+
 
 class AmortisedGraphs:
     """One implementation: ``one`` replays calls[0], ``many`` replays calls[0..K-1] (zero-argument
@@ -26,10 +28,10 @@ class AmortisedGraphs:
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
             self.one = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.one):
+            with capture(self.one):
                 self.one_out = calls[0]()
             self.many = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.many):
+            with capture(self.many):
                 self.many_out = [fn() for fn in calls]
 
 
