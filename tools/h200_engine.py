@@ -22,6 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+if "--tiny-cpu" in sys.argv:  # the fused decode's Triton kernels run in the interpreter on a CPU
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import torch
 import transformers
 
@@ -75,7 +78,25 @@ def main():
     results["checks"]["graphs_identical_to_padded_eager"] = same == ours_tokens[:len(same)]
     del padded
     write(results, args)
+    if args.gemv_sweep:  # the fused GEMVs' tiles at these shapes; leaves the fastest in place
+        sys.path.insert(0, str(ROOT / "tools"))
+        from h200_fused_gemv import LLAMA_8B, TINY as TINY_GEMV, Case, markdown as gemv_markdown, sweep
 
+        case = Case(TINY_GEMV if args.tiny_cpu else LLAMA_8B, 2 if args.tiny_cpu else 8, s.dev,
+                    torch.float32 if args.tiny_cpu else torch.bfloat16)
+        results["fused_gemv"] = sweep(case, s.dev)
+        print(gemv_markdown(results["fused_gemv"]), flush=True)
+        del case
+        empty_cache(s.dev)
+    if args.variants:  # batch-1 decode: module path vs fused decode, each without and with PDL
+        variant_runs(s, ours_tokens, results)
+        write(results, args)
+
+    if args.no_hf:
+        results["seconds"] = round(time.time() - t_start, 1)
+        write(results, args)
+        print(markdown(results))
+        return
     # HF transformers generate, eager, default cache.
     hf1, hf_tokens = hf_decode_run(s.hf, s.prompt, min(args.hf_tokens, s.output), s.dev)
     hf64 = hf_batch_run(s.hf, s.batch, min(args.hf_batch_tokens, s.output), s.dev)
@@ -128,6 +149,51 @@ class Setup:
         self.graphs = {"padded_decode": True} if args.tiny_cpu else {"cuda_graphs": True}
         self.graphs_name = "ours padded decode (no graphs on CPU)" if args.tiny_cpu else "ours + CUDA graphs"
         self.compile_options = {"backend": "aot_eager"} if args.tiny_cpu else True  # Inductor's C++ is slow on CPUs
+
+
+def variant_runs(s: "Setup", ours_tokens, results) -> None:
+    """Batch-1 decode of the same model with the paged decode's PDL off / "small-batch" and the
+    engine's fused decode off / on (an engine with only the batch-1 graph each): GPU and wall
+    time per token side by side, and each variant's first decode step's logits against the module
+    path's (same prompt, same prefill, so the difference is the decode step's kernels alone)."""
+    import dataclasses
+    from kernels_reference.L1 import paged_decode
+
+    default = paged_decode.DECODE_CONFIG
+    reference_logits = None
+    results["variants"] = []
+    try:
+        for fused in (False, True):
+            for pdl in ("off", "small-batch"):
+                paged_decode.DECODE_CONFIG = dataclasses.replace(default, pdl=pdl)
+                name = f"{s.graphs_name}, {'fused decode' if fused else 'module path'}, decode PDL {pdl}"
+                print(f"variant: {name}", flush=True)
+                llm, build_s = timed(lambda: LLM(s.ours, **s.engine_args, **s.graphs, graph_batch_sizes=[1],
+                                                 fused_decode=fused), s.dev)
+                logits = first_decode_logits(llm, s.prompt)
+                reference_logits = logits if reference_logits is None else reference_logits
+                run = decode_run(llm, name, s.prompt, s.output, s.dev, build_s=build_s)
+                tokens = run.pop("tokens")
+                run["logits_rel_err_vs_module_path"] = float((logits - reference_logits).norm()
+                                                             / reference_logits.norm())
+                run["greedy_prefix_vs_graphs"] = common_prefix(tokens, ours_tokens)
+                results["variants"].append(run)
+                del llm
+                empty_cache(s.dev)
+    finally:
+        paged_decode.DECODE_CONFIG = default
+
+
+def first_decode_logits(llm, prompt) -> torch.Tensor:
+    """The logits of the first decode step after ``prompt``'s prefill (a copy)."""
+    decoder, seen = llm.runner.decoder, []
+    run = decoder.run
+    decoder.run = lambda batch, graphs: seen.append(run(batch, graphs)[0].clone()) or seen[-1][None]
+    try:
+        llm.generate([prompt], SamplingParams(max_tokens=2))  # prefill, then one decode step
+    finally:
+        decoder.run = run
+    return seen[0]
 
 
 def compile_phase(s: Setup, ours_tokens_path: str, out: Path) -> None:
@@ -371,6 +437,21 @@ def markdown(results):
                  fmt(r["tokens_per_s"], ".0f"), fmt(r.get("decode_tokens_per_s"), ".0f")]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     f = results["floor"]
+    if results.get("fused_gemv"):
+        sys.path.insert(0, str(ROOT / "tools"))
+        from h200_fused_gemv import markdown as gemv_markdown
+
+        lines += ["", "The fused decode GEMVs at these shapes (tools/h200_fused_gemv.py, same run):", "",
+                  gemv_markdown(results["fused_gemv"])]
+    if results.get("variants"):
+        lines += ["", "Batch-1 decode variants (one run, side by side):", "",
+                  "| variant | ms/token GPU | GPU / floor | ms/token wall | first-step logits rel. err vs module path "
+                  "| greedy prefix vs graphs run |", "|---|---|---|---|---|---|"]
+        for r in results["variants"]:
+            gpu = r.get("gpu_ms_per_token")
+            lines.append(f"| {r['engine']} | {fmt(gpu, '.3f')} | {fmt(gpu / floor if gpu and floor else None, '.3f')} "
+                         f"| {fmt(r['wall_ms_per_token'], '.3f')} | {r['logits_rel_err_vs_module_path']:.2e} "
+                         f"| {r['greedy_prefix_vs_graphs']} |")
     lines += ["", f"Floor: {f['weight_bytes'] / 1e9:.3g} GB of weights per decode step / "
               f"{fmt(f.get('copy_tbps'), '.2f')} TB/s copy bandwidth = {fmt(floor, '.3f')} ms per token.",
               f"The step's GEMVs alone (cuBLAS, one CUDA graph, no other kernel): "
@@ -397,6 +478,11 @@ def _parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tiny-cpu", action="store_true", help="tiny config on the CPU: checks the script")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile + graphs run")
+    p.add_argument("--no-hf", action="store_true", help="skip HF transformers' generate")
+    p.add_argument("--gemv-sweep", action="store_true",
+                   help="time the fused decode GEMVs' tiles (tools/h200_fused_gemv.py) first and use the fastest")
+    p.add_argument("--variants", action="store_true",
+                   help="batch-1 decode with the engine's fused decode off/on x the paged decode's PDL off/small-batch")
     p.add_argument("--decode-pdl", default="off", choices=["off", "merge", "all", "small-batch"],
                    help="paged decode's programmatic-dependent-launch variant (kernels_reference/L1/paged_decode.py)")
     p.add_argument("--budget", type=float, default=TOTAL_BUDGET_S,

@@ -1,0 +1,257 @@
+"""One-token GEMVs with the decode step's per-layer glue fused in (Triton), for the engine's fused
+batch-1 decode path (:mod:`kernels_reference.engine.fused_decode`).
+
+At batch 1 a Llama layer's linear layers read their weights once, and everything between them
+(residual add + RMSNorm, RoPE, the KV-cache store, SiluAndMul) is a handful of tiny kernels whose
+cost is their launch and their memory latency, not their bytes: on the H200 they took 0.66 ms of
+a 4.53 ms Llama-3.1-8B decode step (docs/perf/h200-engine.md). Two kernels here absorb them into
+the GEMVs that surround them:
+
+* ``norm_gemv_rope_kv``: (residual add +) RMSNorm as the prologue of the fused q/k/v projection;
+  NeoX RoPE on q and k and the store of k and v into the paged cache as its epilogue. The query
+  comes out rotated; nothing else is written (k and v go straight to their cache slot).
+* ``norm_gemv_silu_mul``: (residual add +) RMSNorm as the prologue of the gate/up projection;
+  SiluAndMul as its epilogue (the [2 * intermediate] activation never reaches memory).
+
+How the work is cut: one program owns HALF output rows and their *partners* (rotary pair i and
+i + head_dim/2 of the same head; gate row j and up row j), so each epilogue is local to a
+program. Every program recomputes the RMS statistics of the one input row (a few KiB from L2)
+instead of waiting for another kernel to write them; program 0 writes the updated residual
+(to a buffer other than the one every program reads, so no program sees it half-written).
+
+Numerics follow the unfused modules step by step: the sum and the norm in float32 with the norm
+rounded to the model dtype before the weight multiply (RMSNorm), the projection accumulated in
+float32 and rounded to the model dtype (``F.linear``'s output), the rotation / activation in
+float32 with one rounding. Only the GEMV's summation order differs from cuBLAS's.
+
+Scope: one token (decode at batch 1), weights [N, K] with a unit inner stride, no bias, NeoX RoPE
+over the whole head. ``torch`` equivalents (``*_reference``) define the semantics for the tests.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the fused path is simply unavailable without Triton
+    triton = None
+
+SILU_MUL, ROPE_KV = 0, 1
+HALF_ROWS = 8  # output rows per program and half (a program owns 2 * HALF_ROWS weight rows)
+# The GPU tile: a program streams 2 x HALF_ROWS rows x BLOCK_K columns per loop iteration
+# (16 KiB in bfloat16). tools/h200_fused_gemv.py times alternatives on the H200.
+GPU_TILE = dict(BLOCK_K=512, num_warps=4)
+
+
+def _config(k: int, on_gpu: bool) -> dict:
+    """Tile of the K loop; the interpreter takes the whole row at once (it pays per step, not per
+    element)."""
+    if not on_gpu:
+        return dict(BLOCK_K=triton.next_power_of_2(k), num_warps=4)
+    return dict(GPU_TILE)
+
+
+def _check_row(x: torch.Tensor, residual: Optional[torch.Tensor], norm_weight: torch.Tensor,
+               weight: torch.Tensor) -> None:
+    if x.dim() != 2 or x.shape[0] != 1:
+        raise ValueError(f"the fused GEMVs take one token [1, hidden], got {tuple(x.shape)}")
+    hidden = x.shape[1]
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"residual {tuple(residual.shape)} does not match the input {tuple(x.shape)}")
+    if norm_weight.shape != (hidden,) or weight.dim() != 2 or weight.shape[1] != hidden:
+        raise ValueError(f"norm weight {tuple(norm_weight.shape)} / weight {tuple(weight.shape)} do not fit "
+                         f"rows of {hidden}")
+    if weight.stride(1) != 1:
+        raise ValueError("the weight needs a unit stride along its input dimension")
+
+
+def _row_args(x, residual):
+    """Contiguous input row, residual row and a fresh buffer for the updated residual."""
+    x = x.contiguous()
+    if residual is None:
+        return x, x, x  # unused by the kernel (HAS_RES=False): the residual is the input itself
+    return x, residual.contiguous(), torch.empty_like(x)
+
+
+def norm_gemv_silu_mul(x: torch.Tensor, residual: Optional[torch.Tensor], norm_weight: torch.Tensor, eps: float,
+                       gate_up_weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``SiluAndMul(gate_up(RMSNorm(x [+ residual])))`` for one token: (activation [1, I], residual).
+
+    ``gate_up_weight`` [2I, hidden] holds gate rows then up rows (``MergedColumnParallelLinear``).
+    The returned residual is ``x + residual`` (or ``x`` itself when ``residual`` is None).
+    """
+    _check_row(x, residual, norm_weight, gate_up_weight)
+    inter = gate_up_weight.shape[0] // 2
+    if gate_up_weight.shape[0] % 2 or inter % HALF_ROWS:
+        raise ValueError(f"gate/up weight of {gate_up_weight.shape[0]} rows: need 2 x a multiple of {HALF_ROWS}")
+    x, res, res_out = _row_args(x, residual)
+    out = torch.empty(1, inter, dtype=x.dtype, device=x.device)
+    _launch(x, res, res_out, norm_weight, eps, gate_up_weight, out, residual is not None, SILU_MUL,
+            pair_offset=inter, programs=inter // HALF_ROWS)
+    return out, (res_out if residual is not None else x)
+
+
+def norm_gemv_rope_kv(x: torch.Tensor, residual: Optional[torch.Tensor], norm_weight: torch.Tensor, eps: float,
+                      qkv_weight: torch.Tensor, cos_sin: torch.Tensor, cos_sin_row: torch.Tensor,
+                      slot: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                      num_heads: int, num_kv_heads: int, head_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The attention block's input side for one token: ``qkv = qkv_proj(RMSNorm(x [+ residual]))``,
+    NeoX RoPE on q and k at row ``cos_sin_row`` [1] of ``cos_sin`` ([positions, head_size]: cos
+    half then sin half, as ``RotaryEmbedding.cos_sin_table``), k and v stored at cache ``slot``
+    [1] (skipped when negative: a padding row). Returns (rotated query [1, nq * d], residual)."""
+    _check_row(x, residual, norm_weight, qkv_weight)
+    if qkv_weight.shape[0] != (num_heads + 2 * num_kv_heads) * head_size:
+        raise ValueError(f"qkv weight of {qkv_weight.shape[0]} rows does not hold {num_heads} + 2 x "
+                         f"{num_kv_heads} heads of {head_size}")
+    if head_size % (2 * HALF_ROWS) or cos_sin.shape[-1] != head_size:
+        raise ValueError(f"head size {head_size} / rotary table width {cos_sin.shape[-1]}: the fused path "
+                         f"needs full-head NeoX RoPE and a head size that is a multiple of {2 * HALF_ROWS}")
+    for cache in (key_cache, value_cache):
+        if cache.dim() != 4 or cache.shape[2:] != (num_kv_heads, head_size) or cache.stride(-1) != 1:
+            raise ValueError(f"cache {tuple(cache.shape)} is not [blocks, block_size, {num_kv_heads}, {head_size}]")
+    x, res, res_out = _row_args(x, residual)
+    query = torch.empty(1, num_heads * head_size, dtype=x.dtype, device=x.device)
+    heads = num_heads + 2 * num_kv_heads
+    _launch(x, res, res_out, norm_weight, eps, qkv_weight, query, residual is not None, ROPE_KV,
+            pair_offset=head_size // 2, programs=heads * (head_size // 2 // HALF_ROWS),
+            rope=(cos_sin, cos_sin_row, slot, key_cache, value_cache, num_heads, num_kv_heads, head_size))
+    return query, (res_out if residual is not None else x)
+
+
+def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, pair_offset, programs, rope=None):
+    if rope is None:  # the rope/cache arguments are unused: any tensor of the right kind will do
+        cos_sin, row, slot, kc, vc, nq, nk, d = out, x, x, out.view(1, 1, 1, -1), out.view(1, 1, 1, -1), 1, 1, 1
+    else:
+        cos_sin, row, slot, kc, vc, nq, nk, d = rope
+    _norm_gemv_kernel[(programs,)](
+        x, res, res_out, norm_weight, weight, out,
+        cos_sin, row, slot, kc, vc,
+        x.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0,
+        kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), kc.shape[1],
+        HAS_RES=has_res, EPILOGUE=epilogue, HALF=HALF_ROWS,
+        NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **_config(x.shape[1], x.is_cuda),
+    )
+
+
+# ---- the same computations in torch (the tests' definition of what the kernels do) -----------------
+
+def _norm_reference(x, residual, norm_weight, eps):
+    h = x.float() + (residual.float() if residual is not None else 0.0)
+    res = h.to(x.dtype) if residual is not None else x
+    normed = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * norm_weight
+    return normed, res
+
+
+def norm_gemv_silu_mul_reference(x, residual, norm_weight, eps, gate_up_weight):
+    normed, res = _norm_reference(x, residual, norm_weight, eps)
+    gate, up = torch.nn.functional.linear(normed, gate_up_weight).float().chunk(2, dim=-1)
+    return (torch.nn.functional.silu(gate) * up).to(x.dtype), res
+
+
+def norm_gemv_rope_kv_reference(x, residual, norm_weight, eps, qkv_weight, cos_sin, cos_sin_row, slot,
+                                key_cache, value_cache, num_heads, num_kv_heads, head_size):
+    normed, res = _norm_reference(x, residual, norm_weight, eps)
+    qkv = torch.nn.functional.linear(normed, qkv_weight).float().view(-1, head_size)
+    half = head_size // 2
+    cos, sin = cos_sin[cos_sin_row.long()].float().view(1, head_size).split(half, dim=-1)
+    x1, x2 = qkv[:num_heads + num_kv_heads].split(half, dim=-1)
+    rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+    query, key = rotated[:num_heads], rotated[num_heads:]
+    value = qkv[num_heads + num_kv_heads:].to(x.dtype)
+    s = int(slot.reshape(-1)[0])
+    if s >= 0:
+        block, offset = divmod(s, key_cache.shape[1])
+        key_cache[block, offset] = key.to(key_cache.dtype)
+        value_cache[block, offset] = value.to(value_cache.dtype)
+    return query.reshape(1, -1), res
+
+
+if triton is not None:
+
+    @triton.jit
+    def _norm_gemv_kernel(
+        x_ptr, res_ptr, res_out_ptr, norm_w_ptr, w_ptr, out_ptr,
+        cos_sin_ptr, cos_sin_row_ptr, slot_ptr, k_cache_ptr, v_cache_ptr,
+        K, eps, w_s_row, pair_offset, cs_s_row,
+        kc_s_block, kc_s_tok, kc_s_head, vc_s_block, vc_s_tok, vc_s_head, block_size,
+        HAS_RES: tl.constexpr, EPILOGUE: tl.constexpr, HALF: tl.constexpr,
+        NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        r = tl.arange(0, HALF)
+        if EPILOGUE == 1:  # ROPE_KV: HALF rotary pairs (i, i + HEAD_DIM/2) of one head
+            CHUNKS: tl.constexpr = HEAD_DIM // 2 // HALF
+            head = pid // CHUNKS
+            col = (pid % CHUNKS) * HALF + r  # rotary index within the head's first half
+            rows_a = head * HEAD_DIM + col
+        else:  # SILU_MUL: gate rows j..j+HALF; their up rows follow pair_offset later
+            head = pid
+            col = r
+            rows_a = pid * HALF + r
+        rows_b = rows_a + pair_offset
+        dtype = out_ptr.dtype.element_ty
+        kk = tl.arange(0, BLOCK_K)
+
+        # Prologue: RMS statistics of x (+ residual) in float32, as RMSNorm; program 0 writes the sum.
+        sumsq = tl.zeros([BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            m = k0 + kk < K
+            h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+            if HAS_RES:
+                h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+                tl.store(res_out_ptr + k0 + kk, h.to(dtype), mask=m & (tl.zeros([BLOCK_K], tl.int32) + pid == 0))
+            sumsq += h * h
+        rstd = 1.0 / tl.sqrt(tl.sum(sumsq, axis=0) / K + eps)
+
+        # The GEMV over the normalised row: float32 partial products per column, one reduction at the end.
+        acc_a = tl.zeros([HALF, BLOCK_K], tl.float32)
+        acc_b = tl.zeros([HALF, BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            m = k0 + kk < K
+            wa = tl.load(w_ptr + rows_a.to(tl.int64)[:, None] * w_s_row + (k0 + kk)[None, :], mask=m[None, :],
+                         other=0.0, eviction_policy="evict_first")
+            wb = tl.load(w_ptr + rows_b.to(tl.int64)[:, None] * w_s_row + (k0 + kk)[None, :], mask=m[None, :],
+                         other=0.0, eviction_policy="evict_first")
+            h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+            if HAS_RES:
+                h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+            nw = tl.load(norm_w_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+            a = ((h * rstd).to(dtype).to(tl.float32) * nw).to(dtype).to(tl.float32)
+            acc_a += wa.to(tl.float32) * a[None, :]
+            acc_b += wb.to(tl.float32) * a[None, :]
+        ya = tl.sum(acc_a, axis=1).to(dtype).to(tl.float32)  # F.linear's output precision
+        yb = tl.sum(acc_b, axis=1).to(dtype).to(tl.float32)
+
+        if EPILOGUE == 0:
+            out = ya / (1.0 + tl.exp(-ya)) * yb
+            tl.store(out_ptr + rows_a, out.to(dtype))
+        else:
+            # Scalar conditions are broadcast over the rows (the interpreter rejects scalar masks).
+            heads = tl.zeros([HALF], tl.int32) + head
+            rotate = heads < NUM_Q_HEADS + NUM_KV_HEADS  # q and k rotate, v does not
+            cs_row = tl.load(cos_sin_row_ptr).to(tl.int64)
+            cos = tl.load(cos_sin_ptr + cs_row * cs_s_row + col)
+            sin = tl.load(cos_sin_ptr + cs_row * cs_s_row + HEAD_DIM // 2 + col)
+            oa = tl.where(rotate, ya * cos - yb * sin, ya).to(dtype)
+            ob = tl.where(rotate, yb * cos + ya * sin, yb).to(dtype)
+            is_q = heads < NUM_Q_HEADS
+            tl.store(out_ptr + rows_a, oa, mask=is_q)
+            tl.store(out_ptr + rows_b, ob, mask=is_q)
+            slot = tl.load(slot_ptr + tl.zeros([HALF], tl.int32)).to(tl.int64)  # one slot, as a row vector
+            stored = (slot >= 0) & (heads >= NUM_Q_HEADS)
+            block = slot // block_size
+            offset = slot % block_size
+            is_k = heads < NUM_Q_HEADS + NUM_KV_HEADS
+            kv_head = tl.where(is_k, heads - NUM_Q_HEADS, heads - NUM_Q_HEADS - NUM_KV_HEADS).to(tl.int64)
+            k_row = k_cache_ptr + block * kc_s_block + offset * kc_s_tok + kv_head * kc_s_head
+            v_row = v_cache_ptr + block * vc_s_block + offset * vc_s_tok + kv_head * vc_s_head
+            kv_ty = k_cache_ptr.dtype.element_ty
+            tl.store(k_row + col, oa.to(kv_ty), mask=stored & is_k)
+            tl.store(k_row + HEAD_DIM // 2 + col, ob.to(kv_ty), mask=stored & is_k)
+            tl.store(v_row + col, oa.to(kv_ty), mask=stored & (heads >= NUM_Q_HEADS + NUM_KV_HEADS))
+            tl.store(v_row + HEAD_DIM // 2 + col, ob.to(kv_ty),
+                     mask=stored & (heads >= NUM_Q_HEADS + NUM_KV_HEADS))
