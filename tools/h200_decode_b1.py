@@ -111,8 +111,13 @@ VARIANTS = {
     "2p early-md": dict(pdl="early-metadata"),
     "2p maxnreg128": dict(max_registers=128),
     "2p pdl small-batch": dict(pdl="small-batch"),
+    # The merge in the split kernel's last program (chunked since session 5: the one-piece merge
+    # spilled), i.e. one launch per call, with the split kernel itself launched dependent.
+    "2p fused merge": dict(fused_merge=True),
+    "2p fused merge pdl-all": dict(fused_merge=True, pdl="all"),
+    "2p fused merge early-md": dict(fused_merge=True, pdl="early-metadata"),
 }
-EVERY_CASE = ("2p pdl merge", "2p pdl all", "2p pdl small-batch")  # also timed at the other cases (regressions)
+EVERY_CASE = ("2p pdl merge", "2p pdl all", "2p pdl small-batch", "2p fused merge early-md")  # also timed at the other cases (regressions)
 # Knobs on interleaved + PDL "all" (changes to OLD). Splits at B1 C8192 (132 SMs, 8 kv heads,
 # 512 blocks): programs per SM 1/2/3/4/8 -> 17/33/50/66/128 splits (bpi 4), bpi 8 caps at 64.
 # Where this Triton / GPU has no PDL, the grid runs on interleaved alone (labelled so) rather than
@@ -448,7 +453,8 @@ def main():
     replay_checks = {"one-pass": NEW}
     if not ARGS.no_sweep:  # the PDL variants: a graph replayed after its metadata changed in place
         replay_checks.update({label: dataclasses.replace(OLD, **VARIANTS[label])
-                              for label in ("2p pdl merge", "2p il pdl-all", "2p il early-md")})
+                              for label in ("2p pdl merge", "2p il pdl-all", "2p il early-md",
+                                            "2p fused merge early-md")})
     for label, config in replay_checks.items():
         try:
             result["checks"].append(check_graph_replay_new_metadata(config, label))

@@ -339,9 +339,10 @@ def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
         block_tables.stride(0), out.stride(0), out.stride(1), block_tables.shape[1],
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, DIM_PAD=dim_pad,
         BLOCK_SIZE=block_size, BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=splits > 1,
-        # SPLITS_PAD is read only by the fused merge: a constant otherwise, so that a split count of
-        # another power of two does not compile the same split kernel again
-        FUSED_MERGE=fused_merge, SPLITS_PAD=triton.next_power_of_2(splits) if fused_merge else 1,
+        # The merge's tile sizes are read only by the fused merge: constants otherwise, so that the
+        # plain split kernel is compiled once.
+        FUSED_MERGE=fused_merge, GROUP_POW2=triton.next_power_of_2(group) if fused_merge else 1,
+        MERGE_CHUNK=_merge_chunk(group, dim_pad, config.num_warps) if fused_merge else 1,
         F32_DOT=_f32_dot(query), INTERLEAVED=config.interleaved, EARLY_METADATA=config.pdl == "early-metadata",
         PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel,
         num_warps=config.num_warps, num_stages=config.num_stages,
@@ -364,15 +365,20 @@ def _launch_options(pdl: bool, max_registers: Optional[int] = None) -> dict:
     return options
 
 
+def _merge_chunk(group: int, dim_pad: int, num_warps: int) -> int:
+    """Splits merged per step by a fused merge: MERGE_CHUNK x group x head_size floats, about 64 per
+    thread (a power of two)."""
+    chunk = max(1, (64 * 32 * num_warps) // (triton.next_power_of_2(group) * dim_pad))
+    return 1 << (chunk.bit_length() - 1)
+
+
 def _launch_one_pass(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits):
     num_seqs, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
     group = num_heads // num_kv_heads
     group_pow2 = triton.next_power_of_2(group)
     dim_pad = max(16, triton.next_power_of_2(head_dim))
-    # The merge reads MERGE_CHUNK splits x group x head_size floats per step: about 64 per thread.
-    merge_chunk = max(1, (64 * 32 * config.num_warps) // (group_pow2 * dim_pad))
-    merge_chunk = 1 << (merge_chunk.bit_length() - 1)
+    merge_chunk = _merge_chunk(group, dim_pad, config.num_warps)
 
     def launch(grid, split, part_out, part_lse, counters, warmup=False):
         args = (query, key_cache, value_cache, block_tables, seq_lens, out, part_out, part_lse, counters,
@@ -478,7 +484,7 @@ if triton is not None:
         bt_s_seq, o_s_seq, o_s_head, table_width,
         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr,
         BLOCK_SIZE: tl.constexpr, BLOCKS_PER_ITER: tl.constexpr, SPLIT: tl.constexpr,
-        FUSED_MERGE: tl.constexpr, SPLITS_PAD: tl.constexpr, F32_DOT: tl.constexpr,
+        FUSED_MERGE: tl.constexpr, GROUP_POW2: tl.constexpr, MERGE_CHUNK: tl.constexpr, F32_DOT: tl.constexpr,
         INTERLEAVED: tl.constexpr, EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr,
         PDL_TRIGGER: tl.constexpr,
     ):
@@ -586,12 +592,13 @@ if triton is not None:
                 finished_before = tl.atomic_add(counter, 1, sem="acq_rel")
                 if finished_before == num_splits - 1:
                     tl.atomic_xchg(counter, 0)  # zero again for the next launch / graph replay
-                    for h in tl.static_range(GROUP):
-                        head = kv_head * GROUP + h
-                        _merge_one_head(part_out_ptr, part_lse_ptr, out_ptr,
-                                        (seq * tl.num_programs(1) * GROUP + head) * num_splits,
-                                        seq * o_s_seq + head * o_s_head, num_splits,
-                                        HEAD_DIM, DIM_PAD, SPLITS_PAD)
+                    # The group's heads at once, MERGE_CHUNK splits at a time: merging a head's
+                    # SPLITS_PAD x head_dim floats in one piece spilled (255 registers on the H200).
+                    # Rows [seq, head, split]: split stride 1, head stride num_splits.
+                    _merge_group(part_out_ptr, part_lse_ptr, out_ptr,
+                                 (seq * tl.num_programs(1) * GROUP + kv_head * GROUP) * num_splits,
+                                 seq * o_s_seq + kv_head * GROUP * o_s_head, o_s_head, num_splits,
+                                 1, num_splits, GROUP, GROUP_POW2, HEAD_DIM, DIM_PAD, MERGE_CHUNK)
         else:
             tl.store(out_ptr + seq * o_s_seq + heads[:, None] * o_s_head + d[None, :],
                      result.to(out_ptr.dtype.element_ty), mask=row_mask)
@@ -722,15 +729,17 @@ if triton is not None:
                 tl.atomic_xchg(counter, 0)  # zero again for the next launch / graph replay
                 _merge_group(part_out_ptr, part_lse_ptr, out_ptr, pair * num_splits * GROUP,
                              seq * o_s_seq + kv_head * GROUP * o_s_head, o_s_head,
-                             tl.minimum(num_tiles, num_splits), GROUP, GROUP_POW2, HEAD_DIM, DIM_PAD,
-                             MERGE_CHUNK)
+                             tl.minimum(num_tiles, num_splits), GROUP, 1, GROUP, GROUP_POW2, HEAD_DIM,
+                             DIM_PAD, MERGE_CHUNK)
 
     @triton.jit
     def _merge_group(part_out_ptr, part_lse_ptr, out_ptr, row0, out_offset, o_s_head, active_splits,
+                     split_stride, head_stride,
                      GROUP: tl.constexpr, GROUP_POW2: tl.constexpr, HEAD_DIM: tl.constexpr,
                      DIM_PAD: tl.constexpr, MERGE_CHUNK: tl.constexpr):
         """The GROUP heads of one (sequence, kv head) from its first ``active_splits`` partials (the
-        splits that had tiles), MERGE_CHUNK splits at a time with a running max. Partials are read
+        splits that had tiles), MERGE_CHUNK splits at a time with a running max; the partial of
+        split s, head g is row ``row0 + s * split_stride + g * head_stride``. Partials are read
         at L2 (``.cg``): other SMs wrote them during this launch."""
         c = tl.arange(0, MERGE_CHUNK)[:, None]
         g = tl.arange(0, GROUP_POW2)[None, :]
@@ -740,7 +749,7 @@ if triton is not None:
         merged = tl.zeros([GROUP_POW2, DIM_PAD], tl.float32)
         for first in range(0, active_splits, MERGE_CHUNK):
             mask = ((first + c) < active_splits) & (g < GROUP)  # [chunk, group]
-            row = row0 + (first + c) * GROUP + g
+            row = row0 + (first + c) * split_stride + g * head_stride
             lse = tl.load(part_lse_ptr + row, mask=mask, other=float("-inf"), cache_modifier=".cg")
             parts = tl.load(part_out_ptr + row[:, :, None] * HEAD_DIM + d,
                             mask=mask[:, :, None] & (d < HEAD_DIM), other=0.0, cache_modifier=".cg")
