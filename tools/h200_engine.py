@@ -151,6 +151,11 @@ class Setup:
         self.compile_options = {"backend": "aot_eager"} if args.tiny_cpu else True  # Inductor's C++ is slow on CPUs
 
 
+# (fused decode, paged decode PDL) per batch-1 variant; FUSED_DECODE: the engine's argument for each.
+VARIANTS = [(None, "off"), (None, "small-batch"), ("fused attention side", "off"), ("fused decode", "off")]
+FUSED_DECODE = {None: False, "fused attention side": "attention", "fused decode": True}
+
+
 def variant_runs(s: "Setup", ours_tokens, results) -> None:
     """Batch-1 decode of the same model with the paged decode's PDL off / "small-batch" and the
     engine's fused decode off / on (an engine with only the batch-1 graph each): GPU and wall
@@ -163,13 +168,13 @@ def variant_runs(s: "Setup", ours_tokens, results) -> None:
     reference_logits = None
     results["variants"] = []
     try:
-        for fused in (False, True):
-            for pdl in ("off", "small-batch"):
+        for fused, pdl in VARIANTS:
+            if True:
                 paged_decode.DECODE_CONFIG = dataclasses.replace(default, pdl=pdl)
-                name = f"{s.graphs_name}, {'fused decode' if fused else 'module path'}, decode PDL {pdl}"
+                name = f"{s.graphs_name}, {fused or 'module path'}, decode PDL {pdl}"
                 print(f"variant: {name}", flush=True)
                 llm, build_s = timed(lambda: LLM(s.ours, **s.engine_args, **s.graphs, graph_batch_sizes=[1],
-                                                 fused_decode=fused), s.dev)
+                                                 fused_decode=FUSED_DECODE[fused]), s.dev)
                 logits = first_decode_logits(llm, s.prompt)
                 reference_logits = logits if reference_logits is None else reference_logits
                 run = decode_run(llm, name, s.prompt, s.output, s.dev, build_s=build_s)
@@ -177,11 +182,39 @@ def variant_runs(s: "Setup", ours_tokens, results) -> None:
                 run["logits_rel_err_vs_module_path"] = float((logits - reference_logits).norm()
                                                              / reference_logits.norm())
                 run["greedy_prefix_vs_graphs"] = common_prefix(tokens, ours_tokens)
+                if s.dev.type == "cuda":
+                    try:
+                        run["kernels"] = graph_kernel_breakdown(llm.runner.decoder.graphs[1])
+                    except Exception as exc:  # noqa: BLE001 - a profiler problem must not lose the run
+                        run["kernels_error"] = repr(exc)[:300]
                 results["variants"].append(run)
                 del llm
                 empty_cache(s.dev)
     finally:
         paged_decode.DECODE_CONFIG = default
+
+
+def graph_kernel_breakdown(graph, reps: int = 5) -> dict:
+    """Where a decode step's GPU time goes: the kernels of ``reps`` replays of ``graph`` under the
+    PyTorch profiler (CUPTI reports each kernel of a graph launch), per replay: launches and time
+    per kernel name, their sum, and the replay's own time (the difference is time between kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    replay_ms(graph, 3)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            graph.replay()
+        torch.cuda.synchronize()
+    kernels = []
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        us = getattr(e, "cuda_time_total", 0.0) if us is None else us
+        if us and e.count:
+            kernels.append({"kernel": e.key[:90], "launches": e.count / reps, "us": us / reps})
+    kernels.sort(key=lambda k: -k["us"])
+    total_us = sum(k["us"] for k in kernels)
+    return {"replay_ms": replay_ms(graph, 20), "kernel_sum_ms": total_us / 1e3,
+            "launches": sum(k["launches"] for k in kernels), "top": kernels[:14]}
 
 
 def first_decode_logits(llm, prompt) -> torch.Tensor:
@@ -340,6 +373,8 @@ def decode_floor(model, dev):
         floor.update(measure_roofline(dev))
         floor["floor_ms"] = nbytes / (floor["copy_tbps"] * 1e12) * 1e3
         floor["gemv_only_ms"] = gemv_only_ms(model, dev)
+        if GEMV_KERNELS:
+            floor["gemv_only_kernels"] = GEMV_KERNELS
     return floor
 
 
@@ -357,7 +392,17 @@ def gemv_only_ms(model, dev, reps=20):
     with torch.cuda.graph(graph):
         for w in weights:
             torch.nn.functional.linear(x[w.shape[1]], w)
-    return replay_ms(graph, reps)
+    ms = replay_ms(graph, reps)
+    if ARGS_PROFILE_GEMVS:  # --variants: the GEMV-only graph's kernels too, beside the variants'
+        try:
+            GEMV_KERNELS.update(graph_kernel_breakdown(graph))
+        except Exception as exc:  # noqa: BLE001
+            GEMV_KERNELS["error"] = repr(exc)[:300]
+    return ms
+
+
+ARGS_PROFILE_GEMVS = "--variants" in sys.argv
+GEMV_KERNELS: dict = {}
 
 
 # ---- set-up and output ------------------------------------------------------------------------
@@ -452,6 +497,15 @@ def markdown(results):
             lines.append(f"| {r['engine']} | {fmt(gpu, '.3f')} | {fmt(gpu / floor if gpu and floor else None, '.3f')} "
                          f"| {fmt(r['wall_ms_per_token'], '.3f')} | {r['logits_rel_err_vs_module_path']:.2e} "
                          f"| {r['greedy_prefix_vs_graphs']} |")
+    profiled = [(r["engine"], r.get("kernels")) for r in results.get("variants", [])]
+    profiled.append(("the step's GEMVs alone", results["floor"].get("gemv_only_kernels")))
+    for name, k in profiled:
+        if not k or "top" not in k:
+            continue
+        lines += ["", f"Kernels of one replay, {name}: replay {k['replay_ms']:.3f} ms, kernels "
+                  f"{k['kernel_sum_ms']:.3f} ms summed over {k['launches']:.0f} launches:", "",
+                  "| kernel | launches | us |", "|---|---|---|"]
+        lines += [f"| `{t['kernel']}` | {t['launches']:.0f} | {t['us']:.1f} |" for t in k["top"]]
     lines += ["", f"Floor: {f['weight_bytes'] / 1e9:.3g} GB of weights per decode step / "
               f"{fmt(f.get('copy_tbps'), '.2f')} TB/s copy bandwidth = {fmt(floor, '.3f')} ms per token.",
               f"The step's GEMVs alone (cuBLAS, one CUDA graph, no other kernel): "

@@ -95,11 +95,13 @@ class FusedDecode:
     token of one sequence, ``fallback`` (the model's own forward) for anything else. Reads the
     step's metadata from the forward context, as the attention layers do."""
 
-    def __init__(self, model, fallback: Callable):
+    def __init__(self, model, fallback: Callable, fuse_mlp: bool = True):
         reason = fused_decode_unavailable_reason(model)
         if reason:
             raise ValueError(f"fused_decode: {reason}")
-        self.model, self.fallback = model, fallback
+        # fuse_mlp=False keeps the MLP side as modules (norm, cuBLAS gate/up, SiluAndMul): the
+        # fused gate/up GEMV is measured separately from the attention side's fusions.
+        self.model, self.fallback, self.fuse_mlp = model, fallback, fuse_mlp
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         meta = get_forward_context()
@@ -129,9 +131,13 @@ class FusedDecode:
                                meta.block_tables, meta.seq_lens, attn.attn.scale)
             x = attn.o_proj(out.view(1, -1))
             norm = layer.post_attention_layernorm
-            act, residual = norm_gemv_silu_mul(x, residual, norm.weight, norm.variance_epsilon,
-                                               mlp.gate_up_proj.weight)
-            x = mlp.down_proj(act)
+            if self.fuse_mlp:
+                act, residual = norm_gemv_silu_mul(x, residual, norm.weight, norm.variance_epsilon,
+                                                   mlp.gate_up_proj.weight)
+                x = mlp.down_proj(act)
+            else:
+                x, residual = norm(x, residual)
+                x = mlp(x)
         hidden, _ = body.norm(x, residual)
         return hidden
 

@@ -62,13 +62,14 @@ class LLM:
     16, 32, ... up to ``max_num_seqs``), ``padded_decode`` (the graphs' padded static-buffer path,
     run eagerly; on by default with graphs), ``compile`` (``torch.compile`` the model body; a dict
     gives ``torch.compile`` options), ``fused_decode`` (batch-1 decode steps of a Llama model built
-    from the reference modules run with the per-layer glue fused into the GEMVs: ``fused_decode.py``)."""
+    from the reference modules run with the per-layer glue fused into the GEMVs: ``fused_decode.py``;
+    ``"attention"``: the attention side only)."""
 
     def __init__(self, model, num_blocks: int = 256, block_size: int = 16, max_num_seqs: int = 64,
                  max_num_batched_tokens: int = 2048, chunked_prefill: bool = True,
                  max_model_len: Optional[int] = None, cuda_graphs: bool = False,
                  padded_decode: Optional[bool] = None, compile: Union[bool, dict] = False,
-                 graph_batch_sizes: Optional[Seq[int]] = None, fused_decode: bool = False):
+                 graph_batch_sizes: Optional[Seq[int]] = None, fused_decode: Union[bool, str] = False):
         self.model = model.eval()
         self.blocks = BlockManager(num_blocks, block_size)
         self.scheduler = Scheduler(self.blocks, max_num_seqs, max_num_batched_tokens, chunked_prefill)
