@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 
 from kernels_reference.L1 import fused_gemv  # noqa: E402
 from kernels_reference.engine import LLM, SamplingParams  # noqa: E402
-from kernels_reference.engine.fused_decode import FusedDecode, fused_decode_unavailable_reason  # noqa: E402
+from kernels_reference.engine.fused_decode import FusedDecode, FusedDecodeConfig, fused_decode_unavailable_reason  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
@@ -65,6 +65,38 @@ def test_norm_gemv_rope_kv_rotates_and_stores_like_the_unfused_modules(slot):
         assert not torch.equal(caches[0][1, 2], fresh[1, 2]) and not torch.equal(caches[1][1, 2], fresh[1, 2])
 
 
+@pytest.mark.parametrize("prefetch,row_acc", [(False, True), (True, False), (True, True)])
+def test_fused_kernel_loop_variants_agree(monkeypatch, prefetch, row_acc):
+    """The GPU tile options (weights prefetched one tile ahead, per-row accumulators) over several
+    loop iterations with a ragged last tile (72 columns in tiles of 16)."""
+    monkeypatch.setattr(fused_gemv, "_config", lambda k, on_gpu: dict(BLOCK_K=16, num_warps=4, PREFETCH=prefetch,
+                                                                       ROW_ACC=row_acc))
+    hidden, inter, nq, nk, d = 72, 48, 4, 2, 32
+    x, res, w, wq = _rows((1, hidden), (1, hidden), (2 * inter, hidden), ((nq + 2 * nk) * d, hidden))
+    norm_w = 1 + 0.1 * _rows((hidden,), seed=1)[0]
+    got = fused_gemv.norm_gemv_silu_mul(x, res, norm_w, 1e-5, w)
+    want = fused_gemv.norm_gemv_silu_mul_reference(x, res, norm_w, 1e-5, w)
+    assert _rel(got[0], want[0]) < TOL and _rel(got[1], want[1]) < TOL
+    table = _rows((10, d), seed=2)[0].float()
+    row, slots = torch.tensor([3], device=DEVICE), torch.tensor([6], device=DEVICE)
+    caches = [torch.zeros(5, 4, nk, d, device=DEVICE, dtype=DTYPE) for _ in range(2)]
+    ref = [c.clone() for c in caches]
+    q, _ = fused_gemv.norm_gemv_rope_kv(x, None, norm_w, 1e-6, wq, table, row, slots, *caches, nq, nk, d)
+    q_ref, _ = fused_gemv.norm_gemv_rope_kv_reference(x, None, norm_w, 1e-6, wq, table, row, slots, *ref, nq, nk, d)
+    assert _rel(q, q_ref) < TOL and all(_rel(a, b) < TOL for a, b in zip(caches, ref))
+
+
+def test_gemv_matches_linear_and_the_fused_config_is_checked():
+    x, w = _rows((1, 72), (40, 72))
+    assert _rel(fused_gemv.gemv(x, w), torch.nn.functional.linear(x, w)) < TOL
+    with pytest.raises(ValueError, match="multiple of 8 rows"):
+        fused_gemv.gemv(x, w[:36])
+    with pytest.raises(ValueError, match="needs linear=True"):
+        FusedDecodeConfig(pdl=True)
+    with pytest.raises(ValueError, match="bool or a FusedDecodeConfig"):
+        LLM(_tiny(), num_blocks=16, block_size=4, padded_decode=True, fused_decode="attention")
+
+
 def test_fused_kernels_refuse_shapes_they_do_not_cover():
     x, w = _rows((2, 64), (96, 64))
     with pytest.raises(ValueError, match="one token"):
@@ -89,14 +121,17 @@ def _tiny(arch="llama"):
 PROMPTS = [[5, 17, 2, 88, 41, 3, 9], [7], [60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71]]
 
 
-def test_engine_with_fused_decode_gives_the_same_tokens_and_cache():
+@pytest.mark.parametrize("config", [True, FusedDecodeConfig(mlp=False), FusedDecodeConfig(linear=True),
+                                    FusedDecodeConfig(linear=True, pdl=True)],
+                         ids=["default", "attention-side", "linear", "linear-pdl"])
+def test_engine_with_fused_decode_gives_the_same_tokens_and_cache(config):
     model = _tiny()
     params = SamplingParams(max_tokens=8)
     plain = LLM(model, num_blocks=64, block_size=4, max_num_batched_tokens=8, padded_decode=True, max_num_seqs=4)
     want = [plain.generate([p], params)[0] for p in PROMPTS]
     want_cache = [c[:64].clone() for layer in model.model.layers for c in layer.self_attn.attn.kv_cache]
     fused = LLM(model, num_blocks=64, block_size=4, max_num_batched_tokens=8, padded_decode=True, max_num_seqs=4,
-                fused_decode=True)
+                fused_decode=config)
     calls = []
     forward_one = FusedDecode.forward_one
 

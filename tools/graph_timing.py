@@ -69,3 +69,33 @@ def time_amortised(runners, flush, rounds):
         out[n] = {"us": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "single_us": statistics.median(one),
                   "calls": k, "rounds": rounds, "mode": "cuda-graph amortised"}
     return out
+
+
+def graph_kernel_breakdown(graph, reps: int = 5) -> dict:
+    """Where a decode step's GPU time goes: the kernels of ``reps`` replays of ``graph`` under the
+    PyTorch profiler (CUPTI reports each kernel of a graph launch), per replay: launches and time
+    per kernel name, their sum, and the replay's own time (the difference is time between kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        graph.replay()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            graph.replay()
+        torch.cuda.synchronize()
+    kernels = []
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        us = getattr(e, "cuda_time_total", 0.0) if us is None else us
+        if us and e.count:
+            kernels.append({"kernel": e.key[:90], "launches": e.count / reps, "us": us / reps})
+    kernels.sort(key=lambda k: -k["us"])
+    total_us = sum(k["us"] for k in kernels)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return {"replay_ms": start.elapsed_time(end) / 20, "kernel_sum_ms": total_us / 1e3,
+            "launches": sum(k["launches"] for k in kernels), "top": kernels[:14]}

@@ -18,6 +18,7 @@ Prints a table last; with ``$OUT`` set writes ``$OUT/engine.json`` and ``$OUT/en
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,8 +31,10 @@ import transformers
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
-from kernels_reference.engine import LLM, SamplingParams  # noqa: E402
+from kernels_reference.engine import LLM, FusedDecodeConfig, SamplingParams  # noqa: E402
 from kernels_reference.L4.llama import init_random_weights, model_for  # noqa: E402
+sys.path.insert(0, str(ROOT / "tools"))
+from graph_timing import graph_kernel_breakdown  # noqa: E402
 
 TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=500, head_dim=16)
@@ -152,8 +155,11 @@ class Setup:
 
 
 # (fused decode, paged decode PDL) per batch-1 variant; FUSED_DECODE: the engine's argument for each.
-VARIANTS = [(None, "off"), (None, "small-batch"), ("fused attention side", "off"), ("fused decode", "off")]
-FUSED_DECODE = {None: False, "fused attention side": "attention", "fused decode": True}
+VARIANTS = [(None, "off"), ("fused attention side", "off"), ("fused decode", "off"),
+            ("fused decode + Triton o/down GEMVs", "off"), ("fused decode + Triton o/down GEMVs + PDL", "off")]
+FUSED_DECODE = {None: False, "fused attention side": FusedDecodeConfig(mlp=False), "fused decode": True,
+                "fused decode + Triton o/down GEMVs": FusedDecodeConfig(linear=True),
+                "fused decode + Triton o/down GEMVs + PDL": FusedDecodeConfig(linear=True, pdl=True)}
 
 
 def variant_runs(s: "Setup", ours_tokens, results) -> None:
@@ -167,54 +173,55 @@ def variant_runs(s: "Setup", ours_tokens, results) -> None:
     default = paged_decode.DECODE_CONFIG
     reference_logits = None
     results["variants"] = []
+    kept = []  # every variant's engine and caches stay alive for the interleaved replays at the end
     try:
         for fused, pdl in VARIANTS:
-            if True:
-                paged_decode.DECODE_CONFIG = dataclasses.replace(default, pdl=pdl)
-                name = f"{s.graphs_name}, {fused or 'module path'}, decode PDL {pdl}"
-                print(f"variant: {name}", flush=True)
-                llm, build_s = timed(lambda: LLM(s.ours, **s.engine_args, **s.graphs, graph_batch_sizes=[1],
-                                                 fused_decode=FUSED_DECODE[fused]), s.dev)
-                logits = first_decode_logits(llm, s.prompt)
-                reference_logits = logits if reference_logits is None else reference_logits
-                run = decode_run(llm, name, s.prompt, s.output, s.dev, build_s=build_s)
-                tokens = run.pop("tokens")
-                run["logits_rel_err_vs_module_path"] = float((logits - reference_logits).norm()
-                                                             / reference_logits.norm())
-                run["greedy_prefix_vs_graphs"] = common_prefix(tokens, ours_tokens)
-                if s.dev.type == "cuda":
-                    try:
-                        run["kernels"] = graph_kernel_breakdown(llm.runner.decoder.graphs[1])
-                    except Exception as exc:  # noqa: BLE001 - a profiler problem must not lose the run
-                        run["kernels_error"] = repr(exc)[:300]
-                results["variants"].append(run)
-                del llm
-                empty_cache(s.dev)
+            paged_decode.DECODE_CONFIG = dataclasses.replace(default, pdl=pdl)
+            name = f"{s.graphs_name}, {fused or 'module path'}, decode PDL {pdl}"
+            print(f"variant: {name}", flush=True)
+            llm, build_s = timed(lambda: LLM(s.ours, **s.engine_args, **s.graphs, graph_batch_sizes=[1],
+                                             fused_decode=FUSED_DECODE[fused]), s.dev)
+            logits = first_decode_logits(llm, s.prompt)
+            reference_logits = logits if reference_logits is None else reference_logits
+            run = decode_run(llm, name, s.prompt, s.output, s.dev, build_s=build_s)
+            tokens = run.pop("tokens")
+            run["logits_rel_err_vs_module_path"] = float((logits - reference_logits).norm()
+                                                         / reference_logits.norm())
+            run["greedy_prefix_vs_graphs"] = common_prefix(tokens, ours_tokens)
+            if s.dev.type == "cuda":
+                try:
+                    run["kernels"] = graph_kernel_breakdown(llm.runner.decoder.graphs[1])
+                except Exception as exc:  # noqa: BLE001 - a profiler problem must not lose the run
+                    run["kernels_error"] = repr(exc)[:300]
+            results["variants"].append(run)
+            # The model's attention modules are rebound to the next engine's caches; this engine's
+            # graph keeps the addresses of its own, which must stay allocated for its replays.
+            kept.append((llm, [attn.kv_cache for attn in s.ours.attention_layers()]))
+        if s.dev.type == "cuda":  # GPU time side by side: the variants' graphs replayed in turn
+            graphs = [llm.runner.decoder.graphs[1] for llm, _ in kept]
+            for run, ms in zip(results["variants"], interleaved_replay_ms(graphs)):
+                run["gpu_ms_interleaved"] = ms
     finally:
         paged_decode.DECODE_CONFIG = default
+        kept.clear()
+        empty_cache(s.dev)
 
 
-def graph_kernel_breakdown(graph, reps: int = 5) -> dict:
-    """Where a decode step's GPU time goes: the kernels of ``reps`` replays of ``graph`` under the
-    PyTorch profiler (CUPTI reports each kernel of a graph launch), per replay: launches and time
-    per kernel name, their sum, and the replay's own time (the difference is time between kernels)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    replay_ms(graph, 3)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            graph.replay()
-        torch.cuda.synchronize()
-    kernels = []
-    for e in prof.key_averages():
-        us = getattr(e, "device_time_total", None)
-        us = getattr(e, "cuda_time_total", 0.0) if us is None else us
-        if us and e.count:
-            kernels.append({"kernel": e.key[:90], "launches": e.count / reps, "us": us / reps})
-    kernels.sort(key=lambda k: -k["us"])
-    total_us = sum(k["us"] for k in kernels)
-    return {"replay_ms": replay_ms(graph, 20), "kernel_sum_ms": total_us / 1e3,
-            "launches": sum(k["launches"] for k in kernels), "top": kernels[:14]}
+def interleaved_replay_ms(graphs, rounds: int = 30) -> list:
+    """Median GPU time of each graph's replay, the graphs taking turns (order reversed every other
+    round), so clock and temperature drift over the run reach every graph alike."""
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
+              for _ in graphs]
+    for g in graphs:
+        g.replay()
+    for r in range(rounds):
+        order = range(len(graphs)) if r % 2 == 0 else reversed(range(len(graphs)))
+        for i in order:
+            events[i][r][0].record()
+            graphs[i].replay()
+            events[i][r][1].record()
+    torch.cuda.synchronize()
+    return [statistics.median(a.elapsed_time(b) for a, b in evs) for evs in events]
 
 
 def first_decode_logits(llm, prompt) -> torch.Tensor:
@@ -490,13 +497,14 @@ def markdown(results):
                   gemv_markdown(results["fused_gemv"])]
     if results.get("variants"):
         lines += ["", "Batch-1 decode variants (one run, side by side):", "",
-                  "| variant | ms/token GPU | GPU / floor | ms/token wall | first-step logits rel. err vs module path "
-                  "| greedy prefix vs graphs run |", "|---|---|---|---|---|---|"]
+                  "| variant | ms/token GPU, interleaved | GPU / floor | ms/token GPU, alone | ms/token wall "
+                  "| first-step logits rel. err vs module path | greedy prefix vs graphs run |",
+                  "|---|---|---|---|---|---|---|"]
         for r in results["variants"]:
-            gpu = r.get("gpu_ms_per_token")
+            gpu = r.get("gpu_ms_interleaved")
             lines.append(f"| {r['engine']} | {fmt(gpu, '.3f')} | {fmt(gpu / floor if gpu and floor else None, '.3f')} "
-                         f"| {fmt(r['wall_ms_per_token'], '.3f')} | {r['logits_rel_err_vs_module_path']:.2e} "
-                         f"| {r['greedy_prefix_vs_graphs']} |")
+                         f"| {fmt(r.get('gpu_ms_per_token'), '.3f')} | {fmt(r['wall_ms_per_token'], '.3f')} "
+                         f"| {r['logits_rel_err_vs_module_path']:.2e} | {r['greedy_prefix_vs_graphs']} |")
     profiled = [(r["engine"], r.get("kernels")) for r in results.get("variants", [])]
     profiled.append(("the step's GEMVs alone", results["floor"].get("gemv_only_kernels")))
     for name, k in profiled:

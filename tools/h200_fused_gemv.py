@@ -4,7 +4,8 @@ Llama-3.1-8B's shapes, batch 1, on one GPU, side by side in one run:
 * ``cublas``: the projection alone (``F.linear``, cuBLAS), the floor the fused kernel competes with;
 * ``unfused``: the module chain it replaces (fused-add RMSNorm -> F.linear -> RoPE -> KV store, or
   fused-add RMSNorm -> F.linear -> SiluAndMul), the reference modules' own kernels;
-* ``fused``: the fused kernel, for each GPU tile in ``TILES`` (the first is the committed default).
+* ``fused``: the fused kernel, for each GPU tile in ``TILES`` (the first is the committed default);
+  for the o and down projections (nothing fused) the same kernel as a plain GEMV (``gemv``).
 
 Each case runs LAYERS times in a row in one CUDA graph, each call on its own weight copy (as
 consecutive layers do, so no call finds its weights in L2), the L2 flushed before each replay; the
@@ -15,6 +16,7 @@ in the same run. Each fused tile's output is checked against the unfused chain f
     python3 tools/h200_fused_gemv.py --tiny-cpu                     (interpreter: checks the script)
 """
 import argparse
+import functools
 import json
 import os
 import sys
@@ -26,15 +28,24 @@ if "--tiny-cpu" in sys.argv:
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+sys.path[:0] = [str(ROOT), str(ROOT / "src"), str(ROOT / "tools")]
 from kernels_reference.L1 import fused_gemv  # noqa: E402
 from kernels_reference.L1.kv_store import store_kv_cache_triton  # noqa: E402
 from kernels_reference.L1.rms_norm import RMSNorm  # noqa: E402
 from kernels_reference.L1.rotary_emb import RotaryEmbedding  # noqa: E402
 from kernels_reference.L1.silu_and_mul import SiluAndMul  # noqa: E402
 
-TILES = [dict(BLOCK_K=512, num_warps=4), dict(BLOCK_K=256, num_warps=4), dict(BLOCK_K=1024, num_warps=4),
-         dict(BLOCK_K=512, num_warps=8), dict(BLOCK_K=1024, num_warps=8), dict(BLOCK_K=256, num_warps=2)]
+def _tile(block_k, warps, prefetch=True, row_acc=True, **extra):
+    return dict(BLOCK_K=block_k, num_warps=warps, PREFETCH=prefetch, ROW_ACC=row_acc, **extra)
+
+
+# The committed default first; then prefetch / per-row accumulators one at a time and together,
+# tile widths and warps around the best guess, and Triton's own pipelining off (num_stages 1).
+TILES = [_tile(512, 4, False, False), _tile(512, 4, True, False), _tile(512, 4, False, True), _tile(512, 4),
+         _tile(1024, 4), _tile(1024, 8), _tile(256, 4), _tile(256, 2), _tile(512, 8), _tile(2048, 8),
+         _tile(1024, 8, False, True), _tile(512, 4, False, False, num_stages=1), _tile(512, 4, num_stages=1),
+         _tile(1024, 8, num_stages=1)]
+SIDES = ("qkv", "gate_up", "o", "down")
 LLAMA_8B = dict(hidden=4096, inter=14336, nq=32, nk=8, d=128)
 TINY = dict(hidden=64, inter=96, nq=4, nk=2, d=32)
 
@@ -63,8 +74,11 @@ class Case:
         self.caches = [(torch.zeros(64, 16, nk, d, device=dev, dtype=dtype),
                         torch.zeros(64, 16, nk, d, device=dev, dtype=dtype)) for _ in range(layers)]
         self.act = SiluAndMul()
-        self.weight_bytes = {"qkv": self.qkv_w[0].numel() * self.qkv_w[0].element_size(),
-                             "gate_up": self.gate_up_w[0].numel() * self.gate_up_w[0].element_size()}
+        self.o_w = [rand(h, nq * d, scale=(nq * d) ** -0.5) for _ in range(layers)]
+        self.down_w = [rand(h, i, scale=i ** -0.5) for _ in range(layers)]
+        self.attn_out, self.act_in = rand(1, nq * d), rand(1, i)
+        self.weight_bytes = {side: w[0].numel() * w[0].element_size() for side, w in
+                             (("qkv", self.qkv_w), ("gate_up", self.gate_up_w), ("o", self.o_w), ("down", self.down_w))}
 
     # ---- the three ways of computing each side -----------------------------------------------
     def qkv(self, way, layer):
@@ -82,6 +96,16 @@ class Case:
         return fused_gemv.norm_gemv_rope_kv(self.x, self.res, self.norm.weight, 1e-5, w, self.table, self.table_row,
                                             self.slot, kc, vc, s["nq"], s["nk"], s["d"])[0]
 
+    def o(self, way, layer):  # no fusion: cuBLAS against the same GEMV kernel ("unfused" = cuBLAS)
+        if way == "fused":
+            return fused_gemv.gemv(self.attn_out, self.o_w[layer])
+        return torch.nn.functional.linear(self.attn_out, self.o_w[layer])
+
+    def down(self, way, layer):
+        if way == "fused":
+            return fused_gemv.gemv(self.act_in, self.down_w[layer])
+        return torch.nn.functional.linear(self.act_in, self.down_w[layer])
+
     def gate_up(self, way, layer):
         w = self.gate_up_w[layer]
         if way == "cublas":
@@ -90,21 +114,6 @@ class Case:
             normed, _ = self.norm(self.x, self.res)
             return self.act(torch.nn.functional.linear(normed, w))
         return fused_gemv.norm_gemv_silu_mul(self.x, self.res, self.norm.weight, 1e-5, w)[0]
-
-
-def time_us(fn, layers, dev):
-    """Per-call GPU time of ``fn(layer)`` for every layer in a row, from one CUDA graph."""
-    from fk_pytest.timing import L2Flusher, flushed_replay_us
-    from kernels_reference.cuda_graphs import capture
-
-    for layer in range(layers):
-        fn(layer)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with capture(graph):
-        for layer in range(layers):
-            fn(layer)
-    return flushed_replay_us(graph, L2Flusher(dev), tries=7) / layers
 
 
 def rel_err(a, b):
@@ -127,41 +136,58 @@ def main():
     print(markdown(result))
 
 
-def sweep(case: "Case", dev) -> dict:
-    """Checks and times every way and tile; leaves ``fused_gemv.GPU_TILE`` at the fastest tile by
-    the sum of both sides' times (the default again when none beats it, or off the GPU)."""
+def sweep(case: "Case", dev, rounds: int = 30) -> dict:
+    """Checks every fused tile against the unfused chain, then times every way and tile side by
+    side (graph_timing's amortised method: LAYERS calls per graph, interleaved rounds, L2 flushed
+    before each replay) and reads each graph's kernels from the profiler. Leaves
+    ``fused_gemv.GPU_TILE`` at the fastest tile by the sum of both sides' times (the default when
+    none was timed, e.g. off the GPU)."""
     result = {"copy_tbps": None, "rows": [], "best_tile": None, "default_tile": dict(fused_gemv.GPU_TILE)}
-    if dev.type == "cuda":
-        from fk_pytest.timing import measure_roofline
-
-        result["copy_tbps"] = measure_roofline(dev)["copy_tbps"]
     default = dict(fused_gemv.GPU_TILE)
-    totals = {}
-    for side in ("qkv", "gate_up"):
+    tiles = TILES if dev.type == "cuda" else TILES[:1]
+    runners, rows = {}, {}
+    for side in SIDES:
         fn = getattr(case, side)
         want = fn("unfused", 0)
-        ways = [("cublas", None), ("unfused", None)] + [("fused", t) for t in (TILES if dev.type == "cuda" else TILES[:1])]
-        for way, tile in ways:
-            if tile is not None:
-                fused_gemv.GPU_TILE = dict(tile)
-            row = {"side": side, "way": way, "tile": tile}
+        plain = side in ("o", "down")  # nothing to fuse: the unfused chain is cuBLAS itself
+        for way, tile in [("cublas", None)] + ([] if plain else [("unfused", None)]) + [("fused", t) for t in tiles]:
+            label = f"{side} {way} {json.dumps(tile, sort_keys=True) if tile else ''}".strip()
+            fused_gemv.GPU_TILE = dict(default if tile is None else tile)  # baked into the graphs captured now
+            row = rows[label] = {"side": side, "way": way, "tile": tile}
             try:
                 if way == "fused":
                     row["rel_err_vs_unfused"] = rel_err(fn(way, 0), want)
+                    compiled = fused_gemv.LAST_LAUNCH.get("kernel")
+                    row["registers"] = getattr(compiled, "n_regs", None)
+                    row["spills"] = getattr(compiled, "n_spills", None)
                 if dev.type == "cuda":
-                    row["us"] = time_us(lambda layer: fn(way, layer), case.layers, dev)
-                    row["fraction_of_copy"] = case.weight_bytes[side] / (row["us"] * 1e-6) / (result["copy_tbps"] * 1e12)
-                    if way == "fused":
-                        key = json.dumps(tile, sort_keys=True)
-                        totals[key] = totals.get(key, 0.0) + row["us"]
+                    from graph_timing import AmortisedGraphs
+
+                    runners[label] = AmortisedGraphs([functools.partial(fn, way, layer) for layer in range(case.layers)])
             except Exception as exc:  # noqa: BLE001 - a tile that does not compile or run is reported, not fatal
                 row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-            result["rows"].append(row)
-            print(json.dumps(row), flush=True)
     fused_gemv.GPU_TILE = default
-    complete = {k: v for k, v in totals.items()
-                if sum(1 for r in result["rows"] if r["way"] == "fused" and "us" in r
-                       and json.dumps(r["tile"], sort_keys=True) == k) == 2}
+    if runners:
+        from fk_pytest.timing import L2Flusher, measure_roofline
+        from graph_timing import graph_kernel_breakdown, time_amortised
+
+        result["copy_tbps"] = measure_roofline(dev)["copy_tbps"]
+        times = time_amortised(runners, L2Flusher(dev), rounds)
+        for label, t in times.items():
+            row = rows[label]
+            row.update(us=t["us"], spread=t["spread"])
+            row["fraction_of_copy"] = case.weight_bytes[row["side"]] / (t["us"] * 1e-6) / (result["copy_tbps"] * 1e12)
+            kernels = graph_kernel_breakdown(runners[label].many)
+            row["kernel_us"] = kernels["kernel_sum_ms"] * 1e3 / case.layers
+    result["rows"] = list(rows.values())
+    for r in result["rows"]:
+        print(json.dumps(r), flush=True)
+    totals = {}
+    for r in result["rows"]:
+        if r["way"] == "fused" and "us" in r:
+            key = json.dumps(r["tile"], sort_keys=True)
+            totals.setdefault(key, []).append(r["us"])
+    complete = {k: sum(v) for k, v in totals.items() if len(v) == len(SIDES)}
     if complete:
         best = min(complete, key=complete.get)
         fused_gemv.GPU_TILE = json.loads(best)
@@ -172,17 +198,20 @@ def sweep(case: "Case", dev) -> dict:
 def markdown(result) -> str:
     lines = [f"Copy bandwidth measured in this run: {result['copy_tbps'] or 0:.2f} TB/s. Best fused tile "
              f"(both sides' time summed): {result['best_tile']} (default {result['default_tile']}).", "",
-             "| side | way | tile | us per call | weight bytes / time, fraction of copy | rel. err vs unfused |",
-             "|---|---|---|---|---|---|"]
+             "| side | way | tile (BLOCK_K, warps, prefetch, row acc., stages) | us per call | kernels us per call "
+             "| weight bytes / time, of copy | registers | rel. err vs unfused |", "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        tile = "-" if r["tile"] is None else f"BLOCK_K {r['tile']['BLOCK_K']}, {r['tile']['num_warps']} warps"
-        us = r.get("us")
-        frac = r.get("fraction_of_copy")
-        err = r.get("rel_err_vs_unfused")
-        lines.append(f"| {r['side']} | {r['way']} | {tile} | {'-' if us is None else f'{us:.2f}'} | "
-                     f"{'-' if frac is None else f'{frac:.3f}'} | {'-' if err is None else f'{err:.2e}'} |"
-                     + (f" error: {r['error']}" if "error" in r else ""))
+        t = r["tile"]
+        tile = "-" if t is None else (f"{t['BLOCK_K']}, {t['num_warps']}, {'y' if t['PREFETCH'] else 'n'}, "
+                                      f"{'y' if t['ROW_ACC'] else 'n'}, {t.get('num_stages', 'default')}")
+        cells = [r["side"], r["way"], tile, _f(r.get("us"), ".2f"), _f(r.get("kernel_us"), ".2f"),
+                 _f(r.get("fraction_of_copy"), ".3f"), _f(r.get("registers"), "d"), _f(r.get("rel_err_vs_unfused"), ".2e")]
+        lines.append("| " + " | ".join(cells) + " |" + (f" error: {r['error']}" if "error" in r else ""))
     return "\n".join(lines)
+
+
+def _f(x, spec):
+    return "-" if x is None else format(x, spec)
 
 
 if __name__ == "__main__":

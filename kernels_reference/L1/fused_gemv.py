@@ -39,18 +39,19 @@ try:
 except ImportError:  # the fused path is simply unavailable without Triton
     triton = None
 
-SILU_MUL, ROPE_KV = 0, 1
+SILU_MUL, ROPE_KV, PLAIN = 0, 1, 2
 HALF_ROWS = 8  # output rows per program and half (a program owns 2 * HALF_ROWS weight rows)
+MIN_HALF_ROWS = 4  # used instead where HALF_ROWS would leave fewer than 3 programs per SM
 # The GPU tile: a program streams 2 x HALF_ROWS rows x BLOCK_K columns per loop iteration
 # (16 KiB in bfloat16). tools/h200_fused_gemv.py times alternatives on the H200.
-GPU_TILE = dict(BLOCK_K=512, num_warps=4)
+GPU_TILE = dict(BLOCK_K=512, num_warps=4, PREFETCH=False, ROW_ACC=False)
 
 
 def _config(k: int, on_gpu: bool) -> dict:
     """Tile of the K loop; the interpreter takes the whole row at once (it pays per step, not per
     element)."""
     if not on_gpu:
-        return dict(BLOCK_K=triton.next_power_of_2(k), num_warps=4)
+        return dict(BLOCK_K=triton.next_power_of_2(k), num_warps=4, PREFETCH=False, ROW_ACC=False)
     return dict(GPU_TILE)
 
 
@@ -68,6 +69,17 @@ def _check_row(x: torch.Tensor, residual: Optional[torch.Tensor], norm_weight: t
         raise ValueError("the weight needs a unit stride along its input dimension")
 
 
+def _half_rows(pairs: int, device: torch.device) -> int:
+    """Rows per program and half: HALF_ROWS, or MIN_HALF_ROWS where that many would give fewer than
+    three programs per SM (Llama-3.1-8B's q/k/v, o and down projections on an H200): a program
+    streams its rows alone, so an SM needs several to keep enough loads in flight."""
+    from .paged_decode import sm_count
+
+    if pairs % HALF_ROWS == 0 and pairs // HALF_ROWS >= 3 * sm_count(device):
+        return HALF_ROWS
+    return MIN_HALF_ROWS if pairs % MIN_HALF_ROWS == 0 else HALF_ROWS
+
+
 def _row_args(x, residual):
     """Contiguous input row, residual row and a fresh buffer for the updated residual."""
     x = x.contiguous()
@@ -77,11 +89,13 @@ def _row_args(x, residual):
 
 
 def norm_gemv_silu_mul(x: torch.Tensor, residual: Optional[torch.Tensor], norm_weight: torch.Tensor, eps: float,
-                       gate_up_weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+                       gate_up_weight: torch.Tensor, pdl: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """``SiluAndMul(gate_up(RMSNorm(x [+ residual])))`` for one token: (activation [1, I], residual).
 
     ``gate_up_weight`` [2I, hidden] holds gate rows then up rows (``MergedColumnParallelLinear``).
-    The returned residual is ``x + residual`` (or ``x`` itself when ``residual`` is None).
+    The returned residual is ``x + residual`` (or ``x`` itself when ``residual`` is None). ``pdl``:
+    launched as a programmatic dependent launch (sm_90+): the first weight tiles are requested before
+    the wait for the kernel ahead, whose output is read only after it.
     """
     _check_row(x, residual, norm_weight, gate_up_weight)
     inter = gate_up_weight.shape[0] // 2
@@ -90,14 +104,31 @@ def norm_gemv_silu_mul(x: torch.Tensor, residual: Optional[torch.Tensor], norm_w
     x, res, res_out = _row_args(x, residual)
     out = torch.empty(1, inter, dtype=x.dtype, device=x.device)
     _launch(x, res, res_out, norm_weight, eps, gate_up_weight, out, residual is not None, SILU_MUL,
-            pair_offset=inter, programs=inter // HALF_ROWS)
+            pair_offset=inter, pairs=inter, pdl=pdl)
     return out, (res_out if residual is not None else x)
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, pdl: bool = False) -> torch.Tensor:
+    """``F.linear(x, weight)`` for one token [1, K] -> [1, N], with the same kernel (no norm, no
+    epilogue): the fused path's o and down projections, so that every launch of a layer can be a
+    dependent launch (``pdl``), which cuBLAS's kernels are not."""
+    if x.dim() != 2 or x.shape[0] != 1 or weight.dim() != 2 or weight.shape[1] != x.shape[1]:
+        raise ValueError(f"gemv takes x [1, K] and weight [N, K], got {tuple(x.shape)} and {tuple(weight.shape)}")
+    if weight.stride(1) != 1 or weight.shape[0] % (2 * MIN_HALF_ROWS):
+        raise ValueError(f"weight {tuple(weight.shape)}: needs a unit inner stride and a multiple of "
+                         f"{2 * MIN_HALF_ROWS} rows")
+    x = x.contiguous()
+    out = torch.empty(1, weight.shape[0], dtype=x.dtype, device=x.device)
+    n_half = weight.shape[0] // 2
+    _launch(x, x, x, x, 0.0, weight, out, False, PLAIN, pair_offset=n_half, pairs=n_half, pdl=pdl, norm=False)
+    return out
 
 
 def norm_gemv_rope_kv(x: torch.Tensor, residual: Optional[torch.Tensor], norm_weight: torch.Tensor, eps: float,
                       qkv_weight: torch.Tensor, cos_sin: torch.Tensor, cos_sin_row: torch.Tensor,
                       slot: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                      num_heads: int, num_kv_heads: int, head_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                      num_heads: int, num_kv_heads: int, head_size: int,
+                      pdl: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """The attention block's input side for one token: ``qkv = qkv_proj(RMSNorm(x [+ residual]))``,
     NeoX RoPE on q and k at row ``cos_sin_row`` [1] of ``cos_sin`` ([positions, head_size]: cos
     half then sin half, as ``RotaryEmbedding.cos_sin_table``), k and v stored at cache ``slot``
@@ -116,23 +147,38 @@ def norm_gemv_rope_kv(x: torch.Tensor, residual: Optional[torch.Tensor], norm_we
     query = torch.empty(1, num_heads * head_size, dtype=x.dtype, device=x.device)
     heads = num_heads + 2 * num_kv_heads
     _launch(x, res, res_out, norm_weight, eps, qkv_weight, query, residual is not None, ROPE_KV,
-            pair_offset=head_size // 2, programs=heads * (head_size // 2 // HALF_ROWS),
+            pair_offset=head_size // 2, pairs=heads * (head_size // 2), pdl=pdl,
             rope=(cos_sin, cos_sin_row, slot, key_cache, value_cache, num_heads, num_kv_heads, head_size))
     return query, (res_out if residual is not None else x)
 
 
-def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, pair_offset, programs, rope=None):
+LAST_LAUNCH: dict = {}  # the last compiled kernel launched (the H200 script reads its registers)
+
+
+def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, pair_offset, pairs, pdl=False,
+            rope=None, norm=True):
     if rope is None:  # the rope/cache arguments are unused: any tensor of the right kind will do
         cos_sin, row, slot, kc, vc, nq, nk, d = out, x, x, out.view(1, 1, 1, -1), out.view(1, 1, 1, -1), 1, 1, 1
     else:
         cos_sin, row, slot, kc, vc, nq, nk, d = rope
-    _norm_gemv_kernel[(programs,)](
+    half = _half_rows(pairs, x.device)
+    if epilogue == ROPE_KV and (d // 2) % half:
+        half = HALF_ROWS
+    config = _config(x.shape[1], x.is_cuda)
+    if pdl and x.is_cuda:
+        from .paged_decode import VariantUnavailable, pdl_unavailable_reason
+
+        reason = pdl_unavailable_reason(x.device)
+        if reason:
+            raise VariantUnavailable(f"fused GEMV with pdl=True: {reason}")
+        config["launch_pdl"] = True
+    LAST_LAUNCH["kernel"] = _norm_gemv_kernel[(pairs // half,)](
         x, res, res_out, norm_weight, weight, out,
         cos_sin, row, slot, kc, vc,
         x.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0,
         kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), kc.shape[1],
-        HAS_RES=has_res, EPILOGUE=epilogue, HALF=HALF_ROWS,
-        NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **_config(x.shape[1], x.is_cuda),
+        HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda,
+        NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
     )
 
 
@@ -170,6 +216,7 @@ def norm_gemv_rope_kv_reference(x, residual, norm_weight, eps, qkv_weight, cos_s
 
 
 if triton is not None:
+    from .paged_decode import _gdc_launch_dependents, _gdc_wait  # grid dependency control (or stand-ins)
 
     @triton.jit
     def _norm_gemv_kernel(
@@ -179,7 +226,8 @@ if triton is not None:
         kc_s_block, kc_s_tok, kc_s_head, vc_s_block, vc_s_tok, vc_s_head, block_size,
         HAS_RES: tl.constexpr, EPILOGUE: tl.constexpr, HALF: tl.constexpr,
         NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-        BLOCK_K: tl.constexpr,
+        BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, ROW_ACC: tl.constexpr, NORM: tl.constexpr,
+        PDL: tl.constexpr,
     ):
         pid = tl.program_id(0)
         r = tl.arange(0, HALF)
@@ -188,7 +236,7 @@ if triton is not None:
             head = pid // CHUNKS
             col = (pid % CHUNKS) * HALF + r  # rotary index within the head's first half
             rows_a = head * HEAD_DIM + col
-        else:  # SILU_MUL: gate rows j..j+HALF; their up rows follow pair_offset later
+        else:  # SILU_MUL / PLAIN: rows j..j+HALF and their partners pair_offset later
             head = pid
             col = r
             rows_a = pid * HALF + r
@@ -196,39 +244,85 @@ if triton is not None:
         dtype = out_ptr.dtype.element_ty
         kk = tl.arange(0, BLOCK_K)
 
-        # Prologue: RMS statistics of x (+ residual) in float32, as RMSNorm; program 0 writes the sum.
-        sumsq = tl.zeros([BLOCK_K], tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            m = k0 + kk < K
-            h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-            if HAS_RES:
-                h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-                tl.store(res_out_ptr + k0 + kk, h.to(dtype), mask=m & (tl.zeros([BLOCK_K], tl.int32) + pid == 0))
-            sumsq += h * h
-        rstd = 1.0 / tl.sqrt(tl.sum(sumsq, axis=0) / K + eps)
+        wa_ptrs = w_ptr + rows_a.to(tl.int64)[:, None] * w_s_row + kk[None, :]
+        wb_ptrs = w_ptr + rows_b.to(tl.int64)[:, None] * w_s_row + kk[None, :]
+        if PREFETCH:
+            # The weights do not depend on x: the first tiles are requested before the statistics
+            # pass, and in the loop the next tiles before this tile's arithmetic, so two tiles per
+            # program are in flight.
+            wa = tl.load(wa_ptrs, mask=(kk < K)[None, :], other=0.0, eviction_policy="evict_first")
+            wb = tl.load(wb_ptrs, mask=(kk < K)[None, :], other=0.0, eviction_policy="evict_first")
 
-        # The GEMV over the normalised row: float32 partial products per column, one reduction at the end.
-        acc_a = tl.zeros([HALF, BLOCK_K], tl.float32)
-        acc_b = tl.zeros([HALF, BLOCK_K], tl.float32)
+        if PDL:
+            # A dependent launch: the weight tiles above did not wait for the kernel ahead; x (its
+            # output) and everything written below do. The next kernel may launch once every
+            # program of this one is past its wait (it waits for this one's completion in turn).
+            _gdc_wait()
+            _gdc_launch_dependents()
+
+        # Prologue: RMS statistics of x (+ residual) in float32, as RMSNorm; program 0 writes the sum.
+        rstd = 1.0
+        if NORM:
+            sumsq = tl.zeros([BLOCK_K], tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                m = k0 + kk < K
+                h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+                if HAS_RES:
+                    h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+                    tl.store(res_out_ptr + k0 + kk, h.to(dtype),
+                             mask=m & (tl.zeros([BLOCK_K], tl.int32) + pid == 0))
+                sumsq += h * h
+            rstd = 1.0 / tl.sqrt(tl.sum(sumsq, axis=0) / K + eps)
+
+        # The GEMV over the normalised row, in float32. ROW_ACC: one partial sum per row, reduced
+        # every iteration (few registers); else partial products per column, reduced once at the end.
+        if ROW_ACC:
+            acc_a = tl.zeros([HALF], tl.float32)
+            acc_b = tl.zeros([HALF], tl.float32)
+        else:
+            acc_a = tl.zeros([HALF, BLOCK_K], tl.float32)
+            acc_b = tl.zeros([HALF, BLOCK_K], tl.float32)
         for k0 in range(0, K, BLOCK_K):
             m = k0 + kk < K
-            wa = tl.load(w_ptr + rows_a.to(tl.int64)[:, None] * w_s_row + (k0 + kk)[None, :], mask=m[None, :],
-                         other=0.0, eviction_policy="evict_first")
-            wb = tl.load(w_ptr + rows_b.to(tl.int64)[:, None] * w_s_row + (k0 + kk)[None, :], mask=m[None, :],
-                         other=0.0, eviction_policy="evict_first")
+            if PREFETCH:
+                m_next = k0 + BLOCK_K + kk < K
+                wa_next = tl.load(wa_ptrs + k0 + BLOCK_K, mask=m_next[None, :], other=0.0,
+                                  eviction_policy="evict_first")
+                wb_next = tl.load(wb_ptrs + k0 + BLOCK_K, mask=m_next[None, :], other=0.0,
+                                  eviction_policy="evict_first")
+            else:
+                wa = tl.load(wa_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
+                wb = tl.load(wb_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
             h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-            if HAS_RES:
-                h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-            nw = tl.load(norm_w_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-            a = ((h * rstd).to(dtype).to(tl.float32) * nw).to(dtype).to(tl.float32)
-            acc_a += wa.to(tl.float32) * a[None, :]
-            acc_b += wb.to(tl.float32) * a[None, :]
-        ya = tl.sum(acc_a, axis=1).to(dtype).to(tl.float32)  # F.linear's output precision
-        yb = tl.sum(acc_b, axis=1).to(dtype).to(tl.float32)
+            if NORM:
+                if HAS_RES:
+                    h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+                nw = tl.load(norm_w_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+                a = ((h * rstd).to(dtype).to(tl.float32) * nw).to(dtype).to(tl.float32)
+            else:
+                a = h
+            if ROW_ACC:
+                acc_a += tl.sum(wa.to(tl.float32) * a[None, :], axis=1)
+                acc_b += tl.sum(wb.to(tl.float32) * a[None, :], axis=1)
+            else:
+                acc_a += wa.to(tl.float32) * a[None, :]
+                acc_b += wb.to(tl.float32) * a[None, :]
+            if PREFETCH:
+                wa = wa_next
+                wb = wb_next
+        if ROW_ACC:
+            ya = acc_a.to(dtype).to(tl.float32)  # F.linear's output precision
+            yb = acc_b.to(dtype).to(tl.float32)
+        else:
+            ya = tl.sum(acc_a, axis=1).to(dtype).to(tl.float32)
+            yb = tl.sum(acc_b, axis=1).to(dtype).to(tl.float32)
 
         if EPILOGUE == 0:
             out = ya / (1.0 + tl.exp(-ya)) * yb
             tl.store(out_ptr + rows_a, out.to(dtype))
+        elif EPILOGUE == 2:
+            tl.store(out_ptr + rows_a, ya.to(dtype))
+            tl.store(out_ptr + rows_b, yb.to(dtype))
         else:
             # Scalar conditions are broadcast over the rows (the interpreter rejects scalar masks).
             heads = tl.zeros([HALF], tl.int32) + head

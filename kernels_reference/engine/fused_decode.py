@@ -12,9 +12,10 @@ mirror (RMSNorm, RotaryEmbedding, Attention, SiluAndMul, the linear layers are s
 modules, each replaceable by a candidate). So the path is taken only for a model built entirely
 from the reference classes (checked by exact type, so a candidate's subclass or replacement turns
 it off, with the reason), only for one token of one sequence (the batch-1 decode graph), and only
-when the engine is asked for it (``LLM(..., fused_decode=True)``). The suite's end-to-end tasks do
+when the engine is asked for it (``LLM(..., fused_decode=True)`` or a ``FusedDecodeConfig``). The suite's end-to-end tasks do
 not ask: they time the module structure vLLM runs, with whatever modules a candidate swaps in.
 """
+import dataclasses
 from typing import Callable, Optional
 
 import torch
@@ -90,18 +91,36 @@ def fused_decode_unavailable_reason(model) -> Optional[str]:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class FusedDecodeConfig:
+    """What the fused path fuses (``LLM(fused_decode=FusedDecodeConfig(...))``; True = the default).
+
+    ``mlp``: norm -> gate/up -> SiluAndMul as one kernel (else the MLP runs as modules);
+    ``linear``: the o and down projections through the same GEMV kernel instead of cuBLAS (no
+    split-K reduction kernels, and every launch of a layer is ours); ``pdl``: with ``linear``, every
+    launch of a layer is a programmatic dependent launch (sm_90+, the paged decode's PDL "all"
+    included): a GEMV requests its first weight tiles before waiting for the kernel ahead.
+    """
+
+    mlp: bool = True
+    linear: bool = False
+    pdl: bool = False
+
+    def __post_init__(self):
+        if self.pdl and not self.linear:
+            raise ValueError("FusedDecodeConfig(pdl=True) needs linear=True: cuBLAS's kernels are not dependent launches")
+
+
 class FusedDecode:
     """``forward(input_ids, positions) -> hidden`` for the decode graphs: the fused path for one
     token of one sequence, ``fallback`` (the model's own forward) for anything else. Reads the
     step's metadata from the forward context, as the attention layers do."""
 
-    def __init__(self, model, fallback: Callable, fuse_mlp: bool = True):
+    def __init__(self, model, fallback: Callable, config: Optional[FusedDecodeConfig] = None):
         reason = fused_decode_unavailable_reason(model)
         if reason:
             raise ValueError(f"fused_decode: {reason}")
-        # fuse_mlp=False keeps the MLP side as modules (norm, cuBLAS gate/up, SiluAndMul): the
-        # fused gate/up GEMV is measured separately from the attention side's fusions.
-        self.model, self.fallback, self.fuse_mlp = model, fallback, fuse_mlp
+        self.model, self.fallback, self.config = model, fallback, config or FusedDecodeConfig()
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         meta = get_forward_context()
@@ -111,9 +130,12 @@ class FusedDecode:
         return self.forward_one(input_ids, positions, meta)
 
     def forward_one(self, input_ids, positions, meta) -> torch.Tensor:
-        from ..L1.fused_gemv import norm_gemv_rope_kv, norm_gemv_silu_mul
-        from ..L1.paged_decode import paged_decode
+        from ..L1 import paged_decode as decode
+        from ..L1.fused_gemv import gemv, norm_gemv_rope_kv, norm_gemv_silu_mul
 
+        config = self.config
+        pdl = config.pdl and input_ids.is_cuda  # the interpreter has no dependent launches
+        decode_config = dataclasses.replace(decode.DECODE_CONFIG, pdl="all") if pdl else None
         body = self.model.model
         x = body.embed_tokens(input_ids)
         residual = None
@@ -126,15 +148,17 @@ class FusedDecode:
             norm = layer.input_layernorm
             query, residual = norm_gemv_rope_kv(
                 x, residual, norm.weight, norm.variance_epsilon, attn.qkv_proj.weight, table, table_row,
-                meta.slot_mapping, key_cache, value_cache, attn.num_heads, attn.num_kv_heads, attn.head_dim)
-            out = paged_decode(query.view(1, attn.num_heads, attn.head_dim), key_cache, value_cache,
-                               meta.block_tables, meta.seq_lens, attn.attn.scale)
-            x = attn.o_proj(out.view(1, -1))
+                meta.slot_mapping, key_cache, value_cache, attn.num_heads, attn.num_kv_heads, attn.head_dim,
+                pdl=pdl)
+            out = decode.paged_decode(query.view(1, attn.num_heads, attn.head_dim), key_cache, value_cache,
+                                      meta.block_tables, meta.seq_lens, attn.attn.scale, config=decode_config)
+            out = out.view(1, -1)
+            x = gemv(out, attn.o_proj.weight, pdl=pdl) if config.linear else attn.o_proj(out)
             norm = layer.post_attention_layernorm
-            if self.fuse_mlp:
+            if config.mlp:
                 act, residual = norm_gemv_silu_mul(x, residual, norm.weight, norm.variance_epsilon,
-                                                   mlp.gate_up_proj.weight)
-                x = mlp.down_proj(act)
+                                                   mlp.gate_up_proj.weight, pdl=pdl)
+                x = gemv(act, mlp.down_proj.weight, pdl=pdl) if config.linear else mlp.down_proj(act)
             else:
                 x, residual = norm(x, residual)
                 x = mlp(x)

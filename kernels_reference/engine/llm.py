@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence as Seq, Union
 import torch
 
 from .block_manager import BlockManager
+from .fused_decode import FusedDecodeConfig
 from .runner import ModelRunner
 from .scheduler import Scheduler
 from .sequence import Sequence
@@ -62,14 +63,14 @@ class LLM:
     16, 32, ... up to ``max_num_seqs``), ``padded_decode`` (the graphs' padded static-buffer path,
     run eagerly; on by default with graphs), ``compile`` (``torch.compile`` the model body; a dict
     gives ``torch.compile`` options), ``fused_decode`` (batch-1 decode steps of a Llama model built
-    from the reference modules run with the per-layer glue fused into the GEMVs: ``fused_decode.py``;
-    ``"attention"``: the attention side only)."""
+    from the reference modules run with the per-layer glue fused into the GEMVs; a ``FusedDecodeConfig``
+    says what to fuse: ``fused_decode.py``)."""
 
     def __init__(self, model, num_blocks: int = 256, block_size: int = 16, max_num_seqs: int = 64,
                  max_num_batched_tokens: int = 2048, chunked_prefill: bool = True,
                  max_model_len: Optional[int] = None, cuda_graphs: bool = False,
                  padded_decode: Optional[bool] = None, compile: Union[bool, dict] = False,
-                 graph_batch_sizes: Optional[Seq[int]] = None, fused_decode: Union[bool, str] = False):
+                 graph_batch_sizes: Optional[Seq[int]] = None, fused_decode: Union[bool, FusedDecodeConfig] = False):
         self.model = model.eval()
         self.blocks = BlockManager(num_blocks, block_size)
         self.scheduler = Scheduler(self.blocks, max_num_seqs, max_num_batched_tokens, chunked_prefill)

@@ -12,7 +12,7 @@ import torch
 
 from ..forward_context import AttentionMetadata, set_forward_context
 from .decode_graphs import PaddedDecoder, graph_batch_sizes
-from .fused_decode import FusedDecode
+from .fused_decode import FusedDecode, FusedDecodeConfig
 from .sequence import Sequence
 
 
@@ -20,15 +20,14 @@ class ModelRunner:
     def __init__(self, model, num_blocks: int, block_size: int, max_num_seqs: int = 64,
                  max_model_len: Optional[int] = None, cuda_graphs: bool = False,
                  padded_decode: Optional[bool] = None, compile: Union[bool, dict] = False,
-                 graph_sizes: Optional[Seq[int]] = None, fused_decode: Union[bool, str] = False):
+                 graph_sizes: Optional[Seq[int]] = None, fused_decode: Union[bool, FusedDecodeConfig] = False):
         self.model, self.block_size = model, block_size
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         if cuda_graphs and padded_decode is False:
             raise ValueError("cuda_graphs=True replays the padded decode path: padded_decode=False contradicts it")
-        if fused_decode not in (False, True, "attention"):
-            raise ValueError(f"fused_decode must be False, True or 'attention' (the attention side only), "
-                             f"got {fused_decode!r}")
+        if not isinstance(fused_decode, (bool, FusedDecodeConfig)):
+            raise ValueError(f"fused_decode must be a bool or a FusedDecodeConfig, got {fused_decode!r}")
         if fused_decode and not padded_decode and not cuda_graphs:
             raise ValueError("fused_decode=True runs in the padded decode path: it needs cuda_graphs or padded_decode")
         if cuda_graphs and self.device.type != "cuda":
@@ -47,8 +46,8 @@ class ModelRunner:
             sizes = list(graph_sizes) if graph_sizes else graph_batch_sizes(max_num_seqs)
             # fused_decode: the batch-1 bucket runs the fused Llama step (fused_decode.py says where
             # it applies); refused with the reason when the model is not made of the reference modules.
-            decode_forward = (FusedDecode(model, self.forward, fuse_mlp=fused_decode is True) if fused_decode
-                              else self.forward)
+            config = fused_decode if isinstance(fused_decode, FusedDecodeConfig) else None
+            decode_forward = FusedDecode(model, self.forward, config) if fused_decode else self.forward
             self.decoder = PaddedDecoder(decode_forward, model.compute_logits, sizes, block_size,
                                          -(-self.max_model_len // block_size), model.config.vocab_size, self.device)
             if cuda_graphs:
