@@ -10,7 +10,8 @@ Llama-3.1-8B's shapes, batch 1, on one GPU, side by side in one run:
 Each case runs LAYERS times in a row in one CUDA graph, each call on its own weight copy (as
 consecutive layers do, so no call finds its weights in L2), the L2 flushed before each replay; the
 table gives us per call and the weight bytes / time as a fraction of the copy bandwidth measured
-in the same run. Each fused tile's output is checked against the unfused chain first.
+in the same run. Each fused tile's output is checked against the unfused chain first; the fastest tile per kernel
+kind is left in ``fused_gemv.GPU_TILES`` (the engine script runs its variants with them).
 
     PYTHONPATH=$PWD/src:$PWD python3 tools/h200_fused_gemv.py      (device machine, ~1 min)
     python3 tools/h200_fused_gemv.py --tiny-cpu                     (interpreter: checks the script)
@@ -35,16 +36,24 @@ from kernels_reference.L1.rms_norm import RMSNorm  # noqa: E402
 from kernels_reference.L1.rotary_emb import RotaryEmbedding  # noqa: E402
 from kernels_reference.L1.silu_and_mul import SiluAndMul  # noqa: E402
 
-def _tile(block_k, warps, prefetch=True, row_acc=True, **extra):
-    return dict(BLOCK_K=block_k, num_warps=warps, PREFETCH=prefetch, ROW_ACC=row_acc, **extra)
+def _tile(block_k, warps, prefetch=False, row_acc=False, **extra):
+    return dict(BLOCK_K=block_k, num_warps=warps, PREFETCH=prefetch, ROW_ACC=row_acc, DOT=False, **extra)
 
 
-# The committed default first; then prefetch / per-row accumulators one at a time and together,
-# tile widths and warps around the best guess, and Triton's own pipelining off (num_stages 1).
-TILES = [_tile(512, 4, False, False), _tile(512, 4, True, False), _tile(512, 4, False, True), _tile(512, 4),
-         _tile(1024, 4), _tile(1024, 8), _tile(256, 4), _tile(256, 2), _tile(512, 8), _tile(2048, 8),
-         _tile(1024, 8, False, True), _tile(512, 4, False, False, num_stages=1), _tile(512, 4, num_stages=1),
-         _tile(1024, 8, num_stages=1)]
+def _dot(half, block_k, stages, warps=4):
+    return dict(BLOCK_K=block_k, num_warps=warps, PREFETCH=False, ROW_ACC=False, DOT=True, HALF=half,
+                num_stages=stages)
+
+
+# The committed defaults first (fused_gemv.GPU_TILES); then register-path tiles that did well in
+# session 5's first sweep (docs/perf/h200-engine.md, run g) and tensor-core (DOT) tiles, whose
+# weight loads Triton pipelines through shared memory num_stages deep.
+TILES = [_tile(512, 4), _tile(512, 4, row_acc=True), _tile(1024, 8, row_acc=True), _tile(512, 4, prefetch=True),
+         _tile(256, 4, True, True),
+         _dot(32, 128, 4), _dot(32, 128, 6), _dot(32, 64, 8), _dot(64, 128, 4), _dot(16, 128, 4),
+         _dot(32, 256, 3), _dot(64, 64, 6), _dot(16, 256, 4), _dot(32, 128, 4, warps=8)]
+EPILOGUE_OF = {"qkv": fused_gemv.ROPE_KV, "gate_up": fused_gemv.SILU_MUL, "o": fused_gemv.PLAIN,
+               "down": fused_gemv.PLAIN}
 SIDES = ("qkv", "gate_up", "o", "down")
 LLAMA_8B = dict(hidden=4096, inter=14336, nq=32, nk=8, d=128)
 TINY = dict(hidden=64, inter=96, nq=4, nk=2, d=32)
@@ -140,19 +149,21 @@ def sweep(case: "Case", dev, rounds: int = 30) -> dict:
     """Checks every fused tile against the unfused chain, then times every way and tile side by
     side (graph_timing's amortised method: LAYERS calls per graph, interleaved rounds, L2 flushed
     before each replay) and reads each graph's kernels from the profiler. Leaves
-    ``fused_gemv.GPU_TILE`` at the fastest tile by the sum of both sides' times (the default when
-    none was timed, e.g. off the GPU)."""
-    result = {"copy_tbps": None, "rows": [], "best_tile": None, "default_tile": dict(fused_gemv.GPU_TILE)}
-    default = dict(fused_gemv.GPU_TILE)
-    tiles = TILES if dev.type == "cuda" else TILES[:1]
+    ``fused_gemv.GPU_TILES`` at the fastest tile per kernel kind (o and down share one: the
+    fastest by their summed time); unchanged when nothing was timed (off the GPU)."""
+    defaults = {k: dict(v) for k, v in fused_gemv.GPU_TILES.items()}
+    result = {"copy_tbps": None, "rows": [], "best_tiles": None,
+              "default_tiles": {side: defaults[e] for side, e in EPILOGUE_OF.items()}}
+    tiles = TILES if dev.type == "cuda" else TILES[:1] + TILES[5:6]
     runners, rows = {}, {}
     for side in SIDES:
         fn = getattr(case, side)
         want = fn("unfused", 0)
         plain = side in ("o", "down")  # nothing to fuse: the unfused chain is cuBLAS itself
+        epilogue = EPILOGUE_OF[side]
         for way, tile in [("cublas", None)] + ([] if plain else [("unfused", None)]) + [("fused", t) for t in tiles]:
             label = f"{side} {way} {json.dumps(tile, sort_keys=True) if tile else ''}".strip()
-            fused_gemv.GPU_TILE = dict(default if tile is None else tile)  # baked into the graphs captured now
+            fused_gemv.GPU_TILES[epilogue] = dict(defaults[epilogue] if tile is None else tile)  # baked into the graphs
             row = rows[label] = {"side": side, "way": way, "tile": tile}
             try:
                 if way == "fused":
@@ -166,7 +177,7 @@ def sweep(case: "Case", dev, rounds: int = 30) -> dict:
                     runners[label] = AmortisedGraphs([functools.partial(fn, way, layer) for layer in range(case.layers)])
             except Exception as exc:  # noqa: BLE001 - a tile that does not compile or run is reported, not fatal
                 row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    fused_gemv.GPU_TILE = default
+        fused_gemv.GPU_TILES[epilogue] = dict(defaults[epilogue])
     if runners:
         from fk_pytest.timing import L2Flusher, measure_roofline
         from graph_timing import graph_kernel_breakdown, time_amortised
@@ -177,33 +188,37 @@ def sweep(case: "Case", dev, rounds: int = 30) -> dict:
             row = rows[label]
             row.update(us=t["us"], spread=t["spread"])
             row["fraction_of_copy"] = case.weight_bytes[row["side"]] / (t["us"] * 1e-6) / (result["copy_tbps"] * 1e12)
-            kernels = graph_kernel_breakdown(runners[label].many)
-            row["kernel_us"] = kernels["kernel_sum_ms"] * 1e3 / case.layers
+            row["kernel_us"] = graph_kernel_breakdown(runners[label].many)["kernel_sum_ms"] * 1e3 / case.layers
     result["rows"] = list(rows.values())
     for r in result["rows"]:
         print(json.dumps(r), flush=True)
-    totals = {}
-    for r in result["rows"]:
-        if r["way"] == "fused" and "us" in r:
-            key = json.dumps(r["tile"], sort_keys=True)
-            totals.setdefault(key, []).append(r["us"])
-    complete = {k: sum(v) for k, v in totals.items() if len(v) == len(SIDES)}
-    if complete:
-        best = min(complete, key=complete.get)
-        fused_gemv.GPU_TILE = json.loads(best)
-        result["best_tile"] = json.loads(best)
+    best = {}
+    for epilogue in set(EPILOGUE_OF.values()):
+        sides = [side for side, e in EPILOGUE_OF.items() if e == epilogue]
+        totals = {}
+        for r in result["rows"]:
+            if r["way"] == "fused" and "us" in r and r["side"] in sides:
+                totals.setdefault(json.dumps(r["tile"], sort_keys=True), []).append(r["us"])
+        complete = {k: sum(v) for k, v in totals.items() if len(v) == len(sides)}
+        if complete:
+            tile = json.loads(min(complete, key=complete.get))
+            fused_gemv.GPU_TILES[epilogue] = tile
+            best.update({side: tile for side in sides})
+    result["best_tiles"] = best or None
     return result
 
 
 def markdown(result) -> str:
-    lines = [f"Copy bandwidth measured in this run: {result['copy_tbps'] or 0:.2f} TB/s. Best fused tile "
-             f"(both sides' time summed): {result['best_tile']} (default {result['default_tile']}).", "",
-             "| side | way | tile (BLOCK_K, warps, prefetch, row acc., stages) | us per call | kernels us per call "
+    lines = [f"Copy bandwidth measured in this run: {result['copy_tbps'] or 0:.2f} TB/s. Fastest fused tile per "
+             f"side (o and down: one tile, by their summed time): {result['best_tiles']} (defaults "
+             f"{result['default_tiles']}).", "",
+             "| side | way | tile (BLOCK_K, warps, prefetch, row acc., stages; DOT: rows per half) | us per call | kernels us per call "
              "| weight bytes / time, of copy | registers | rel. err vs unfused |", "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         t = r["tile"]
         tile = "-" if t is None else (f"{t['BLOCK_K']}, {t['num_warps']}, {'y' if t['PREFETCH'] else 'n'}, "
-                                      f"{'y' if t['ROW_ACC'] else 'n'}, {t.get('num_stages', 'default')}")
+                                      f"{'y' if t['ROW_ACC'] else 'n'}, {t.get('num_stages', 'default')}"
+                                      + (f"; DOT {t['HALF']}" if t.get("DOT") else ""))
         cells = [r["side"], r["way"], tile, _f(r.get("us"), ".2f"), _f(r.get("kernel_us"), ".2f"),
                  _f(r.get("fraction_of_copy"), ".3f"), _f(r.get("registers"), "d"), _f(r.get("rel_err_vs_unfused"), ".2e")]
         lines.append("| " + " | ".join(cells) + " |" + (f" error: {r['error']}" if "error" in r else ""))

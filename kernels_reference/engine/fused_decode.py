@@ -96,8 +96,8 @@ class FusedDecodeConfig:
     """What the fused path fuses (``LLM(fused_decode=FusedDecodeConfig(...))``; True = the default).
 
     ``mlp``: norm -> gate/up -> SiluAndMul as one kernel (else the MLP runs as modules);
-    ``linear``: the o and down projections through the same GEMV kernel instead of cuBLAS (no
-    split-K reduction kernels, and every launch of a layer is ours); ``pdl``: with ``linear``, every
+    ``linear``: the o projection (and with ``mlp`` the down projection) through the same GEMV kernel
+    instead of cuBLAS (no split-K reduction kernels, and every launch of a layer is ours); ``pdl``: with ``linear``, every
     launch of a layer is a programmatic dependent launch (sm_90+, the paged decode's PDL "all"
     included): a GEMV requests its first weight tiles before waiting for the kernel ahead.
     """
