@@ -37,21 +37,17 @@ from kernels_reference.L1.rotary_emb import RotaryEmbedding  # noqa: E402
 from kernels_reference.L1.silu_and_mul import SiluAndMul  # noqa: E402
 
 def _tile(block_k, warps, prefetch=False, row_acc=False, **extra):
-    return dict(BLOCK_K=block_k, num_warps=warps, PREFETCH=prefetch, ROW_ACC=row_acc, DOT=False, **extra)
+    return dict(BLOCK_K=block_k, num_warps=warps, PREFETCH=prefetch, ROW_ACC=row_acc, **extra)
 
 
-def _dot(half, block_k, stages, warps=4):
-    return dict(BLOCK_K=block_k, num_warps=warps, PREFETCH=False, ROW_ACC=False, DOT=True, HALF=half,
-                num_stages=stages)
-
-
-# The committed defaults first (fused_gemv.GPU_TILES); then register-path tiles that did well in
-# session 5's first sweep (docs/perf/h200-engine.md, run g) and tensor-core (DOT) tiles, whose
-# weight loads Triton pipelines through shared memory num_stages deep.
+# The committed defaults first (fused_gemv.GPU_TILES); then the tiles that did well in session 5's
+# earlier sweeps (docs/perf/h200-engine.md, runs g-h) and the rows per program (HALF) around them:
+# more rows per program read the shared input row (x, residual, norm weight) fewer times.
 TILES = [_tile(512, 4), _tile(512, 4, row_acc=True), _tile(1024, 8, row_acc=True), _tile(512, 4, prefetch=True),
-         _tile(256, 4, True, True),
-         _dot(32, 128, 4), _dot(32, 128, 6), _dot(32, 64, 8), _dot(64, 128, 4), _dot(16, 128, 4),
-         _dot(32, 256, 3), _dot(64, 64, 6), _dot(16, 256, 4), _dot(32, 128, 4, warps=8)]
+         _tile(512, 4, row_acc=True, HALF=16), _tile(512, 8, row_acc=True, HALF=16), _tile(256, 4, row_acc=True, HALF=16),
+         _tile(1024, 8, row_acc=True, HALF=16), _tile(512, 4, HALF=16), _tile(512, 4, row_acc=True, HALF=8),
+         _tile(512, 4, HALF=8), _tile(1024, 8, row_acc=True, HALF=8), _tile(512, 4, row_acc=True, HALF=32),
+         _tile(1024, 8, row_acc=True, HALF=4)]
 EPILOGUE_OF = {"qkv": fused_gemv.ROPE_KV, "gate_up": fused_gemv.SILU_MUL, "o": fused_gemv.PLAIN,
                "down": fused_gemv.PLAIN}
 SIDES = ("qkv", "gate_up", "o", "down")
@@ -154,7 +150,7 @@ def sweep(case: "Case", dev, rounds: int = 30) -> dict:
     defaults = {k: dict(v) for k, v in fused_gemv.GPU_TILES.items()}
     result = {"copy_tbps": None, "rows": [], "best_tiles": None,
               "default_tiles": {side: defaults[e] for side, e in EPILOGUE_OF.items()}}
-    tiles = TILES if dev.type == "cuda" else TILES[:1] + TILES[5:6]
+    tiles = TILES if dev.type == "cuda" else TILES[:1]
     runners, rows = {}, {}
     for side in SIDES:
         fn = getattr(case, side)
@@ -212,13 +208,12 @@ def markdown(result) -> str:
     lines = [f"Copy bandwidth measured in this run: {result['copy_tbps'] or 0:.2f} TB/s. Fastest fused tile per "
              f"side (o and down: one tile, by their summed time): {result['best_tiles']} (defaults "
              f"{result['default_tiles']}).", "",
-             "| side | way | tile (BLOCK_K, warps, prefetch, row acc., stages; DOT: rows per half) | us per call | kernels us per call "
+             "| side | way | tile (BLOCK_K, warps, prefetch, row acc., rows per half) | us per call | kernels us per call "
              "| weight bytes / time, of copy | registers | rel. err vs unfused |", "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         t = r["tile"]
         tile = "-" if t is None else (f"{t['BLOCK_K']}, {t['num_warps']}, {'y' if t['PREFETCH'] else 'n'}, "
-                                      f"{'y' if t['ROW_ACC'] else 'n'}, {t.get('num_stages', 'default')}"
-                                      + (f"; DOT {t['HALF']}" if t.get("DOT") else ""))
+                                      f"{'y' if t['ROW_ACC'] else 'n'}, {t.get('HALF', 'auto')}")
         cells = [r["side"], r["way"], tile, _f(r.get("us"), ".2f"), _f(r.get("kernel_us"), ".2f"),
                  _f(r.get("fraction_of_copy"), ".3f"), _f(r.get("registers"), "d"), _f(r.get("rel_err_vs_unfused"), ".2e")]
         lines.append("| " + " | ".join(cells) + " |" + (f" error: {r['error']}" if "error" in r else ""))

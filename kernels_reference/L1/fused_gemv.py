@@ -43,20 +43,22 @@ SILU_MUL, ROPE_KV, PLAIN = 0, 1, 2
 HALF_ROWS = 8  # output rows per program and half (a program owns 2 * HALF_ROWS weight rows)
 MIN_HALF_ROWS = 4  # used instead where HALF_ROWS would leave fewer than 3 programs per SM
 # The GPU tile per kernel kind: a program streams 2 x HALF rows x BLOCK_K columns per loop
-# iteration. Plain loops (DOT False) multiply in registers (PREFETCH: the next tiles requested
-# before this tile's arithmetic; ROW_ACC: one accumulator per row); DOT loops put the token in row
-# 0 of a 16-row tile and use tensor-core dots, which makes Triton stream the weights through a
-# num_stages-deep shared-memory pipeline. "HALF" (optional) fixes the rows per half.
-# tools/h200_fused_gemv.py times alternatives on the H200, side by side.
-_FMA_TILE = dict(BLOCK_K=512, num_warps=4, PREFETCH=False, ROW_ACC=False, DOT=False)
-GPU_TILES = {ROPE_KV: dict(_FMA_TILE), SILU_MUL: dict(_FMA_TILE), PLAIN: dict(_FMA_TILE)}
+# iteration and multiplies in registers (PREFETCH: the next tiles requested before this tile's
+# arithmetic; ROW_ACC: one accumulator per row, reduced every iteration). "HALF" (optional) fixes
+# the rows per half (default: _half_rows). tools/h200_fused_gemv.py times alternatives on the H200
+# side by side; a tensor-core loop (the token as row 0 of a 16-row tile, weights pipelined
+# through shared memory) was 1.1-3x slower there at every shape and was removed.
+# Defaults: the fastest per kind in the H200 sweep of docs/perf/h200-engine.md, run h.
+GPU_TILES = {ROPE_KV: dict(BLOCK_K=512, num_warps=4, PREFETCH=False, ROW_ACC=False),
+             SILU_MUL: dict(BLOCK_K=512, num_warps=4, PREFETCH=False, ROW_ACC=True),
+             PLAIN: dict(BLOCK_K=1024, num_warps=8, PREFETCH=False, ROW_ACC=True)}
 
 
 def _config(k: int, on_gpu: bool, epilogue: int = PLAIN) -> dict:
     """Tile of the K loop; the interpreter takes the whole row at once (it pays per step, not per
     element)."""
     if not on_gpu:
-        return dict(BLOCK_K=triton.next_power_of_2(k), num_warps=4, PREFETCH=False, ROW_ACC=False, DOT=False)
+        return dict(BLOCK_K=triton.next_power_of_2(k), num_warps=4, PREFETCH=False, ROW_ACC=False)
     return dict(GPU_TILES[epilogue])
 
 
@@ -168,11 +170,8 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
         cos_sin, row, slot, kc, vc, nq, nk, d = rope
     config = _config(x.shape[1], x.is_cuda, epilogue)
     half = config.pop("HALF", None) or _half_rows(pairs, x.device)
-    if config["DOT"]:
-        half = max(half, 16)  # tensor-core tiles are at least 16 wide
     if pairs % half or (epilogue == ROPE_KV and (d // 2) % half):
         half = HALF_ROWS  # every caller has checked that this one divides
-        config.update(DOT=False)
     if pdl and x.is_cuda:
         from .paged_decode import VariantUnavailable, pdl_unavailable_reason
 
@@ -235,7 +234,7 @@ if triton is not None:
         HAS_RES: tl.constexpr, EPILOGUE: tl.constexpr, HALF: tl.constexpr,
         NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
         BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, ROW_ACC: tl.constexpr, NORM: tl.constexpr,
-        PDL: tl.constexpr, DOT: tl.constexpr,
+        PDL: tl.constexpr,
     ):
         pid = tl.program_id(0)
         r = tl.arange(0, HALF)
@@ -284,11 +283,7 @@ if triton is not None:
 
         # The GEMV over the normalised row, in float32. ROW_ACC: one partial sum per row, reduced
         # every iteration (few registers); else partial products per column, reduced once at the end.
-        token_row = tl.arange(0, 16)[:, None] == 0  # DOT: the token is row 0 of a 16-row tile
-        if DOT:
-            acc_a = tl.zeros([16, HALF], tl.float32)
-            acc_b = tl.zeros([16, HALF], tl.float32)
-        elif ROW_ACC:
+        if ROW_ACC:
             acc_a = tl.zeros([HALF], tl.float32)
             acc_b = tl.zeros([HALF], tl.float32)
         else:
@@ -313,15 +308,7 @@ if triton is not None:
                 a = ((h * rstd).to(dtype).to(tl.float32) * nw).to(dtype).to(tl.float32)
             else:
                 a = h
-            if DOT:
-                a16 = tl.where(token_row, a[None, :], 0.0).to(wa.dtype)
-                if wa.dtype == tl.float32:  # full precision for float32 weights (no TF32)
-                    acc_a += tl.dot(a16, tl.trans(wa), input_precision="ieee")
-                    acc_b += tl.dot(a16, tl.trans(wb), input_precision="ieee")
-                else:
-                    acc_a += tl.dot(a16, tl.trans(wa))
-                    acc_b += tl.dot(a16, tl.trans(wb))
-            elif ROW_ACC:
+            if ROW_ACC:
                 acc_a += tl.sum(wa.to(tl.float32) * a[None, :], axis=1)
                 acc_b += tl.sum(wb.to(tl.float32) * a[None, :], axis=1)
             else:
@@ -330,11 +317,8 @@ if triton is not None:
             if PREFETCH:
                 wa = wa_next
                 wb = wb_next
-        if DOT:  # rows 1..15 multiplied zeros: the column sums are row 0
-            ya = tl.sum(acc_a, axis=0).to(dtype).to(tl.float32)  # F.linear's output precision
-            yb = tl.sum(acc_b, axis=0).to(dtype).to(tl.float32)
-        elif ROW_ACC:
-            ya = acc_a.to(dtype).to(tl.float32)
+        if ROW_ACC:
+            ya = acc_a.to(dtype).to(tl.float32)  # F.linear's output precision
             yb = acc_b.to(dtype).to(tl.float32)
         else:
             ya = tl.sum(acc_a, axis=1).to(dtype).to(tl.float32)
