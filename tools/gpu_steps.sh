@@ -29,6 +29,8 @@ step_cmd() {
     e2e-moe) echo "$PYTEST tasks/L4/test_e2e.py -k '(mixtral or qwen3-30b or deepseek) and chat' --fk-device=cuda --fk-profile=full --fk-e2e-scale=0.1 --fk-timeout=500 --fk-candidate=examples/candidates/triton --fk-report=$OUT/e2e-moe.json --fk-html=$OUT/e2e-moe.html" ;;
     engine-base|engine-pdl) pdl=off; [ "$1" = engine-pdl ] && pdl=small-batch; echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --no-compile --eager-tokens 32 --hf-tokens 32 --hf-batch-tokens 32 --decode-pdl $pdl" ;;
     engine-fused) echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --no-compile --no-hf --variants --gemv-sweep --eager-tokens 32" ;;
+    engine-variants) echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --no-compile --no-hf --variants --eager-tokens 32" ;;
+    fused-tests) echo "python3 -m pytest -q -p no:cacheprovider -rA tests/test_fused_decode.py" ;;
     fused-gemv) echo "env OUT=$OUT/$1 python3 tools/h200_fused_gemv.py" ;;
     engine-compile) echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --budget 540 --eager-tokens 32 --hf-tokens 32 --hf-batch-tokens 32" ;;
     timing-test) echo "$PYTEST -s -rA tests/test_timing_gpu.py" ;;

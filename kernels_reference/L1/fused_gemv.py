@@ -115,20 +115,33 @@ def norm_gemv_silu_mul(x: torch.Tensor, residual: Optional[torch.Tensor], norm_w
     return out, (res_out if residual is not None else x)
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor, pdl: bool = False) -> torch.Tensor:
+def gemv(x: torch.Tensor, weight: torch.Tensor, pdl: bool = False, silu_mul_input: bool = False) -> torch.Tensor:
     """``F.linear(x, weight)`` for one token [1, K] -> [1, N], with the same kernel (no norm, no
     epilogue): the fused path's o and down projections, so that every launch of a layer can be a
-    dependent launch (``pdl``), which cuBLAS's kernels are not."""
-    if x.dim() != 2 or x.shape[0] != 1 or weight.dim() != 2 or weight.shape[1] != x.shape[1]:
-        raise ValueError(f"gemv takes x [1, K] and weight [N, K], got {tuple(x.shape)} and {tuple(weight.shape)}")
+    dependent launch (``pdl``), which cuBLAS's kernels are not. ``silu_mul_input``: x is the
+    gate/up projection's output [1, 2K] and the kernel applies SiluAndMul to it as it reads it
+    (SiluAndMul's numerics: float32, one rounding), so the activation never reaches memory."""
+    k = x.shape[-1] // 2 if silu_mul_input else x.shape[-1]
+    if x.dim() != 2 or x.shape[0] != 1 or weight.dim() != 2 or weight.shape[1] != k or (
+            silu_mul_input and x.shape[1] % 2):
+        raise ValueError(f"gemv takes x [1, K] (silu_mul_input: [1, 2K]) and weight [N, K], got {tuple(x.shape)} "
+                         f"and {tuple(weight.shape)}")
     if weight.stride(1) != 1 or weight.shape[0] % (2 * MIN_HALF_ROWS):
         raise ValueError(f"weight {tuple(weight.shape)}: needs a unit inner stride and a multiple of "
                          f"{2 * MIN_HALF_ROWS} rows")
     x = x.contiguous()
     out = torch.empty(1, weight.shape[0], dtype=x.dtype, device=x.device)
     n_half = weight.shape[0] // 2
-    _launch(x, x, x, x, 0.0, weight, out, False, PLAIN, pair_offset=n_half, pairs=n_half, pdl=pdl, norm=False)
+    _launch(x, x, x, x, 0.0, weight, out, False, PLAIN, pair_offset=n_half, pairs=n_half, pdl=pdl, norm=False,
+            silu_in=silu_mul_input)
     return out
+
+
+def gemv_reference(x, weight, silu_mul_input=False):
+    if silu_mul_input:
+        gate, up = x.float().chunk(2, dim=-1)
+        x = (torch.nn.functional.silu(gate) * up).to(x.dtype)
+    return torch.nn.functional.linear(x, weight)
 
 
 def norm_gemv_rope_kv(x: torch.Tensor, residual: Optional[torch.Tensor], norm_weight: torch.Tensor, eps: float,
@@ -163,12 +176,12 @@ LAST_LAUNCH: dict = {}  # the last compiled kernel launched (the H200 script rea
 
 
 def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, pair_offset, pairs, pdl=False,
-            rope=None, norm=True):
+            rope=None, norm=True, silu_in=False):
     if rope is None:  # the rope/cache arguments are unused: any tensor of the right kind will do
         cos_sin, row, slot, kc, vc, nq, nk, d = out, x, x, out.view(1, 1, 1, -1), out.view(1, 1, 1, -1), 1, 1, 1
     else:
         cos_sin, row, slot, kc, vc, nq, nk, d = rope
-    config = _config(x.shape[1], x.is_cuda, epilogue)
+    config = _config(weight.shape[1], x.is_cuda, epilogue)
     half = config.pop("HALF", None) or _half_rows(pairs, x.device)
     if pairs % half or (epilogue == ROPE_KV and (d // 2) % half):
         half = HALF_ROWS  # every caller has checked that this one divides
@@ -182,9 +195,9 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
     LAST_LAUNCH["kernel"] = _norm_gemv_kernel[(pairs // half,)](
         x, res, res_out, norm_weight, weight, out,
         cos_sin, row, slot, kc, vc,
-        x.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0,
+        weight.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0,
         kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), kc.shape[1],
-        HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda,
+        HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda, SILU_IN=silu_in,
         NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
     )
 
@@ -234,7 +247,7 @@ if triton is not None:
         HAS_RES: tl.constexpr, EPILOGUE: tl.constexpr, HALF: tl.constexpr,
         NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
         BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, ROW_ACC: tl.constexpr, NORM: tl.constexpr,
-        PDL: tl.constexpr,
+        PDL: tl.constexpr, SILU_IN: tl.constexpr,
     ):
         pid = tl.program_id(0)
         r = tl.arange(0, HALF)
@@ -301,6 +314,9 @@ if triton is not None:
                 wa = tl.load(wa_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
                 wb = tl.load(wb_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
             h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+            if SILU_IN:  # x holds gate then up (K each): SiluAndMul as the input is read
+                up = tl.load(x_ptr + K + k0 + kk, mask=m, other=0.0).to(tl.float32)
+                h = (h / (1.0 + tl.exp(-h)) * up).to(dtype).to(tl.float32)
             if NORM:
                 if HAS_RES:
                     h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)

@@ -105,10 +105,19 @@ class FusedDecodeConfig:
     mlp: bool = True
     linear: bool = False
     pdl: bool = False
+    # "fused": norm -> gate/up -> SiluAndMul in one kernel. "cublas": the norm kernel, then cuBLAS's
+    # gate/up GEMV (it streams this 235 MB matrix faster than the fused kernel on the H200), and
+    # SiluAndMul applied as the down projection reads its input (needs linear=True).
+    gate_up: str = "fused"
 
     def __post_init__(self):
         if self.pdl and not self.linear:
             raise ValueError("FusedDecodeConfig(pdl=True) needs linear=True: cuBLAS's kernels are not dependent launches")
+        if self.gate_up not in ("fused", "cublas"):
+            raise ValueError(f"FusedDecodeConfig(gate_up={self.gate_up!r}): expected 'fused' or 'cublas'")
+        if self.gate_up == "cublas" and not (self.linear and self.mlp):
+            raise ValueError("FusedDecodeConfig(gate_up='cublas') needs mlp=True and linear=True: SiluAndMul is "
+                             "applied by the Triton down projection")
 
 
 class FusedDecode:
@@ -155,7 +164,10 @@ class FusedDecode:
             out = out.view(1, -1)
             x = gemv(out, attn.o_proj.weight, pdl=pdl) if config.linear else attn.o_proj(out)
             norm = layer.post_attention_layernorm
-            if config.mlp:
+            if config.mlp and config.gate_up == "cublas":
+                x, residual = norm(x, residual)
+                x = gemv(mlp.gate_up_proj(x), mlp.down_proj.weight, pdl=pdl, silu_mul_input=True)
+            elif config.mlp:
                 act, residual = norm_gemv_silu_mul(x, residual, norm.weight, norm.variance_epsilon,
                                                    mlp.gate_up_proj.weight, pdl=pdl)
                 x = gemv(act, mlp.down_proj.weight, pdl=pdl) if config.linear else mlp.down_proj(act)
