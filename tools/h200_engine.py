@@ -155,9 +155,8 @@ class Setup:
 
 
 # (fused decode, paged decode PDL) per batch-1 variant; FUSED_DECODE: the engine's argument for each.
-VARIANTS = [(None, "off"), ("fused decode + Triton o/down GEMVs + PDL", "off"),
-            ("fused decode, cuBLAS gate/up, SiluAndMul in the down GEMV, + PDL", "off"),
-            ("fused decode, cuBLAS gate/up, SiluAndMul in the down GEMV", "off")]
+VARIANTS = [(None, "off"), ("fused decode + Triton o/down GEMVs", "off"),
+            ("fused decode + Triton o/down GEMVs + PDL", "off")]
 FUSED_DECODE = {None: False, "fused attention side": FusedDecodeConfig(mlp=False),
                 "fused attention side + Triton o GEMV": FusedDecodeConfig(mlp=False, linear=True),
                 "fused decode + Triton o/down GEMVs": FusedDecodeConfig(linear=True),

@@ -36,18 +36,19 @@ from kernels_reference.L1.rms_norm import RMSNorm  # noqa: E402
 from kernels_reference.L1.rotary_emb import RotaryEmbedding  # noqa: E402
 from kernels_reference.L1.silu_and_mul import SiluAndMul  # noqa: E402
 
-def _tile(block_k, warps, prefetch=False, row_acc=False, **extra):
-    return dict(BLOCK_K=block_k, num_warps=warps, PREFETCH=prefetch, ROW_ACC=row_acc, **extra)
+def _tile(block_k, warps, row_acc=False, **extra):
+    return dict(BLOCK_K=block_k, num_warps=warps, ROW_ACC=row_acc, **extra)
 
 
-# The committed defaults first (fused_gemv.GPU_TILES); then the tiles that did well in session 5's
-# earlier sweeps (docs/perf/h200-engine.md, runs g-h) and the rows per program (HALF) around them:
-# more rows per program read the shared input row (x, residual, norm weight) fewer times.
-TILES = [_tile(512, 4), _tile(512, 4, row_acc=True), _tile(1024, 8, row_acc=True), _tile(512, 4, prefetch=True),
-         _tile(512, 4, row_acc=True, HALF=16), _tile(512, 8, row_acc=True, HALF=16), _tile(256, 4, row_acc=True, HALF=16),
-         _tile(1024, 8, row_acc=True, HALF=16), _tile(512, 4, HALF=16), _tile(512, 4, row_acc=True, HALF=8),
-         _tile(512, 4, HALF=8), _tile(1024, 8, row_acc=True, HALF=8), _tile(512, 4, row_acc=True, HALF=32),
-         _tile(1024, 8, row_acc=True, HALF=4)]
+# The committed defaults first (fused_gemv.GPU_TILES); then the same tiles as persistent grids
+# (PER_SM programs per SM looping over the row groups: the norm statistics computed once per
+# program, no partial last wave), and rows per program around them. Earlier sweeps (session 5,
+# docs/perf/h200-engine.md runs g-i) ruled out weight prefetching, tensor-core loops and HALF 32.
+TILES = [_tile(512, 4), _tile(512, 4, True), _tile(1024, 8, True),
+         _tile(512, 4, PER_SM=3), _tile(512, 4, PER_SM=4), _tile(512, 4, True, PER_SM=4), _tile(512, 4, True, PER_SM=5),
+         _tile(512, 4, True, PER_SM=6), _tile(512, 4, True, PER_SM=8), _tile(1024, 8, True, PER_SM=2),
+         _tile(1024, 8, True, PER_SM=3), _tile(1024, 8, True, PER_SM=4), _tile(512, 4, True, HALF=16, PER_SM=3),
+         _tile(512, 4, True, HALF=4, PER_SM=6)]
 EPILOGUE_OF = {"qkv": fused_gemv.ROPE_KV, "gate_up": fused_gemv.SILU_MUL, "o": fused_gemv.PLAIN,
                "down": fused_gemv.PLAIN}
 SIDES = ("qkv", "gate_up", "o", "down")
@@ -208,12 +209,12 @@ def markdown(result) -> str:
     lines = [f"Copy bandwidth measured in this run: {result['copy_tbps'] or 0:.2f} TB/s. Fastest fused tile per "
              f"side (o and down: one tile, by their summed time): {result['best_tiles']} (defaults "
              f"{result['default_tiles']}).", "",
-             "| side | way | tile (BLOCK_K, warps, prefetch, row acc., rows per half) | us per call | kernels us per call "
+             "| side | way | tile (BLOCK_K, warps, row acc., rows per half, programs per SM) | us per call | kernels us per call "
              "| weight bytes / time, of copy | registers | rel. err vs unfused |", "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         t = r["tile"]
-        tile = "-" if t is None else (f"{t['BLOCK_K']}, {t['num_warps']}, {'y' if t['PREFETCH'] else 'n'}, "
-                                      f"{'y' if t['ROW_ACC'] else 'n'}, {t.get('HALF', 'auto')}")
+        tile = "-" if t is None else (f"{t['BLOCK_K']}, {t['num_warps']}, {'y' if t['ROW_ACC'] else 'n'}, "
+                                      f"{t.get('HALF', 'auto')}, {t.get('PER_SM', 'all')}")
         cells = [r["side"], r["way"], tile, _f(r.get("us"), ".2f"), _f(r.get("kernel_us"), ".2f"),
                  _f(r.get("fraction_of_copy"), ".3f"), _f(r.get("registers"), "d"), _f(r.get("rel_err_vs_unfused"), ".2e")]
         lines.append("| " + " | ".join(cells) + " |" + (f" error: {r['error']}" if "error" in r else ""))

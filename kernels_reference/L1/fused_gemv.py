@@ -43,22 +43,23 @@ SILU_MUL, ROPE_KV, PLAIN = 0, 1, 2
 HALF_ROWS = 8  # output rows per program and half (a program owns 2 * HALF_ROWS weight rows)
 MIN_HALF_ROWS = 4  # used instead where HALF_ROWS would leave fewer than 3 programs per SM
 # The GPU tile per kernel kind: a program streams 2 x HALF rows x BLOCK_K columns per loop
-# iteration and multiplies in registers (PREFETCH: the next tiles requested before this tile's
-# arithmetic; ROW_ACC: one accumulator per row, reduced every iteration). "HALF" (optional) fixes
-# the rows per half (default: _half_rows). tools/h200_fused_gemv.py times alternatives on the H200
-# side by side; a tensor-core loop (the token as row 0 of a 16-row tile, weights pipelined
-# through shared memory) was 1.1-3x slower there at every shape and was removed.
+# iteration and multiplies in registers (ROW_ACC: one accumulator per row, reduced every
+# iteration). Optional: "HALF" fixes the rows per half (default: _half_rows); "PER_SM" makes the
+# grid persistent. tools/h200_fused_gemv.py times alternatives on the H200 side by side. Tried
+# there and removed: a tensor-core loop (the token as row 0 of a 16-row tile, weights pipelined
+# through shared memory; 1.1-3x slower at every shape) and prefetching the next weight tiles
+# before the current tile's arithmetic (never faster, more registers).
 # Defaults: the fastest per kind in the H200 sweep of docs/perf/h200-engine.md, run h.
-GPU_TILES = {ROPE_KV: dict(BLOCK_K=512, num_warps=4, PREFETCH=False, ROW_ACC=False),
-             SILU_MUL: dict(BLOCK_K=512, num_warps=4, PREFETCH=False, ROW_ACC=True),
-             PLAIN: dict(BLOCK_K=1024, num_warps=8, PREFETCH=False, ROW_ACC=True)}
+GPU_TILES = {ROPE_KV: dict(BLOCK_K=512, num_warps=4, ROW_ACC=False),
+             SILU_MUL: dict(BLOCK_K=512, num_warps=4, ROW_ACC=True),
+             PLAIN: dict(BLOCK_K=1024, num_warps=8, ROW_ACC=True)}
 
 
 def _config(k: int, on_gpu: bool, epilogue: int = PLAIN) -> dict:
     """Tile of the K loop; the interpreter takes the whole row at once (it pays per step, not per
     element)."""
     if not on_gpu:
-        return dict(BLOCK_K=triton.next_power_of_2(k), num_warps=4, PREFETCH=False, ROW_ACC=False)
+        return dict(BLOCK_K=triton.next_power_of_2(k), num_warps=4, ROW_ACC=False)
     return dict(GPU_TILES[epilogue])
 
 
@@ -181,6 +182,8 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
         cos_sin, row, slot, kc, vc, nq, nk, d = out, x, x, out.view(1, 1, 1, -1), out.view(1, 1, 1, -1), 1, 1, 1
     else:
         cos_sin, row, slot, kc, vc, nq, nk, d = rope
+    from .paged_decode import sm_count
+
     config = _config(weight.shape[1], x.is_cuda, epilogue)
     half = config.pop("HALF", None) or _half_rows(pairs, x.device)
     if pairs % half or (epilogue == ROPE_KV and (d // 2) % half):
@@ -192,10 +195,15 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
         if reason:
             raise VariantUnavailable(f"fused GEMV with pdl=True: {reason}")
         config["launch_pdl"] = True
-    LAST_LAUNCH["kernel"] = _norm_gemv_kernel[(pairs // half,)](
+    groups = pairs // half
+    # PER_SM: a persistent grid of that many programs per SM (the statistics computed once per
+    # program, no partial last wave); else one program per group.
+    per_sm = config.pop("PER_SM", None)
+    programs = min(groups, per_sm * sm_count(x.device)) if per_sm else groups
+    LAST_LAUNCH["kernel"] = _norm_gemv_kernel[(programs,)](
         x, res, res_out, norm_weight, weight, out,
         cos_sin, row, slot, kc, vc,
-        weight.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0,
+        weight.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0, groups,
         kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), kc.shape[1],
         HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda, SILU_IN=silu_in,
         NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
@@ -242,45 +250,26 @@ if triton is not None:
     def _norm_gemv_kernel(
         x_ptr, res_ptr, res_out_ptr, norm_w_ptr, w_ptr, out_ptr,
         cos_sin_ptr, cos_sin_row_ptr, slot_ptr, k_cache_ptr, v_cache_ptr,
-        K, eps, w_s_row, pair_offset, cs_s_row,
+        K, eps, w_s_row, pair_offset, cs_s_row, n_groups,
         kc_s_block, kc_s_tok, kc_s_head, vc_s_block, vc_s_tok, vc_s_head, block_size,
         HAS_RES: tl.constexpr, EPILOGUE: tl.constexpr, HALF: tl.constexpr,
         NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-        BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, ROW_ACC: tl.constexpr, NORM: tl.constexpr,
+        BLOCK_K: tl.constexpr, ROW_ACC: tl.constexpr, NORM: tl.constexpr,
         PDL: tl.constexpr, SILU_IN: tl.constexpr,
     ):
         pid = tl.program_id(0)
         r = tl.arange(0, HALF)
-        if EPILOGUE == 1:  # ROPE_KV: HALF rotary pairs (i, i + HEAD_DIM/2) of one head
-            CHUNKS: tl.constexpr = HEAD_DIM // 2 // HALF
-            head = pid // CHUNKS
-            col = (pid % CHUNKS) * HALF + r  # rotary index within the head's first half
-            rows_a = head * HEAD_DIM + col
-        else:  # SILU_MUL / PLAIN: rows j..j+HALF and their partners pair_offset later
-            head = pid
-            col = r
-            rows_a = pid * HALF + r
-        rows_b = rows_a + pair_offset
         dtype = out_ptr.dtype.element_ty
         kk = tl.arange(0, BLOCK_K)
-
-        wa_ptrs = w_ptr + rows_a.to(tl.int64)[:, None] * w_s_row + kk[None, :]
-        wb_ptrs = w_ptr + rows_b.to(tl.int64)[:, None] * w_s_row + kk[None, :]
-        if PREFETCH:
-            # The weights do not depend on x: the first tiles are requested before the statistics
-            # pass, and in the loop the next tiles before this tile's arithmetic, so two tiles per
-            # program are in flight.
-            wa = tl.load(wa_ptrs, mask=(kk < K)[None, :], other=0.0, eviction_policy="evict_first")
-            wb = tl.load(wb_ptrs, mask=(kk < K)[None, :], other=0.0, eviction_policy="evict_first")
-
         if PDL:
-            # A dependent launch: the weight tiles above did not wait for the kernel ahead; x (its
-            # output) and everything written below do. The next kernel may launch once every
-            # program of this one is past its wait (it waits for this one's completion in turn).
+            # A dependent launch: nothing is read from the kernel ahead (x, the residual) or
+            # written before it has finished. The next kernel may launch once every program of
+            # this one is past its wait (it waits for this one's completion in turn).
             _gdc_wait()
             _gdc_launch_dependents()
 
-        # Prologue: RMS statistics of x (+ residual) in float32, as RMSNorm; program 0 writes the sum.
+        # Prologue, once per program: RMS statistics of x (+ residual) in float32, as RMSNorm;
+        # program 0 writes the sum (the updated residual).
         rstd = 1.0
         if NORM:
             sumsq = tl.zeros([BLOCK_K], tl.float32)
@@ -294,81 +283,88 @@ if triton is not None:
                 sumsq += h * h
             rstd = 1.0 / tl.sqrt(tl.sum(sumsq, axis=0) / K + eps)
 
-        # The GEMV over the normalised row, in float32. ROW_ACC: one partial sum per row, reduced
-        # every iteration (few registers); else partial products per column, reduced once at the end.
-        if ROW_ACC:
-            acc_a = tl.zeros([HALF], tl.float32)
-            acc_b = tl.zeros([HALF], tl.float32)
-        else:
-            acc_a = tl.zeros([HALF, BLOCK_K], tl.float32)
-            acc_b = tl.zeros([HALF, BLOCK_K], tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            m = k0 + kk < K
-            if PREFETCH:
-                m_next = k0 + BLOCK_K + kk < K
-                wa_next = tl.load(wa_ptrs + k0 + BLOCK_K, mask=m_next[None, :], other=0.0,
-                                  eviction_policy="evict_first")
-                wb_next = tl.load(wb_ptrs + k0 + BLOCK_K, mask=m_next[None, :], other=0.0,
-                                  eviction_policy="evict_first")
+        # Groups of HALF output rows and their partners; with fewer programs than groups (a
+        # persistent grid) each program takes every num_programs-th group.
+        for group in range(pid, n_groups, tl.num_programs(0)):
+            if EPILOGUE == 1:  # ROPE_KV: HALF rotary pairs (i, i + HEAD_DIM/2) of one head
+                CHUNKS: tl.constexpr = HEAD_DIM // 2 // HALF
+                head = group // CHUNKS
+                col = (group % CHUNKS) * HALF + r  # rotary index within the head's first half
+                rows_a = head * HEAD_DIM + col
+            else:  # SILU_MUL / PLAIN: rows j..j+HALF and their partners pair_offset later
+                head = group
+                col = r
+                rows_a = group * HALF + r
+            rows_b = rows_a + pair_offset
+            wa_ptrs = w_ptr + rows_a.to(tl.int64)[:, None] * w_s_row + kk[None, :]
+            wb_ptrs = w_ptr + rows_b.to(tl.int64)[:, None] * w_s_row + kk[None, :]
+
+            # The GEMV over the (normalised) row, in float32. ROW_ACC: one partial sum per row,
+            # reduced every iteration (few registers); else partial products per column, reduced
+            # once at the end.
+            if ROW_ACC:
+                acc_a = tl.zeros([HALF], tl.float32)
+                acc_b = tl.zeros([HALF], tl.float32)
             else:
+                acc_a = tl.zeros([HALF, BLOCK_K], tl.float32)
+                acc_b = tl.zeros([HALF, BLOCK_K], tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                m = k0 + kk < K
                 wa = tl.load(wa_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
                 wb = tl.load(wb_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
-            h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-            if SILU_IN:  # x holds gate then up (K each): SiluAndMul as the input is read
-                up = tl.load(x_ptr + K + k0 + kk, mask=m, other=0.0).to(tl.float32)
-                h = (h / (1.0 + tl.exp(-h)) * up).to(dtype).to(tl.float32)
-            if NORM:
-                if HAS_RES:
-                    h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-                nw = tl.load(norm_w_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-                a = ((h * rstd).to(dtype).to(tl.float32) * nw).to(dtype).to(tl.float32)
-            else:
-                a = h
+                h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+                if SILU_IN:  # x holds gate then up (K each): SiluAndMul as the input is read
+                    up = tl.load(x_ptr + K + k0 + kk, mask=m, other=0.0).to(tl.float32)
+                    h = (h / (1.0 + tl.exp(-h)) * up).to(dtype).to(tl.float32)
+                if NORM:
+                    if HAS_RES:
+                        h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+                    nw = tl.load(norm_w_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+                    a = ((h * rstd).to(dtype).to(tl.float32) * nw).to(dtype).to(tl.float32)
+                else:
+                    a = h
+                if ROW_ACC:
+                    acc_a += tl.sum(wa.to(tl.float32) * a[None, :], axis=1)
+                    acc_b += tl.sum(wb.to(tl.float32) * a[None, :], axis=1)
+                else:
+                    acc_a += wa.to(tl.float32) * a[None, :]
+                    acc_b += wb.to(tl.float32) * a[None, :]
             if ROW_ACC:
-                acc_a += tl.sum(wa.to(tl.float32) * a[None, :], axis=1)
-                acc_b += tl.sum(wb.to(tl.float32) * a[None, :], axis=1)
+                ya = acc_a.to(dtype).to(tl.float32)  # F.linear's output precision
+                yb = acc_b.to(dtype).to(tl.float32)
             else:
-                acc_a += wa.to(tl.float32) * a[None, :]
-                acc_b += wb.to(tl.float32) * a[None, :]
-            if PREFETCH:
-                wa = wa_next
-                wb = wb_next
-        if ROW_ACC:
-            ya = acc_a.to(dtype).to(tl.float32)  # F.linear's output precision
-            yb = acc_b.to(dtype).to(tl.float32)
-        else:
-            ya = tl.sum(acc_a, axis=1).to(dtype).to(tl.float32)
-            yb = tl.sum(acc_b, axis=1).to(dtype).to(tl.float32)
+                ya = tl.sum(acc_a, axis=1).to(dtype).to(tl.float32)
+                yb = tl.sum(acc_b, axis=1).to(dtype).to(tl.float32)
 
-        if EPILOGUE == 0:
-            out = ya / (1.0 + tl.exp(-ya)) * yb
-            tl.store(out_ptr + rows_a, out.to(dtype))
-        elif EPILOGUE == 2:
-            tl.store(out_ptr + rows_a, ya.to(dtype))
-            tl.store(out_ptr + rows_b, yb.to(dtype))
-        else:
-            # Scalar conditions are broadcast over the rows (the interpreter rejects scalar masks).
-            heads = tl.zeros([HALF], tl.int32) + head
-            rotate = heads < NUM_Q_HEADS + NUM_KV_HEADS  # q and k rotate, v does not
-            cs_row = tl.load(cos_sin_row_ptr).to(tl.int64)
-            cos = tl.load(cos_sin_ptr + cs_row * cs_s_row + col)
-            sin = tl.load(cos_sin_ptr + cs_row * cs_s_row + HEAD_DIM // 2 + col)
-            oa = tl.where(rotate, ya * cos - yb * sin, ya).to(dtype)
-            ob = tl.where(rotate, yb * cos + ya * sin, yb).to(dtype)
-            is_q = heads < NUM_Q_HEADS
-            tl.store(out_ptr + rows_a, oa, mask=is_q)
-            tl.store(out_ptr + rows_b, ob, mask=is_q)
-            slot = tl.load(slot_ptr + tl.zeros([HALF], tl.int32)).to(tl.int64)  # one slot, as a row vector
-            stored = (slot >= 0) & (heads >= NUM_Q_HEADS)
-            block = slot // block_size
-            offset = slot % block_size
-            is_k = heads < NUM_Q_HEADS + NUM_KV_HEADS
-            kv_head = tl.where(is_k, heads - NUM_Q_HEADS, heads - NUM_Q_HEADS - NUM_KV_HEADS).to(tl.int64)
-            k_row = k_cache_ptr + block * kc_s_block + offset * kc_s_tok + kv_head * kc_s_head
-            v_row = v_cache_ptr + block * vc_s_block + offset * vc_s_tok + kv_head * vc_s_head
-            kv_ty = k_cache_ptr.dtype.element_ty
-            tl.store(k_row + col, oa.to(kv_ty), mask=stored & is_k)
-            tl.store(k_row + HEAD_DIM // 2 + col, ob.to(kv_ty), mask=stored & is_k)
-            tl.store(v_row + col, oa.to(kv_ty), mask=stored & (heads >= NUM_Q_HEADS + NUM_KV_HEADS))
-            tl.store(v_row + HEAD_DIM // 2 + col, ob.to(kv_ty),
-                     mask=stored & (heads >= NUM_Q_HEADS + NUM_KV_HEADS))
+            if EPILOGUE == 0:
+                out = ya / (1.0 + tl.exp(-ya)) * yb
+                tl.store(out_ptr + rows_a, out.to(dtype))
+            elif EPILOGUE == 2:
+                tl.store(out_ptr + rows_a, ya.to(dtype))
+                tl.store(out_ptr + rows_b, yb.to(dtype))
+            else:
+                # Scalar conditions are broadcast over the rows (the interpreter rejects scalar masks).
+                heads = tl.zeros([HALF], tl.int32) + head
+                rotate = heads < NUM_Q_HEADS + NUM_KV_HEADS  # q and k rotate, v does not
+                cs_row = tl.load(cos_sin_row_ptr).to(tl.int64)
+                cos = tl.load(cos_sin_ptr + cs_row * cs_s_row + col)
+                sin = tl.load(cos_sin_ptr + cs_row * cs_s_row + HEAD_DIM // 2 + col)
+                oa = tl.where(rotate, ya * cos - yb * sin, ya).to(dtype)
+                ob = tl.where(rotate, yb * cos + ya * sin, yb).to(dtype)
+                is_q = heads < NUM_Q_HEADS
+                tl.store(out_ptr + rows_a, oa, mask=is_q)
+                tl.store(out_ptr + rows_b, ob, mask=is_q)
+                slot = tl.load(slot_ptr + tl.zeros([HALF], tl.int32)).to(tl.int64)  # one slot, as a row vector
+                stored = (slot >= 0) & (heads >= NUM_Q_HEADS)
+                block = slot // block_size
+                offset = slot % block_size
+                is_k = heads < NUM_Q_HEADS + NUM_KV_HEADS
+                is_v = heads >= NUM_Q_HEADS + NUM_KV_HEADS
+                kv_head = tl.where(is_k, heads - NUM_Q_HEADS, heads - NUM_Q_HEADS - NUM_KV_HEADS).to(tl.int64)
+                k_row = k_cache_ptr + block * kc_s_block + offset * kc_s_tok + kv_head * kc_s_head
+                v_row = v_cache_ptr + block * vc_s_block + offset * vc_s_tok + kv_head * vc_s_head
+                kv_ty = k_cache_ptr.dtype.element_ty
+                tl.store(k_row + col, oa.to(kv_ty), mask=stored & is_k)
+                tl.store(k_row + HEAD_DIM // 2 + col, ob.to(kv_ty), mask=stored & is_k)
+                tl.store(v_row + col, oa.to(kv_ty), mask=stored & is_v)
+                tl.store(v_row + HEAD_DIM // 2 + col, ob.to(kv_ty), mask=stored & is_v)
