@@ -97,11 +97,11 @@ def test_gemv_matches_linear_and_the_fused_config_is_checked():
     assert _rel(got, fused_gemv.gemv_reference(gate_up, w, silu_mul_input=True)) < TOL
     assert _rel(got, torch.nn.functional.linear(gate_up[:, :72], w)) > 0.1  # the activation was applied
     with pytest.raises(ValueError, match="gate_up='cublas'"):
-        FusedDecodeConfig(gate_up="cublas")
+        FusedDecodeConfig(linear=False, gate_up="cublas")
     with pytest.raises(ValueError, match="multiple of 8 rows"):
         fused_gemv.gemv(x, w[:36])
     with pytest.raises(ValueError, match="needs linear=True"):
-        FusedDecodeConfig(pdl=True)
+        FusedDecodeConfig(linear=False, pdl=True)
     with pytest.raises(ValueError, match="bool or a FusedDecodeConfig"):
         LLM(_tiny(), num_blocks=16, block_size=4, padded_decode=True, fused_decode="attention")
 
@@ -132,10 +132,10 @@ def _tiny(arch="llama", dtype=torch.float32):
 PROMPTS = [[5, 17, 2, 88, 41, 3, 9], [7], [60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71]]
 
 
-@pytest.mark.parametrize("config", [True, FusedDecodeConfig(mlp=False), FusedDecodeConfig(linear=True),
-                                    FusedDecodeConfig(linear=True, pdl=True),
-                                    FusedDecodeConfig(linear=True, pdl=True, gate_up="cublas")],
-                         ids=["default", "attention-side", "linear", "linear-pdl", "cublas-gate-up"])
+@pytest.mark.parametrize("config", [True, FusedDecodeConfig(mlp=False, linear=False),
+                                    FusedDecodeConfig(linear=False, pdl=False), FusedDecodeConfig(pdl=True),
+                                    FusedDecodeConfig(pdl=True, gate_up="cublas")],
+                         ids=["default", "attention-side", "cublas-o-down", "pdl", "cublas-gate-up"])
 def test_engine_with_fused_decode_gives_the_same_tokens_and_cache(config):
     model = _tiny()
     params = SamplingParams(max_tokens=8)

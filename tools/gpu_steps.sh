@@ -30,6 +30,7 @@ step_cmd() {
     engine-base|engine-pdl) pdl=off; [ "$1" = engine-pdl ] && pdl=small-batch; echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --no-compile --eager-tokens 32 --hf-tokens 32 --hf-batch-tokens 32 --decode-pdl $pdl" ;;
     engine-fused) echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --no-compile --no-hf --variants --gemv-sweep --eager-tokens 32" ;;
     engine-variants) echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --no-compile --no-hf --variants --eager-tokens 32" ;;
+    ncu) echo "\$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1) --clock-control none -c 12 -k regex:'_norm_gemv|nvjet|_paged_decode|_merge_splits' --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis python3 tools/h200_ncu_probe.py" ;;
     fused-tests) echo "python3 -m pytest -q -p no:cacheprovider -rA tests/test_fused_decode.py" ;;
     fused-gemv) echo "env OUT=$OUT/$1 python3 tools/h200_fused_gemv.py" ;;
     engine-compile) echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --budget 540 --eager-tokens 32 --hf-tokens 32 --hf-batch-tokens 32" ;;

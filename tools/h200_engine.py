@@ -155,16 +155,14 @@ class Setup:
 
 
 # (fused decode, paged decode PDL) per batch-1 variant; FUSED_DECODE: the engine's argument for each.
-VARIANTS = [(None, "off"), ("fused decode + Triton o/down GEMVs", "off"),
-            ("fused decode + Triton o/down GEMVs + PDL", "off")]
-FUSED_DECODE = {None: False, "fused attention side": FusedDecodeConfig(mlp=False),
-                "fused attention side + Triton o GEMV": FusedDecodeConfig(mlp=False, linear=True),
-                "fused decode + Triton o/down GEMVs": FusedDecodeConfig(linear=True),
-                "fused decode + Triton o/down GEMVs + PDL": FusedDecodeConfig(linear=True, pdl=True),
-                "fused decode, cuBLAS gate/up, SiluAndMul in the down GEMV, + PDL":
-                    FusedDecodeConfig(linear=True, pdl=True, gate_up="cublas"),
-                "fused decode, cuBLAS gate/up, SiluAndMul in the down GEMV":
-                    FusedDecodeConfig(linear=True, gate_up="cublas")}
+VARIANTS = [(None, "off"), ("fused decode (defaults: Triton o/down GEMVs, PDL where available)", "off"),
+            ("fused decode without PDL", "off")]
+FUSED_DECODE = {None: False, "fused attention side": FusedDecodeConfig(mlp=False, linear=False),
+                "fused attention side + Triton o GEMV": FusedDecodeConfig(mlp=False),
+                "fused decode, cuBLAS o/down": FusedDecodeConfig(linear=False, pdl=False),
+                "fused decode without PDL": FusedDecodeConfig(pdl=False),
+                "fused decode (defaults: Triton o/down GEMVs, PDL where available)": True,
+                "fused decode, cuBLAS gate/up, SiluAndMul in the down GEMV, + PDL": FusedDecodeConfig(gate_up="cublas")}
 
 
 def variant_runs(s: "Setup", ours_tokens, results) -> None:

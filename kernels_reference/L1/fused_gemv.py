@@ -49,9 +49,9 @@ MIN_HALF_ROWS = 4  # used instead where HALF_ROWS would leave fewer than 3 progr
 # there and removed: a tensor-core loop (the token as row 0 of a 16-row tile, weights pipelined
 # through shared memory; 1.1-3x slower at every shape) and prefetching the next weight tiles
 # before the current tile's arithmetic (never faster, more registers).
-# Defaults: the fastest per kind in the H200 sweep of docs/perf/h200-engine.md, run h.
-GPU_TILES = {ROPE_KV: dict(BLOCK_K=512, num_warps=4, ROW_ACC=False),
-             SILU_MUL: dict(BLOCK_K=512, num_warps=4, ROW_ACC=True),
+# Defaults: the fastest per kind in the H200 sweep of docs/perf/h200-engine.md, run k.
+GPU_TILES = {ROPE_KV: dict(BLOCK_K=512, num_warps=4, ROW_ACC=True),
+             SILU_MUL: dict(BLOCK_K=512, num_warps=4, ROW_ACC=True, PER_SM=5),
              PLAIN: dict(BLOCK_K=1024, num_warps=8, ROW_ACC=True)}
 
 

@@ -97,14 +97,16 @@ class FusedDecodeConfig:
 
     ``mlp``: norm -> gate/up -> SiluAndMul as one kernel (else the MLP runs as modules);
     ``linear``: the o projection (and with ``mlp`` the down projection) through the same GEMV kernel
-    instead of cuBLAS (no split-K reduction kernels, and every launch of a layer is ours); ``pdl``: with ``linear``, every
-    launch of a layer is a programmatic dependent launch (sm_90+, the paged decode's PDL "all"
-    included): a GEMV requests its first weight tiles before waiting for the kernel ahead.
+    instead of cuBLAS (no split-K reduction kernels, and every launch of a layer is ours);
+    ``pdl``: with ``linear``, every launch of a layer is a programmatic dependent launch (the paged
+    decode's PDL "all" included), so each kernel is launched while the one ahead finishes; None
+    (the default) = where the GPU and Triton have it (sm_90+), not in the interpreter.
+    The defaults are the fastest combination measured on the H200 (docs/perf/h200-engine.md, runs h-k).
     """
 
     mlp: bool = True
-    linear: bool = False
-    pdl: bool = False
+    linear: bool = True
+    pdl: Optional[bool] = None
     # "fused": norm -> gate/up -> SiluAndMul in one kernel. "cublas": the norm kernel, then cuBLAS's
     # gate/up GEMV (it streams this 235 MB matrix faster than the fused kernel on the H200), and
     # SiluAndMul applied as the down projection reads its input (needs linear=True).
@@ -143,7 +145,9 @@ class FusedDecode:
         from ..L1.fused_gemv import gemv, norm_gemv_rope_kv, norm_gemv_silu_mul
 
         config = self.config
-        pdl = config.pdl and input_ids.is_cuda  # the interpreter has no dependent launches
+        pdl = bool(config.pdl) and input_ids.is_cuda  # the interpreter has no dependent launches
+        if config.pdl is None and input_ids.is_cuda:
+            pdl = decode.pdl_unavailable_reason(input_ids.device) is None
         decode_config = dataclasses.replace(decode.DECODE_CONFIG, pdl="all") if pdl else None
         body = self.model.model
         x = body.embed_tokens(input_ids)
