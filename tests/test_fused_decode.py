@@ -67,14 +67,15 @@ def test_norm_gemv_rope_kv_rotates_and_stores_like_the_unfused_modules(slot):
         assert not torch.equal(caches[0][1, 2], fresh[1, 2]) and not torch.equal(caches[1][1, 2], fresh[1, 2])
 
 
-@pytest.mark.parametrize("row_acc,half,per_sm", [(True, None, None), (False, 4, None), (False, 16, None),
-                                                 (True, 4, 1), (False, None, 2)])
-def test_fused_kernel_loop_variants_agree(monkeypatch, row_acc, half, per_sm):
+@pytest.mark.parametrize("row_acc,half,per_sm,tma", [(True, None, None, False), (False, 4, None, False),
+                                                     (False, 16, None, False), (True, 4, 1, False),
+                                                     (False, None, 2, False), (True, 8, 2, True)])
+def test_fused_kernel_loop_variants_agree(monkeypatch, row_acc, half, per_sm, tma):
     """The GPU tile options (per-row accumulators, rows per program, a persistent grid of a few
-    programs per SM that loop over the row groups) over several loop iterations with a ragged
-    last tile (72 columns in tiles of 16)."""
+    programs per SM that loop over the row groups, weights through a TMA descriptor) over several
+    loop iterations with a ragged last tile (72 columns in tiles of 16)."""
     monkeypatch.setattr(fused_gemv, "_config", lambda k, on_gpu, epilogue=None: dict(
-        BLOCK_K=16, num_warps=4, ROW_ACC=row_acc, HALF=half, PER_SM=per_sm))
+        BLOCK_K=16, num_warps=4, ROW_ACC=row_acc, HALF=half, PER_SM=per_sm, TMA=tma, STAGES=3 if tma else 1))
     hidden, inter, nq, nk, d = 72, 48, 4, 2, 32
     x, res, w, wq = _rows((1, hidden), (1, hidden), (2 * inter, hidden), ((nq + 2 * nk) * d, hidden))
     norm_w = 1 + 0.1 * _rows((hidden,), seed=1)[0]

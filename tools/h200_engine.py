@@ -155,8 +155,7 @@ class Setup:
 
 
 # (fused decode, paged decode PDL) per batch-1 variant; FUSED_DECODE: the engine's argument for each.
-VARIANTS = [(None, "off"), ("fused decode (defaults: Triton o/down GEMVs, PDL where available)", "off"),
-            ("fused decode without PDL", "off")]
+VARIANTS = [(None, "off"), ("fused decode (defaults: Triton o/down GEMVs, PDL where available)", "off")]
 FUSED_DECODE = {None: False, "fused attention side": FusedDecodeConfig(mlp=False, linear=False),
                 "fused attention side + Triton o GEMV": FusedDecodeConfig(mlp=False),
                 "fused decode, cuBLAS o/down": FusedDecodeConfig(linear=False, pdl=False),

@@ -40,15 +40,17 @@ def _tile(block_k, warps, row_acc=False, **extra):
     return dict(BLOCK_K=block_k, num_warps=warps, ROW_ACC=row_acc, **extra)
 
 
-# The committed defaults first (fused_gemv.GPU_TILES); then the same tiles as persistent grids
-# (PER_SM programs per SM looping over the row groups: the norm statistics computed once per
-# program, no partial last wave), and rows per program around them. Earlier sweeps (session 5,
-# docs/perf/h200-engine.md runs g-i) ruled out weight prefetching, tensor-core loops and HALF 32.
-TILES = [_tile(512, 4), _tile(512, 4, True), _tile(1024, 8, True),
-         _tile(512, 4, PER_SM=3), _tile(512, 4, PER_SM=4), _tile(512, 4, True, PER_SM=4), _tile(512, 4, True, PER_SM=5),
-         _tile(512, 4, True, PER_SM=6), _tile(512, 4, True, PER_SM=8), _tile(1024, 8, True, PER_SM=2),
-         _tile(1024, 8, True, PER_SM=3), _tile(1024, 8, True, PER_SM=4), _tile(512, 4, True, HALF=16, PER_SM=3),
-         _tile(512, 4, True, HALF=4, PER_SM=6)]
+def _tma(block_k, half, stages, per_sm, warps=4):
+    return dict(BLOCK_K=block_k, num_warps=warps, ROW_ACC=True, HALF=half, PER_SM=per_sm, TMA=True, STAGES=stages)
+
+
+# The committed defaults first (fused_gemv.GPU_TILES), then weights through TMA descriptors in a
+# loop Triton pipelines STAGES deep (cuBLAS's gate/up kernel streams that way at ~85% of DRAM peak
+# against the register loop's ~77%, docs/perf/h200-engine.md "Nsight Compute"). Earlier sweeps
+# (session 5, runs g-k) ruled out weight prefetching, tensor-core loops and HALF 32 register loops.
+TILES = [_tile(512, 4, True), _tile(512, 4, True, PER_SM=5), _tile(1024, 8, True),
+         _tma(64, 32, 6, 2), _tma(64, 16, 8, 4), _tma(128, 16, 6, 3), _tma(128, 32, 4, 2), _tma(256, 8, 6, 4),
+         _tma(64, 32, 8, 2, warps=8), _tma(128, 8, 8, 4), _tma(64, 64, 6, 1), _tma(128, 16, 4, 4)]
 EPILOGUE_OF = {"qkv": fused_gemv.ROPE_KV, "gate_up": fused_gemv.SILU_MUL, "o": fused_gemv.PLAIN,
                "down": fused_gemv.PLAIN}
 SIDES = ("qkv", "gate_up", "o", "down")
@@ -214,7 +216,8 @@ def markdown(result) -> str:
     for r in result["rows"]:
         t = r["tile"]
         tile = "-" if t is None else (f"{t['BLOCK_K']}, {t['num_warps']}, {'y' if t['ROW_ACC'] else 'n'}, "
-                                      f"{t.get('HALF', 'auto')}, {t.get('PER_SM', 'all')}")
+                                      f"{t.get('HALF', 'auto')}, {t.get('PER_SM', 'all')}"
+                                      + (f", TMA x{t['STAGES']}" if t.get("TMA") else ""))
         cells = [r["side"], r["way"], tile, _f(r.get("us"), ".2f"), _f(r.get("kernel_us"), ".2f"),
                  _f(r.get("fraction_of_copy"), ".3f"), _f(r.get("registers"), "d"), _f(r.get("rel_err_vs_unfused"), ".2e")]
         lines.append("| " + " | ".join(cells) + " |" + (f" error: {r['error']}" if "error" in r else ""))

@@ -200,14 +200,25 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
     # program, no partial last wave); else one program per group.
     per_sm = config.pop("PER_SM", None)
     programs = min(groups, per_sm * sm_count(x.device)) if per_sm else groups
+    # TMA: the weight tiles come through a tensor descriptor (the Hopper tensor memory
+    # accelerator), in a loop Triton pipelines STAGES deep through shared memory.
+    tma, stages = config.pop("TMA", False), config.pop("STAGES", 1)
+    w_desc = _weight_descriptor(weight, half, config["BLOCK_K"]) if tma else weight
     LAST_LAUNCH["kernel"] = _norm_gemv_kernel[(programs,)](
-        x, res, res_out, norm_weight, weight, out,
+        x, res, res_out, norm_weight, weight, w_desc, out,
         cos_sin, row, slot, kc, vc,
         weight.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0, groups,
         kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), kc.shape[1],
         HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda, SILU_IN=silu_in,
+        TMA=tma, STAGES=stages,
         NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
     )
+
+
+def _weight_descriptor(weight: torch.Tensor, half: int, block_k: int):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(weight, [half, block_k])
 
 
 # ---- the same computations in torch (the tests' definition of what the kernels do) -----------------
@@ -248,14 +259,14 @@ if triton is not None:
 
     @triton.jit
     def _norm_gemv_kernel(
-        x_ptr, res_ptr, res_out_ptr, norm_w_ptr, w_ptr, out_ptr,
+        x_ptr, res_ptr, res_out_ptr, norm_w_ptr, w_ptr, w_desc, out_ptr,
         cos_sin_ptr, cos_sin_row_ptr, slot_ptr, k_cache_ptr, v_cache_ptr,
         K, eps, w_s_row, pair_offset, cs_s_row, n_groups,
         kc_s_block, kc_s_tok, kc_s_head, vc_s_block, vc_s_tok, vc_s_head, block_size,
         HAS_RES: tl.constexpr, EPILOGUE: tl.constexpr, HALF: tl.constexpr,
         NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
         BLOCK_K: tl.constexpr, ROW_ACC: tl.constexpr, NORM: tl.constexpr,
-        PDL: tl.constexpr, SILU_IN: tl.constexpr,
+        PDL: tl.constexpr, SILU_IN: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr,
     ):
         pid = tl.program_id(0)
         r = tl.arange(0, HALF)
@@ -308,10 +319,15 @@ if triton is not None:
             else:
                 acc_a = tl.zeros([HALF, BLOCK_K], tl.float32)
                 acc_b = tl.zeros([HALF, BLOCK_K], tl.float32)
-            for k0 in range(0, K, BLOCK_K):
+            for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
                 m = k0 + kk < K
-                wa = tl.load(wa_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
-                wb = tl.load(wb_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
+                if TMA:  # a group's HALF rows (and their partners') are contiguous rows of the weight
+                    first_row = tl.min(rows_a, axis=0)
+                    wa = w_desc.load([first_row, k0])
+                    wb = w_desc.load([first_row + pair_offset, k0])
+                else:
+                    wa = tl.load(wa_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
+                    wb = tl.load(wb_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
                 h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
                 if SILU_IN:  # x holds gate then up (K each): SiluAndMul as the input is read
                     up = tl.load(x_ptr + K + k0 + kk, mask=m, other=0.0).to(tl.float32)
