@@ -47,8 +47,24 @@ POINTERS = {"q_ptr": "*bf16", "k_cache_ptr": "*bf16", "v_cache_ptr": "*bf16", "b
 NOT_DIVISIBLE = {"num_splits", "table_width"}  # runtime values the JIT would not see as multiples of 16
 
 
+class SignatureMismatch(Exception):
+    """This script's picture of a kernel's parameters is out of date (a bug here, not a Triton
+    version without the ahead-of-time API): reported as a failure, never as "unsupported"."""
+
+
+def _check_signature(fn, constexprs):
+    names = list(fn.arg_names)
+    unknown = sorted(set(constexprs) - set(names))
+    declared = {names[i] for i in getattr(fn, "constexprs", [])}
+    missing = sorted(declared - set(constexprs))
+    if unknown or missing:
+        raise SignatureMismatch(f"{fn.__name__}: constexprs passed here but not kernel parameters {unknown}; "
+                                f"kernel constexprs not passed here {missing}")
+
+
 def _compile(kernel, constexprs, options):
     fn = kernel
+    _check_signature(fn, constexprs)
     signature, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in constexprs:
@@ -100,7 +116,8 @@ def compile_variant(config: "decode_mod.DecodeConfig", splits: int = 66) -> dict
     merge_kernel = splits > 1 and not config.fused_merge
     meta = dict(GROUP=GROUP, GROUP_PAD=16, HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, BLOCK_SIZE=BLOCK,
                 BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=splits > 1, FUSED_MERGE=config.fused_merge and splits > 1,
-                SPLITS_PAD=triton.next_power_of_2(splits) if config.fused_merge else 1,
+                GROUP_POW2=triton.next_power_of_2(GROUP) if config.fused_merge else 1,
+                MERGE_CHUNK=decode_mod._merge_chunk(GROUP, HEAD_DIM, config.num_warps) if config.fused_merge else 1,
                 F32_DOT=False, INTERLEAVED=config.interleaved,
                 EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel)
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages,
@@ -138,6 +155,9 @@ def main():
     for name, config in structural_variants().items():
         try:
             row = {"variant": name, **compile_variant(config)}
+        except SignatureMismatch as exc:
+            failed += 1
+            row = {"variant": name, "error": f"SignatureMismatch: {exc}"[:500]}
         except Exception as exc:  # noqa: BLE001 - report every variant
             if name == "default":
                 # The default kernel compiles on every GPU it has run on: failing here means this
