@@ -4,14 +4,16 @@ batch-1 decode path (:mod:`kernels_reference.engine.fused_decode`).
 At batch 1 a Llama layer's linear layers read their weights once, and everything between them
 (residual add + RMSNorm, RoPE, the KV-cache store, SiluAndMul) is a handful of tiny kernels whose
 cost is their launch and their memory latency, not their bytes: on the H200 they took 0.66 ms of
-a 4.53 ms Llama-3.1-8B decode step (docs/perf/h200-engine.md). Two kernels here absorb them into
-the GEMVs that surround them:
+a 4.53 ms Llama-3.1-8B decode step (docs/perf/h200-engine.md). One kernel, in three forms, absorbs
+them into the GEMVs that surround them:
 
 * ``norm_gemv_rope_kv``: (residual add +) RMSNorm as the prologue of the fused q/k/v projection;
   NeoX RoPE on q and k and the store of k and v into the paged cache as its epilogue. The query
   comes out rotated; nothing else is written (k and v go straight to their cache slot).
 * ``norm_gemv_silu_mul``: (residual add +) RMSNorm as the prologue of the gate/up projection;
   SiluAndMul as its epilogue (the [2 * intermediate] activation never reaches memory).
+* ``gemv``: the plain projection (o, down), optionally applying SiluAndMul to its input as it
+  reads it; with the other two it lets every launch of a layer be a dependent launch (PDL).
 
 How the work is cut: one program owns HALF output rows and their *partners* (rotary pair i and
 i + head_dim/2 of the same head; gate row j and up row j), so each epilogue is local to a

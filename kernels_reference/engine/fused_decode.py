@@ -2,18 +2,22 @@
 
 Why: at batch 1 a decode step is bound by reading the weights once, and on the H200 everything that
 is not a GEMV (two norms, RoPE, the KV store, SiluAndMul: ~7 kernels a layer) added 0.66 ms to a
-4.53 ms Llama-3.1-8B step (docs/perf/h200-engine.md). Here a layer is five launches instead of
-eleven: ``norm_gemv_rope_kv`` (norm -> qkv -> RoPE -> KV store), the paged decode, ``o_proj``,
-``norm_gemv_silu_mul`` (norm -> gate/up -> SiluAndMul), ``down_proj`` (the last two cuBLAS via the
-modules themselves). The kernels: :mod:`kernels_reference.L1.fused_gemv`.
+4.53 ms Llama-3.1-8B step (docs/perf/h200-engine.md). Here a layer is six launches instead of
+eleven: ``norm_gemv_rope_kv`` (norm -> qkv -> RoPE -> KV store), the paged decode and its merge,
+the o projection, ``norm_gemv_silu_mul`` (norm -> gate/up -> SiluAndMul), the down projection
+(the o/down GEMVs in the same Triton kernel by default, with every launch a dependent launch where
+the GPU has PDL; ``FusedDecodeConfig`` selects). On the H200 the step takes 7-9% less GPU time
+than the module path (runs h-l of docs/perf/h200-engine.md). The kernels:
+:mod:`kernels_reference.L1.fused_gemv`.
 
 Where it applies, and why only there: the fusions cross the boundaries of the modules the tasks
 mirror (RMSNorm, RotaryEmbedding, Attention, SiluAndMul, the linear layers are separate vLLM
 modules, each replaceable by a candidate). So the path is taken only for a model built entirely
 from the reference classes (checked by exact type, so a candidate's subclass or replacement turns
 it off, with the reason), only for one token of one sequence (the batch-1 decode graph), and only
-when the engine is asked for it (``LLM(..., fused_decode=True)`` or a ``FusedDecodeConfig``). The suite's end-to-end tasks do
-not ask: they time the module structure vLLM runs, with whatever modules a candidate swaps in.
+when the engine is asked for it (``LLM(..., fused_decode=True)`` or a ``FusedDecodeConfig``). The
+suite's end-to-end tasks do not ask: they time the module structure vLLM runs, with whatever
+modules a candidate swaps in.
 """
 import dataclasses
 from typing import Callable, Optional
