@@ -77,8 +77,7 @@ def graph_kernel_breakdown(graph, reps: int = 5) -> dict:
     per kernel name, their sum, and the replay's own time (the difference is time between kernels)."""
     from torch.profiler import ProfilerActivity, profile
 
-    for _ in range(3):
-        graph.replay()
+    replay_ms(graph, 3)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             graph.replay()
@@ -91,11 +90,18 @@ def graph_kernel_breakdown(graph, reps: int = 5) -> dict:
             kernels.append({"kernel": e.key[:90], "launches": e.count / reps, "us": us / reps})
     kernels.sort(key=lambda k: -k["us"])
     total_us = sum(k["us"] for k in kernels)
+    return {"replay_ms": replay_ms(graph, 20), "kernel_sum_ms": total_us / 1e3,
+            "launches": sum(k["launches"] for k in kernels), "top": kernels[:14]}
+
+
+def replay_ms(graph, reps: int) -> float:
+    """Mean GPU time of back-to-back replays of a captured graph (after one warm replay)."""
+    graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
     start.record()
-    for _ in range(20):
+    for _ in range(reps):
         graph.replay()
     end.record()
     torch.cuda.synchronize()
-    return {"replay_ms": start.elapsed_time(end) / 20, "kernel_sum_ms": total_us / 1e3,
-            "launches": sum(k["launches"] for k in kernels), "top": kernels[:14]}
+    return start.elapsed_time(end) / reps

@@ -31,10 +31,10 @@ import transformers
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
-from kernels_reference.engine import LLM, FusedDecodeConfig, SamplingParams  # noqa: E402
+from kernels_reference.engine import LLM, SamplingParams  # noqa: E402
 from kernels_reference.L4.llama import init_random_weights, model_for  # noqa: E402
 sys.path.insert(0, str(ROOT / "tools"))
-from graph_timing import graph_kernel_breakdown  # noqa: E402
+from graph_timing import graph_kernel_breakdown, replay_ms  # noqa: E402
 
 TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=500, head_dim=16)
@@ -56,7 +56,7 @@ def main():
         compile_phase(s, args.ours_tokens, Path(args.compile_phase))
         return
     results = {"environment": environment(s.dev), "command": command_line(args), "runs": [], "checks": {},
-               "floor": decode_floor(s.ours, s.dev)}
+               "floor": decode_floor(s.ours, s.dev, profile=args.variants)}
 
     # Ours: eager (reference point), then with CUDA graphs (the production path).
     llm = LLM(s.ours, **s.engine_args)
@@ -154,19 +154,16 @@ class Setup:
         self.compile_options = {"backend": "aot_eager"} if args.tiny_cpu else True  # Inductor's C++ is slow on CPUs
 
 
-# (fused decode, paged decode PDL) per batch-1 variant; FUSED_DECODE: the engine's argument for each.
-VARIANTS = [(None, "off"), ("fused decode (defaults: Triton o/down GEMVs, PDL where available)", "off")]
-FUSED_DECODE = {None: False, "fused attention side": FusedDecodeConfig(mlp=False, linear=False),
-                "fused attention side + Triton o GEMV": FusedDecodeConfig(mlp=False),
-                "fused decode, cuBLAS o/down": FusedDecodeConfig(linear=False, pdl=False),
-                "fused decode without PDL": FusedDecodeConfig(pdl=False),
-                "fused decode (defaults: Triton o/down GEMVs, PDL where available)": True,
-                "fused decode, cuBLAS gate/up, SiluAndMul in the down GEMV, + PDL": FusedDecodeConfig(gate_up="cublas")}
+# Batch-1 variants: (label, the engine's fused_decode argument, the paged decode's PDL mode). Session
+# 5 also ran FusedDecodeConfig(mlp=False, linear=False), (mlp=False), (linear=False, pdl=False),
+# (pdl=False) and (gate_up="cublas") this way (docs/perf/h200-engine.md, runs e-n).
+VARIANTS = [("module path", False, "off"),
+            ("fused decode (defaults: Triton o/down GEMVs, PDL where available)", True, "off")]
 
 
 def variant_runs(s: "Setup", ours_tokens, results) -> None:
-    """Batch-1 decode of the same model with the paged decode's PDL off / "small-batch" and the
-    engine's fused decode off / on (an engine with only the batch-1 graph each): GPU and wall
+    """Batch-1 decode of the same model in each of ``VARIANTS`` (the engine's fused decode, the
+    paged decode's PDL mode; an engine with only the batch-1 graph each): GPU and wall
     time per token side by side, and each variant's first decode step's logits against the module
     path's (same prompt, same prefill, so the difference is the decode step's kernels alone)."""
     import dataclasses
@@ -177,12 +174,12 @@ def variant_runs(s: "Setup", ours_tokens, results) -> None:
     results["variants"] = []
     kept = []  # every variant's engine and caches stay alive for the interleaved replays at the end
     try:
-        for fused, pdl in VARIANTS:
+        for label, fused, pdl in VARIANTS:
             paged_decode.DECODE_CONFIG = dataclasses.replace(default, pdl=pdl)
-            name = f"{s.graphs_name}, {fused or 'module path'}, decode PDL {pdl}"
+            name = f"{s.graphs_name}, {label}, decode PDL {pdl}"
             print(f"variant: {name}", flush=True)
             llm, build_s = timed(lambda: LLM(s.ours, **s.engine_args, **s.graphs, graph_batch_sizes=[1],
-                                             fused_decode=FUSED_DECODE[fused]), s.dev)
+                                             fused_decode=fused), s.dev)
             logits = first_decode_logits(llm, s.prompt)
             reference_logits = logits if reference_logits is None else reference_logits
             run = decode_run(llm, name, s.prompt, s.output, s.dev, build_s=build_s)
@@ -330,19 +327,6 @@ def graph_gpu_ms(llm, size, dev, reps=50):
     return replay_ms(graph, reps)
 
 
-def replay_ms(graph, reps: int) -> float:
-    """Mean GPU time of back-to-back replays of a captured graph (after one warm replay)."""
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
-
-
 def hf_decode_run(hf, prompt, tokens, dev):
     ids = torch.tensor([prompt], device=dev)
     hf_generate(hf, ids[:, :16], 4)
@@ -369,7 +353,7 @@ def hf_generate(hf, ids, tokens):
                            do_sample=False, eos_token_id=None, pad_token_id=0)
 
 
-def decode_floor(model, dev):
+def decode_floor(model, dev, profile: bool = False):
     """Bytes one decode step must read: every weight but the embedding table (a decode gathers a
     row of it); the KV cache (under 1% here) is left out. Floor = bytes / copy bandwidth."""
     embed = model.model.embed_tokens.weight
@@ -381,17 +365,18 @@ def decode_floor(model, dev):
 
         floor.update(measure_roofline(dev))
         floor["floor_ms"] = nbytes / (floor["copy_tbps"] * 1e12) * 1e3
-        floor["gemv_only_ms"] = gemv_only_ms(model, dev)
-        if GEMV_KERNELS:
-            floor["gemv_only_kernels"] = GEMV_KERNELS
+        floor["gemv_only_ms"], kernels = gemv_only_ms(model, dev, profile)
+        if kernels:  # --variants: the GEMV-only graph's kernels too, beside the variants'
+            floor["gemv_only_kernels"] = kernels
     return floor
 
 
 @torch.no_grad()
-def gemv_only_ms(model, dev, reps=20):
-    """GPU time of a decode step's matrix-vector products alone (every linear layer and the LM
-    head at one token, cuBLAS through F.linear, back to back in one CUDA graph): how close the
-    library GEMVs themselves come to the bandwidth floor, apart from every other kernel."""
+def gemv_only_ms(model, dev, profile: bool = False, reps=20):
+    """(ms, kernels): GPU time of a decode step's matrix-vector products alone (every linear layer
+    and the LM head at one token, cuBLAS through F.linear, back to back in one CUDA graph): how
+    close the library GEMVs themselves come to the bandwidth floor, apart from every other kernel;
+    with ``profile`` also the graph's kernel breakdown (else None)."""
     weights = [model.lm_head.weight] + [p for n, p in model.named_parameters()
                                          if p.dim() == 2 and "embed_tokens" not in n and "lm_head" not in n]
     x = {w.shape[1]: torch.randn(1, w.shape[1], device=dev, dtype=w.dtype) for w in weights}
@@ -402,16 +387,12 @@ def gemv_only_ms(model, dev, reps=20):
         for w in weights:
             torch.nn.functional.linear(x[w.shape[1]], w)
     ms = replay_ms(graph, reps)
-    if ARGS_PROFILE_GEMVS:  # --variants: the GEMV-only graph's kernels too, beside the variants'
-        try:
-            GEMV_KERNELS.update(graph_kernel_breakdown(graph))
-        except Exception as exc:  # noqa: BLE001
-            GEMV_KERNELS["error"] = repr(exc)[:300]
-    return ms
-
-
-ARGS_PROFILE_GEMVS = "--variants" in sys.argv
-GEMV_KERNELS: dict = {}
+    if not profile:
+        return ms, None
+    try:
+        return ms, graph_kernel_breakdown(graph)
+    except Exception as exc:  # noqa: BLE001 - a profiler problem must not lose the run
+        return ms, {"error": repr(exc)[:300]}
 
 
 # ---- set-up and output ------------------------------------------------------------------------

@@ -80,9 +80,7 @@ class Case:
         self.norm = RMSNorm(h, eps=1e-5).to(dev, dtype)
         self.rope = RotaryEmbedding(d, d, 8192, 500000.0, True)
         self.positions = torch.tensor([700], device=dev)
-        self.table = self.rope.cos_sin_table(dev) if dev.type == "cuda" else torch.cat(
-            self.rope.cos_sin(self.positions, torch.float32), dim=-1).contiguous()
-        self.table_row = self.positions if dev.type == "cuda" else torch.zeros(1, dtype=torch.long)
+        self.table, self.table_row = self.rope.table_rows(self.positions)
         self.slot = torch.tensor([16 * 5 + 3], device=dev)
         self.caches = [(torch.zeros(64, 16, nk, d, device=dev, dtype=dtype),
                         torch.zeros(64, 16, nk, d, device=dev, dtype=dtype)) for _ in range(layers)]

@@ -77,6 +77,16 @@ class RotaryEmbedding(RecordsInit, nn.Module):
             self._tables[key] = torch.cat([cos, sin], dim=-1).contiguous()
         return self._tables[key]
 
+    def table_rows(self, positions: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(cos/sin table, the row of each token) for a Triton kernel. On CUDA the whole
+        max-position table, read at the positions (no host value involved, graph-safe). In the
+        interpreter (CPU) a table of just these tokens' angles, read at row = token, instead of
+        building the whole max-position table for every new module."""
+        if positions.is_cuda:
+            return self.cos_sin_table(positions.device), positions
+        cos, sin = self.cos_sin(positions.reshape(-1), torch.float32)
+        return torch.cat([cos, sin], dim=-1).contiguous(), torch.arange(positions.numel(), device=positions.device)
+
     def table_positions(self) -> int:
         """Positions the fast path's table covers (YaRN variants cover the extended context)."""
         return self.max_position_embeddings
@@ -115,14 +125,7 @@ class RotaryEmbedding(RecordsInit, nn.Module):
         n_tokens = positions.numel()
         if n_tokens == 0:
             return
-        if query.is_cuda:
-            table = self.cos_sin_table(query.device)
-        else:
-            # The interpreter (CPU): a table of just these tokens' angles, read at row = token,
-            # instead of building the whole max-position table for every new module.
-            cos, sin = self.cos_sin(positions.reshape(-1), torch.float32)
-            table = torch.cat([cos, sin], dim=-1).contiguous()
-            positions = torch.arange(n_tokens, device=positions.device)
+        table, positions = self.table_rows(positions)
         half = self.rotary_dim // 2
         nq, nk = query.shape[1], key.shape[1]
         # q and k heads form one list of nq + nk rows per token, cut into equal head blocks: every

@@ -160,7 +160,7 @@ class FusedDecode:
         for layer in body.layers:
             attn, mlp = layer.self_attn, layer.mlp
             if table is None:  # every layer of these models shares one RoPE configuration
-                table, table_row = self._rope_rows(attn.rotary_emb, positions)
+                table, table_row = attn.rotary_emb.table_rows(positions)
             key_cache, value_cache = attn.attn.kv_cache
             norm = layer.input_layernorm
             query, residual = norm_gemv_rope_kv(
@@ -184,12 +184,3 @@ class FusedDecode:
                 x = mlp(x)
         hidden, _ = body.norm(x, residual)
         return hidden
-
-    @staticmethod
-    def _rope_rows(rope, positions):
-        """(cos/sin table, row of this token): the whole table on CUDA (read at the position, no
-        host value involved); on the CPU (interpreter) only this token's row, as the RoPE module does."""
-        if positions.is_cuda:
-            return rope.cos_sin_table(positions.device), positions
-        cos, sin = rope.cos_sin(positions.reshape(-1), torch.float32)
-        return torch.cat([cos, sin], dim=-1).contiguous(), torch.zeros(1, dtype=torch.long)
