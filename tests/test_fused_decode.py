@@ -67,15 +67,20 @@ def test_norm_gemv_rope_kv_rotates_and_stores_like_the_unfused_modules(slot):
         assert not torch.equal(caches[0][1, 2], fresh[1, 2]) and not torch.equal(caches[1][1, 2], fresh[1, 2])
 
 
-@pytest.mark.parametrize("row_acc,half,per_sm,tma", [(True, None, None, False), (False, 4, None, False),
-                                                     (False, 16, None, False), (True, 4, 1, False),
-                                                     (False, None, 2, False), (True, 8, 2, True)])
-def test_fused_kernel_loop_variants_agree(monkeypatch, row_acc, half, per_sm, tma):
+@pytest.mark.parametrize("row_acc,half,per_sm,tma,mma", [
+    (True, None, None, False, None), (False, 4, None, False, None), (False, 16, None, False, None),
+    (True, 4, 1, False, None), (False, None, 2, False, None), (True, 8, 2, True, None),
+    (False, 16, None, False, "xhat"), (False, 16, 1, False, "xhat"), (False, 16, None, False, "in-loop"),
+    (False, 16, 1, True, "xhat")])
+def test_fused_kernel_loop_variants_agree(monkeypatch, row_acc, half, per_sm, tma, mma):
     """The GPU tile options (per-row accumulators, rows per program, a persistent grid of a few
-    programs per SM that loop over the row groups, weights through a TMA descriptor) over several
-    loop iterations with a ragged last tile (72 columns in tiles of 16)."""
+    programs per SM that loop over the row groups, weights through a TMA descriptor, the
+    tensor-core kernel with its input streamed from a per-program copy or computed in the loop)
+    over several loop iterations with a ragged last tile (72 columns in tiles of 16)."""
+    extra = dict(MMA=True, XHAT=mma == "xhat") if mma else {}
     monkeypatch.setattr(fused_gemv, "_config", lambda k, on_gpu, epilogue=None: dict(
-        BLOCK_K=16, num_warps=4, ROW_ACC=row_acc, HALF=half, PER_SM=per_sm, TMA=tma, STAGES=3 if tma else 1))
+        BLOCK_K=16, num_warps=4, ROW_ACC=row_acc, HALF=half, PER_SM=per_sm, TMA=tma, STAGES=3 if tma or mma else 1,
+        **extra))
     hidden, inter, nq, nk, d = 72, 48, 4, 2, 32
     x, res, w, wq = _rows((1, hidden), (1, hidden), (2 * inter, hidden), ((nq + 2 * nk) * d, hidden))
     norm_w = 1 + 0.1 * _rows((hidden,), seed=1)[0]
@@ -89,6 +94,10 @@ def test_fused_kernel_loop_variants_agree(monkeypatch, row_acc, half, per_sm, tm
     q, _ = fused_gemv.norm_gemv_rope_kv(x, None, norm_w, 1e-6, wq, table, row, slots, *caches, nq, nk, d)
     q_ref, _ = fused_gemv.norm_gemv_rope_kv_reference(x, None, norm_w, 1e-6, wq, table, row, slots, *ref, nq, nk, d)
     assert _rel(q, q_ref) < TOL and all(_rel(a, b) < TOL for a, b in zip(caches, ref))
+    w_o, act_in = _rows((32, hidden), (1, 2 * hidden), seed=4)
+    assert _rel(fused_gemv.gemv(x, w_o), torch.nn.functional.linear(x, w_o)) < TOL
+    assert _rel(fused_gemv.gemv(act_in, w_o, silu_mul_input=True),
+                fused_gemv.gemv_reference(act_in, w_o, silu_mul_input=True)) < TOL
 
 
 def test_gemv_matches_linear_and_the_fused_config_is_checked():

@@ -32,6 +32,7 @@ import transformers
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 from kernels_reference.engine import LLM, SamplingParams  # noqa: E402
+from kernels_reference.L1 import fused_gemv  # noqa: E402
 from kernels_reference.L4.llama import init_random_weights, model_for  # noqa: E402
 sys.path.insert(0, str(ROOT / "tools"))
 from graph_timing import graph_kernel_breakdown, replay_ms  # noqa: E402
@@ -157,8 +158,12 @@ class Setup:
 # Batch-1 variants: (label, the engine's fused_decode argument, the paged decode's PDL mode). Session
 # 5 also ran FusedDecodeConfig(mlp=False, linear=False), (mlp=False), (linear=False, pdl=False),
 # (pdl=False) and (gate_up="cublas") this way (docs/perf/h200-engine.md, runs e-n).
+# An optional fourth element fixes the fused GEMVs' tiles ({kind: tile}, fused_gemv.GPU_TILES) for that
+# variant's graph; without it the variant runs with GPU_TILES as they are (after --gemv-sweep: its picks).
+REGISTER_TILES = {k: dict(v) for k, v in fused_gemv.GPU_TILES.items()}  # the committed defaults, as imported
 VARIANTS = [("module path", False, "off"),
-            ("fused decode (defaults: Triton o/down GEMVs, PDL where available)", True, "off")]
+            ("fused decode, register-kernel tiles (session 5 defaults)", True, "off", REGISTER_TILES),
+            ("fused decode (GPU_TILES as they stand: with --gemv-sweep its picks, else the defaults)", True, "off")]
 
 
 def variant_runs(s: "Setup", ours_tokens, results) -> None:
@@ -170,12 +175,15 @@ def variant_runs(s: "Setup", ours_tokens, results) -> None:
     from kernels_reference.L1 import paged_decode
 
     default = paged_decode.DECODE_CONFIG
+    current_tiles = {k: dict(v) for k, v in fused_gemv.GPU_TILES.items()}
     reference_logits = None
     results["variants"] = []
     kept = []  # every variant's engine and caches stay alive for the interleaved replays at the end
     try:
-        for label, fused, pdl in VARIANTS:
+        for label, fused, pdl, *tiles in VARIANTS:
             paged_decode.DECODE_CONFIG = dataclasses.replace(default, pdl=pdl)
+            fused_gemv.GPU_TILES.clear()
+            fused_gemv.GPU_TILES.update({k: dict(v) for k, v in (tiles[0] if tiles else current_tiles).items()})
             name = f"{s.graphs_name}, {label}, decode PDL {pdl}"
             print(f"variant: {name}", flush=True)
             llm, build_s = timed(lambda: LLM(s.ours, **s.engine_args, **s.graphs, graph_batch_sizes=[1],
@@ -187,6 +195,7 @@ def variant_runs(s: "Setup", ours_tokens, results) -> None:
             run["logits_rel_err_vs_module_path"] = float((logits - reference_logits).norm()
                                                          / reference_logits.norm())
             run["greedy_prefix_vs_graphs"] = common_prefix(tokens, ours_tokens)
+            run["fused_gemv_tiles"] = {str(k): v for k, v in fused_gemv.GPU_TILES.items()} if fused else None
             if s.dev.type == "cuda":
                 try:
                     run["kernels"] = graph_kernel_breakdown(llm.runner.decoder.graphs[1])
@@ -202,6 +211,8 @@ def variant_runs(s: "Setup", ours_tokens, results) -> None:
                 run["gpu_ms_interleaved"] = ms
     finally:
         paged_decode.DECODE_CONFIG = default
+        fused_gemv.GPU_TILES.clear()
+        fused_gemv.GPU_TILES.update(current_tiles)
         kept.clear()
         empty_cache(s.dev)
 

@@ -189,7 +189,12 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
     config = _config(weight.shape[1], x.is_cuda, epilogue)
     half = config.pop("HALF", None) or _half_rows(pairs, x.device)
     if pairs % half or (epilogue == ROPE_KV and (d // 2) % half):
+        if config.get("MMA"):
+            raise ValueError(f"fused GEMV tile {config}: {half} rows per half do not divide {pairs} row pairs"
+                             + (f" / half a head of {d}" if epilogue == ROPE_KV else ""))
         half = HALF_ROWS  # every caller has checked that this one divides
+    if config.get("MMA") and half < 16:
+        raise ValueError(f"fused GEMV tile {config}: the tensor-core kernel needs at least 16 rows per half")
     if pdl and x.is_cuda:
         from .paged_decode import VariantUnavailable, pdl_unavailable_reason
 
@@ -206,14 +211,25 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
     # accelerator), in a loop Triton pipelines STAGES deep through shared memory.
     tma, stages = config.pop("TMA", False), config.pop("STAGES", 1)
     w_desc = _weight_descriptor(weight, half, config["BLOCK_K"]) if tma else weight
-    LAST_LAUNCH["kernel"] = _norm_gemv_kernel[(programs,)](
-        x, res, res_out, norm_weight, weight, w_desc, out,
-        cos_sin, row, slot, kc, vc,
+    args = [x, res, res_out, norm_weight, weight, w_desc, out]
+    flags = dict(HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda, SILU_IN=silu_in,
+                 TMA=tma, STAGES=stages, NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d)
+    kernel = _norm_gemv_kernel
+    if config.pop("MMA", False):
+        # The tensor-core kernel; XHAT: its B operand streamed from memory. A program that
+        # normalises (or activates) its input writes its own copy of it first (programs x K
+        # elements of workspace).
+        kernel = _norm_gemv_mma_kernel
+        xhat = config.pop("XHAT", True)
+        write_xhat = xhat and (norm or silu_in)
+        args.append(torch.empty(programs if write_xhat else 1, weight.shape[1], dtype=x.dtype, device=x.device))
+        config.pop("ROW_ACC", None)
+        flags.update(XHAT=xhat, WRITE_XHAT=write_xhat, F32_DOT=x.dtype == torch.float32 or not x.is_cuda)
+    LAST_LAUNCH["kernel"] = kernel[(programs,)](
+        *args, cos_sin, row, slot, kc, vc,
         weight.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0, groups,
         kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), kc.shape[1],
-        HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda, SILU_IN=silu_in,
-        TMA=tma, STAGES=stages,
-        NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
+        **flags, **config,
     )
 
 
@@ -259,6 +275,106 @@ def norm_gemv_rope_kv_reference(x, residual, norm_weight, eps, qkv_weight, cos_s
 if triton is not None:
     from .paged_decode import _gdc_launch_dependents, _gdc_wait  # grid dependency control (or stand-ins)
 
+    # ---- pieces both kernels share: the norm prologue, a chunk of the GEMV input, the rows of a
+    # group and the epilogues --------------------------------------------------------------------
+
+    @triton.jit
+    def _row_rstd(x_ptr, res_ptr, res_out_ptr, K, eps, pid, HAS_RES: tl.constexpr, BLOCK_K: tl.constexpr):
+        """RMS statistics of x (+ residual) in float32, as RMSNorm; program 0 writes the sum (the
+        updated residual)."""
+        kk = tl.arange(0, BLOCK_K)
+        dtype = x_ptr.dtype.element_ty
+        sumsq = tl.zeros([BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            m = k0 + kk < K
+            h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+            if HAS_RES:
+                h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+                tl.store(res_out_ptr + k0 + kk, h.to(dtype), mask=m & (tl.zeros([BLOCK_K], tl.int32) + pid == 0))
+            sumsq += h * h
+        return 1.0 / tl.sqrt(tl.sum(sumsq, axis=0) / K + eps)
+
+    @triton.jit
+    def _input_chunk(x_ptr, res_ptr, norm_w_ptr, k0, kk, K, rstd,
+                     HAS_RES: tl.constexpr, NORM: tl.constexpr, SILU_IN: tl.constexpr):
+        """Columns k0 + kk of the GEMV's input in float32, holding model-dtype values: the normalised
+        row (RMSNorm's two roundings), SiluAndMul of x's two halves (one rounding), or x itself."""
+        dtype = x_ptr.dtype.element_ty
+        m = k0 + kk < K
+        h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+        if SILU_IN:  # x holds gate then up (K each): SiluAndMul as the input is read
+            up = tl.load(x_ptr + K + k0 + kk, mask=m, other=0.0).to(tl.float32)
+            h = (h / (1.0 + tl.exp(-h)) * up).to(dtype).to(tl.float32)
+        if NORM:
+            if HAS_RES:
+                h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+            nw = tl.load(norm_w_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
+            h = ((h * rstd).to(dtype).to(tl.float32) * nw).to(dtype).to(tl.float32)
+        return h
+
+    @triton.jit
+    def _group_rows(group, pair_offset, EPILOGUE: tl.constexpr, HALF: tl.constexpr, HEAD_DIM: tl.constexpr):
+        """A group's HALF output rows and their partners: (head, col, first row, rows, partner rows).
+        ROPE_KV: HALF rotary pairs (i, i + HEAD_DIM/2) of one head; else rows j..j+HALF and the
+        rows pair_offset later. The rows of a half are contiguous (first_row + col)."""
+        r = tl.arange(0, HALF)
+        if EPILOGUE == 1:
+            CHUNKS: tl.constexpr = HEAD_DIM // 2 // HALF
+            head = group // CHUNKS
+            first_col = (group % CHUNKS) * HALF
+            first_row = head * HEAD_DIM + first_col
+            col = first_col + r  # rotary index within the head's first half
+        else:
+            head = group
+            first_row = group * HALF
+            col = r
+        rows_a = first_row + r
+        return head, col, first_row, rows_a, rows_a + pair_offset
+
+    @triton.jit
+    def _store_rows(ya, yb, head, col, rows_a, rows_b, out_ptr,
+                    cos_sin_ptr, cos_sin_row_ptr, cs_s_row, slot_ptr, k_cache_ptr, v_cache_ptr,
+                    kc_s_block, kc_s_tok, kc_s_head, vc_s_block, vc_s_tok, vc_s_head, block_size,
+                    EPILOGUE: tl.constexpr, HALF: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
+                    NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr):
+        """The epilogue of one group: ya / yb are its rows' and partners' GEMV outputs (float32
+        holding model-dtype values, as F.linear's output)."""
+        dtype = out_ptr.dtype.element_ty
+        if EPILOGUE == 0:  # SILU_MUL
+            out = ya / (1.0 + tl.exp(-ya)) * yb
+            tl.store(out_ptr + rows_a, out.to(dtype))
+        elif EPILOGUE == 2:  # PLAIN
+            tl.store(out_ptr + rows_a, ya.to(dtype))
+            tl.store(out_ptr + rows_b, yb.to(dtype))
+        else:  # ROPE_KV
+            # Scalar conditions are broadcast over the rows (the interpreter rejects scalar masks).
+            heads = tl.zeros([HALF], tl.int32) + head
+            rotate = heads < NUM_Q_HEADS + NUM_KV_HEADS  # q and k rotate, v does not
+            cs_row = tl.load(cos_sin_row_ptr).to(tl.int64)
+            cos = tl.load(cos_sin_ptr + cs_row * cs_s_row + col)
+            sin = tl.load(cos_sin_ptr + cs_row * cs_s_row + HEAD_DIM // 2 + col)
+            oa = tl.where(rotate, ya * cos - yb * sin, ya).to(dtype)
+            ob = tl.where(rotate, yb * cos + ya * sin, yb).to(dtype)
+            is_q = heads < NUM_Q_HEADS
+            tl.store(out_ptr + rows_a, oa, mask=is_q)
+            tl.store(out_ptr + rows_b, ob, mask=is_q)
+            slot = tl.load(slot_ptr + tl.zeros([HALF], tl.int32)).to(tl.int64)  # one slot, as a row vector
+            stored = (slot >= 0) & (heads >= NUM_Q_HEADS)
+            block = slot // block_size
+            offset = slot % block_size
+            is_k = heads < NUM_Q_HEADS + NUM_KV_HEADS
+            is_v = heads >= NUM_Q_HEADS + NUM_KV_HEADS
+            kv_head = tl.where(is_k, heads - NUM_Q_HEADS, heads - NUM_Q_HEADS - NUM_KV_HEADS).to(tl.int64)
+            k_row = k_cache_ptr + block * kc_s_block + offset * kc_s_tok + kv_head * kc_s_head
+            v_row = v_cache_ptr + block * vc_s_block + offset * vc_s_tok + kv_head * vc_s_head
+            kv_ty = k_cache_ptr.dtype.element_ty
+            tl.store(k_row + col, oa.to(kv_ty), mask=stored & is_k)
+            tl.store(k_row + HEAD_DIM // 2 + col, ob.to(kv_ty), mask=stored & is_k)
+            tl.store(v_row + col, oa.to(kv_ty), mask=stored & is_v)
+            tl.store(v_row + HEAD_DIM // 2 + col, ob.to(kv_ty), mask=stored & is_v)
+
+    # ---- the register kernel: each program multiplies its weight tiles in registers ----------------
+
     @triton.jit
     def _norm_gemv_kernel(
         x_ptr, res_ptr, res_out_ptr, norm_w_ptr, w_ptr, w_desc, out_ptr,
@@ -271,7 +387,6 @@ if triton is not None:
         PDL: tl.constexpr, SILU_IN: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr,
     ):
         pid = tl.program_id(0)
-        r = tl.arange(0, HALF)
         dtype = out_ptr.dtype.element_ty
         kk = tl.arange(0, BLOCK_K)
         if PDL:
@@ -280,41 +395,18 @@ if triton is not None:
             # this one is past its wait (it waits for this one's completion in turn).
             _gdc_wait()
             _gdc_launch_dependents()
-
-        # Prologue, once per program: RMS statistics of x (+ residual) in float32, as RMSNorm;
-        # program 0 writes the sum (the updated residual).
         rstd = 1.0
-        if NORM:
-            sumsq = tl.zeros([BLOCK_K], tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                m = k0 + kk < K
-                h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-                if HAS_RES:
-                    h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-                    tl.store(res_out_ptr + k0 + kk, h.to(dtype),
-                             mask=m & (tl.zeros([BLOCK_K], tl.int32) + pid == 0))
-                sumsq += h * h
-            rstd = 1.0 / tl.sqrt(tl.sum(sumsq, axis=0) / K + eps)
+        if NORM:  # once per program
+            rstd = _row_rstd(x_ptr, res_ptr, res_out_ptr, K, eps, pid, HAS_RES, BLOCK_K)
 
-        # Groups of HALF output rows and their partners; with fewer programs than groups (a
-        # persistent grid) each program takes every num_programs-th group.
+        # With fewer programs than groups (a persistent grid) each program takes every
+        # num_programs-th group.
         for group in range(pid, n_groups, tl.num_programs(0)):
-            if EPILOGUE == 1:  # ROPE_KV: HALF rotary pairs (i, i + HEAD_DIM/2) of one head
-                CHUNKS: tl.constexpr = HEAD_DIM // 2 // HALF
-                head = group // CHUNKS
-                col = (group % CHUNKS) * HALF + r  # rotary index within the head's first half
-                rows_a = head * HEAD_DIM + col
-            else:  # SILU_MUL / PLAIN: rows j..j+HALF and their partners pair_offset later
-                head = group
-                col = r
-                rows_a = group * HALF + r
-            rows_b = rows_a + pair_offset
+            head, col, first_row, rows_a, rows_b = _group_rows(group, pair_offset, EPILOGUE, HALF, HEAD_DIM)
             wa_ptrs = w_ptr + rows_a.to(tl.int64)[:, None] * w_s_row + kk[None, :]
             wb_ptrs = w_ptr + rows_b.to(tl.int64)[:, None] * w_s_row + kk[None, :]
-
-            # The GEMV over the (normalised) row, in float32. ROW_ACC: one partial sum per row,
-            # reduced every iteration (few registers); else partial products per column, reduced
-            # once at the end.
+            # The GEMV in float32. ROW_ACC: one partial sum per row, reduced every iteration (few
+            # registers); else partial products per column, reduced once at the end.
             if ROW_ACC:
                 acc_a = tl.zeros([HALF], tl.float32)
                 acc_b = tl.zeros([HALF], tl.float32)
@@ -323,24 +415,13 @@ if triton is not None:
                 acc_b = tl.zeros([HALF, BLOCK_K], tl.float32)
             for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
                 m = k0 + kk < K
-                if TMA:  # a group's HALF rows (and their partners') are contiguous rows of the weight
-                    first_row = tl.min(rows_a, axis=0)
+                if TMA:
                     wa = w_desc.load([first_row, k0])
                     wb = w_desc.load([first_row + pair_offset, k0])
                 else:
                     wa = tl.load(wa_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
                     wb = tl.load(wb_ptrs + k0, mask=m[None, :], other=0.0, eviction_policy="evict_first")
-                h = tl.load(x_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-                if SILU_IN:  # x holds gate then up (K each): SiluAndMul as the input is read
-                    up = tl.load(x_ptr + K + k0 + kk, mask=m, other=0.0).to(tl.float32)
-                    h = (h / (1.0 + tl.exp(-h)) * up).to(dtype).to(tl.float32)
-                if NORM:
-                    if HAS_RES:
-                        h += tl.load(res_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-                    nw = tl.load(norm_w_ptr + k0 + kk, mask=m, other=0.0).to(tl.float32)
-                    a = ((h * rstd).to(dtype).to(tl.float32) * nw).to(dtype).to(tl.float32)
-                else:
-                    a = h
+                a = _input_chunk(x_ptr, res_ptr, norm_w_ptr, k0, kk, K, rstd, HAS_RES, NORM, SILU_IN)
                 if ROW_ACC:
                     acc_a += tl.sum(wa.to(tl.float32) * a[None, :], axis=1)
                     acc_b += tl.sum(wb.to(tl.float32) * a[None, :], axis=1)
@@ -353,36 +434,78 @@ if triton is not None:
             else:
                 ya = tl.sum(acc_a, axis=1).to(dtype).to(tl.float32)
                 yb = tl.sum(acc_b, axis=1).to(dtype).to(tl.float32)
+            _store_rows(ya, yb, head, col, rows_a, rows_b, out_ptr, cos_sin_ptr, cos_sin_row_ptr, cs_s_row,
+                        slot_ptr, k_cache_ptr, v_cache_ptr, kc_s_block, kc_s_tok, kc_s_head,
+                        vc_s_block, vc_s_tok, vc_s_head, block_size,
+                        EPILOGUE, HALF, NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM)
 
-            if EPILOGUE == 0:
-                out = ya / (1.0 + tl.exp(-ya)) * yb
-                tl.store(out_ptr + rows_a, out.to(dtype))
-            elif EPILOGUE == 2:
-                tl.store(out_ptr + rows_a, ya.to(dtype))
-                tl.store(out_ptr + rows_b, yb.to(dtype))
-            else:
-                # Scalar conditions are broadcast over the rows (the interpreter rejects scalar masks).
-                heads = tl.zeros([HALF], tl.int32) + head
-                rotate = heads < NUM_Q_HEADS + NUM_KV_HEADS  # q and k rotate, v does not
-                cs_row = tl.load(cos_sin_row_ptr).to(tl.int64)
-                cos = tl.load(cos_sin_ptr + cs_row * cs_s_row + col)
-                sin = tl.load(cos_sin_ptr + cs_row * cs_s_row + HEAD_DIM // 2 + col)
-                oa = tl.where(rotate, ya * cos - yb * sin, ya).to(dtype)
-                ob = tl.where(rotate, yb * cos + ya * sin, yb).to(dtype)
-                is_q = heads < NUM_Q_HEADS
-                tl.store(out_ptr + rows_a, oa, mask=is_q)
-                tl.store(out_ptr + rows_b, ob, mask=is_q)
-                slot = tl.load(slot_ptr + tl.zeros([HALF], tl.int32)).to(tl.int64)  # one slot, as a row vector
-                stored = (slot >= 0) & (heads >= NUM_Q_HEADS)
-                block = slot // block_size
-                offset = slot % block_size
-                is_k = heads < NUM_Q_HEADS + NUM_KV_HEADS
-                is_v = heads >= NUM_Q_HEADS + NUM_KV_HEADS
-                kv_head = tl.where(is_k, heads - NUM_Q_HEADS, heads - NUM_Q_HEADS - NUM_KV_HEADS).to(tl.int64)
-                k_row = k_cache_ptr + block * kc_s_block + offset * kc_s_tok + kv_head * kc_s_head
-                v_row = v_cache_ptr + block * vc_s_block + offset * vc_s_tok + kv_head * vc_s_head
-                kv_ty = k_cache_ptr.dtype.element_ty
-                tl.store(k_row + col, oa.to(kv_ty), mask=stored & is_k)
-                tl.store(k_row + HEAD_DIM // 2 + col, ob.to(kv_ty), mask=stored & is_k)
-                tl.store(v_row + col, oa.to(kv_ty), mask=stored & is_v)
-                tl.store(v_row + HEAD_DIM // 2 + col, ob.to(kv_ty), mask=stored & is_v)
+    # ---- the tensor-core kernel: the weight tile is the MMA's A operand -------------------------
+
+    @triton.jit
+    def _norm_gemv_mma_kernel(
+        x_ptr, res_ptr, res_out_ptr, norm_w_ptr, w_ptr, w_desc, out_ptr, xhat_ptr,
+        cos_sin_ptr, cos_sin_row_ptr, slot_ptr, k_cache_ptr, v_cache_ptr,
+        K, eps, w_s_row, pair_offset, cs_s_row, n_groups,
+        kc_s_block, kc_s_tok, kc_s_head, vc_s_block, vc_s_tok, vc_s_head, block_size,
+        HAS_RES: tl.constexpr, EPILOGUE: tl.constexpr, HALF: tl.constexpr,
+        NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+        BLOCK_K: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr, SILU_IN: tl.constexpr,
+        TMA: tl.constexpr, STAGES: tl.constexpr, XHAT: tl.constexpr, WRITE_XHAT: tl.constexpr,
+        F32_DOT: tl.constexpr,
+    ):
+        """Weights [HALF, BLOCK_K] (the MMA's A operand, as cuBLAS's GEMV kernels take the weight
+        tile) times the input as column 0 of a [BLOCK_K, 16] B operand (the rest zero), so that
+        Triton's matmul pipeline streams the weights through shared memory STAGES tiles deep,
+        which the register kernel cannot ask for. XHAT: B is loaded from memory (x itself, or this
+        program's row of ``xhat_ptr`` that it writes first, WRITE_XHAT), so its loads are pipelined
+        with the weights'; else it is computed in the loop from x (a dependent load per tile)."""
+        pid = tl.program_id(0)
+        dtype = out_ptr.dtype.element_ty
+        kk = tl.arange(0, BLOCK_K)
+        n = tl.arange(0, 16)
+        if PDL:  # as in the register kernel
+            _gdc_wait()
+            _gdc_launch_dependents()
+        rstd = 1.0
+        if NORM:
+            rstd = _row_rstd(x_ptr, res_ptr, res_out_ptr, K, eps, pid, HAS_RES, BLOCK_K)
+        b_row = x_ptr
+        if WRITE_XHAT:  # this program's copy of the GEMV input, which its loop then streams
+            b_row = xhat_ptr + pid.to(tl.int64) * K
+            for k0 in range(0, K, BLOCK_K):
+                a = _input_chunk(x_ptr, res_ptr, norm_w_ptr, k0, kk, K, rstd, HAS_RES, NORM, SILU_IN)
+                tl.store(b_row + k0 + kk, a.to(dtype), mask=k0 + kk < K)
+            tl.debug_barrier()  # every thread's part of the row is written before any is read
+        column0 = n[None, :] == 0
+        for group in range(pid, n_groups, tl.num_programs(0)):
+            head, col, first_row, rows_a, rows_b = _group_rows(group, pair_offset, EPILOGUE, HALF, HEAD_DIM)
+            wa_ptrs = w_ptr + rows_a.to(tl.int64)[:, None] * w_s_row + kk[None, :]
+            wb_ptrs = w_ptr + rows_b.to(tl.int64)[:, None] * w_s_row + kk[None, :]
+            acc_a = tl.zeros([HALF, 16], tl.float32)
+            acc_b = tl.zeros([HALF, 16], tl.float32)
+            for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+                m = k0 + kk < K
+                if TMA:
+                    wa = w_desc.load([first_row, k0])
+                    wb = w_desc.load([first_row + pair_offset, k0])
+                else:
+                    wa = tl.load(wa_ptrs + k0, mask=m[None, :], other=0.0)
+                    wb = tl.load(wb_ptrs + k0, mask=m[None, :], other=0.0)
+                if XHAT:
+                    xb = tl.load(b_row + (k0 + kk)[:, None] + n[None, :] * 0, mask=m[:, None] & column0, other=0.0)
+                else:
+                    a = _input_chunk(x_ptr, res_ptr, norm_w_ptr, k0, kk, K, rstd, HAS_RES, NORM, SILU_IN)
+                    xb = tl.where(column0, a[:, None], 0.0).to(dtype)
+                if F32_DOT:  # float32 models keep full precision (no TF32)
+                    acc_a = tl.dot(wa.to(tl.float32), xb.to(tl.float32), acc_a, input_precision="ieee")
+                    acc_b = tl.dot(wb.to(tl.float32), xb.to(tl.float32), acc_b, input_precision="ieee")
+                else:
+                    acc_a = tl.dot(wa, xb, acc_a)
+                    acc_b = tl.dot(wb, xb, acc_b)
+            # Columns 1..15 multiplied zeros: the row sums are column 0, exactly.
+            ya = tl.sum(acc_a, axis=1).to(dtype).to(tl.float32)
+            yb = tl.sum(acc_b, axis=1).to(dtype).to(tl.float32)
+            _store_rows(ya, yb, head, col, rows_a, rows_b, out_ptr, cos_sin_ptr, cos_sin_row_ptr, cs_s_row,
+                        slot_ptr, k_cache_ptr, v_cache_ptr, kc_s_block, kc_s_tok, kc_s_head,
+                        vc_s_block, vc_s_tok, vc_s_head, block_size,
+                        EPILOGUE, HALF, NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM)
