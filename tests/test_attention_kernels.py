@@ -212,6 +212,8 @@ FIXED_COST_VARIANTS = {
     "interleaved-early-metadata": dataclasses.replace(_FEW_SM_SPLITS, interleaved=True, pdl="early-metadata"),
     "max-registers": dataclasses.replace(_FEW_SM_SPLITS, max_registers=128),  # a launch option: GPU only
     "pdl-small-batch": dataclasses.replace(_FEW_SM_SPLITS, pdl="small-batch"),
+    # the K/V prefetch is compiled only for the GPU: in the interpreter this is early-metadata alone
+    "early-metadata-prefetch": dataclasses.replace(_FEW_SM_SPLITS, pdl="early-metadata", prefetch_tiles=2),
 }
 
 
@@ -275,6 +277,9 @@ def test_variant_options_are_validated():
     for change in (dict(pdl="all"), dict(interleaved=True), dict(max_registers=128)):
         with pytest.raises(ValueError, match="two-pass"):
             decode_module.paged_decode(*args, config=dataclasses.replace(decode_module.ONE_PASS_CONFIG, **change))
+    for change in (dict(prefetch_tiles=1), dict(prefetch_tiles=1, pdl="all")):
+        with pytest.raises(ValueError, match="prefetch_tiles"):
+            decode_module.paged_decode(*args, config=dataclasses.replace(decode_module.TWO_PASS_CONFIG, **change))
     assert decode_module.pdl_unavailable_reason(torch.device("cpu"))  # the interpreter: compiled out, said so
 
 
@@ -323,6 +328,9 @@ def test_variants_compile_for_sm90_with_pdl_order():
     early = rows["interleaved pdl early-metadata"]["split"]
     assert early["launch_pdl"] and early["stores_before_wait"] == 0
     assert 0 < early["loads_before_wait"] < early["loads_total"]  # metadata only: q and K/V after the wait
+    prefetching = rows["contiguous pdl early-metadata prefetch 2"]["split"]
+    assert prefetching["launch_pdl"] and prefetching["stores_before_wait"] == 0
+    assert prefetching["prefetches_before_wait"] > 0 and rows["default"]["split"]["prefetches_before_wait"] == 0
     capped = rows["maxnreg 128"]["split"]
     if capped.get("regs") is not None:
         assert capped["regs"] <= 128 < rows["default"]["split"]["regs"]

@@ -15,6 +15,7 @@ pytest.importorskip("triton")
 transformers = pytest.importorskip("transformers")
 
 from kernels_reference.L1 import fused_gemv  # noqa: E402
+from kernels_reference.L1 import paged_decode as decode  # noqa: E402
 from kernels_reference.engine import LLM, SamplingParams  # noqa: E402
 from kernels_reference.engine.fused_decode import FusedDecode, FusedDecodeConfig, fused_decode_unavailable_reason  # noqa: E402
 
@@ -67,36 +68,38 @@ def test_norm_gemv_rope_kv_rotates_and_stores_like_the_unfused_modules(slot):
         assert not torch.equal(caches[0][1, 2], fresh[1, 2]) and not torch.equal(caches[1][1, 2], fresh[1, 2])
 
 
-@pytest.mark.parametrize("row_acc,half,per_sm,tma,mma", [
-    (True, None, None, False, None), (False, 4, None, False, None), (False, 16, None, False, None),
-    (True, 4, 1, False, None), (False, None, 2, False, None), (True, 8, 2, True, None),
-    (False, 16, None, False, "xhat"), (False, 16, 1, False, "xhat"), (False, 16, None, False, "in-loop"),
-    (False, 16, 1, True, "xhat")])
-def test_fused_kernel_loop_variants_agree(monkeypatch, row_acc, half, per_sm, tma, mma):
+@pytest.mark.parametrize("row_acc,half,per_sm,tma,extra", [
+    (True, None, None, False, {}), (False, 4, None, False, {}), (False, 16, None, False, {}),
+    (True, 4, 1, False, {}), (False, None, 2, False, {}), (True, 8, 2, True, {}),
+    (True, None, None, False, dict(PREFETCH=128)), (True, 4, 1, False, dict(PREFETCH=64, NORM_BLOCK=128)),
+    (False, None, 2, False, dict(NORM_BLOCK=32))])
+def test_fused_kernel_loop_variants_agree(monkeypatch, row_acc, half, per_sm, tma, extra):
     """The GPU tile options (per-row accumulators, rows per program, a persistent grid of a few
-    programs per SM that loop over the row groups, weights through a TMA descriptor, the
-    tensor-core kernel with its input streamed from a per-program copy or computed in the loop)
-    over several loop iterations with a ragged last tile (72 columns in tiles of 16)."""
-    extra = dict(MMA=True, XHAT=mma == "xhat") if mma else {}
+    programs per SM that loop over the row groups, weights through a TMA descriptor, weights
+    prefetched into L2 before a dependent launch's wait, the norm statistics in steps other than
+    the loop's) over several loop iterations with a ragged last tile (72 columns in tiles of 16).
+    The kernels run as dependent launches where the GPU has them (the prefetch is compiled only
+    then); in the interpreter without."""
     monkeypatch.setattr(fused_gemv, "_config", lambda k, on_gpu, epilogue=None: dict(
-        BLOCK_K=16, num_warps=4, ROW_ACC=row_acc, HALF=half, PER_SM=per_sm, TMA=tma, STAGES=3 if tma or mma else 1,
+        BLOCK_K=16, num_warps=4, ROW_ACC=row_acc, HALF=half, PER_SM=per_sm, TMA=tma, STAGES=3 if tma else 1,
         **extra))
+    pdl = DEVICE == "cuda" and decode.pdl_unavailable_reason(torch.device(DEVICE)) is None
     hidden, inter, nq, nk, d = 72, 48, 4, 2, 32
     x, res, w, wq = _rows((1, hidden), (1, hidden), (2 * inter, hidden), ((nq + 2 * nk) * d, hidden))
     norm_w = 1 + 0.1 * _rows((hidden,), seed=1)[0]
-    got = fused_gemv.norm_gemv_silu_mul(x, res, norm_w, 1e-5, w)
+    got = fused_gemv.norm_gemv_silu_mul(x, res, norm_w, 1e-5, w, pdl=pdl)
     want = fused_gemv.norm_gemv_silu_mul_reference(x, res, norm_w, 1e-5, w)
     assert _rel(got[0], want[0]) < TOL and _rel(got[1], want[1]) < TOL
     table = _rows((10, d), seed=2)[0].float()
     row, slots = torch.tensor([3], device=DEVICE), torch.tensor([6], device=DEVICE)
     caches = [torch.zeros(5, 4, nk, d, device=DEVICE, dtype=DTYPE) for _ in range(2)]
     ref = [c.clone() for c in caches]
-    q, _ = fused_gemv.norm_gemv_rope_kv(x, None, norm_w, 1e-6, wq, table, row, slots, *caches, nq, nk, d)
+    q, _ = fused_gemv.norm_gemv_rope_kv(x, None, norm_w, 1e-6, wq, table, row, slots, *caches, nq, nk, d, pdl=pdl)
     q_ref, _ = fused_gemv.norm_gemv_rope_kv_reference(x, None, norm_w, 1e-6, wq, table, row, slots, *ref, nq, nk, d)
     assert _rel(q, q_ref) < TOL and all(_rel(a, b) < TOL for a, b in zip(caches, ref))
     w_o, act_in = _rows((32, hidden), (1, 2 * hidden), seed=4)
-    assert _rel(fused_gemv.gemv(x, w_o), torch.nn.functional.linear(x, w_o)) < TOL
-    assert _rel(fused_gemv.gemv(act_in, w_o, silu_mul_input=True),
+    assert _rel(fused_gemv.gemv(x, w_o, pdl=pdl), torch.nn.functional.linear(x, w_o)) < TOL
+    assert _rel(fused_gemv.gemv(act_in, w_o, pdl=pdl, silu_mul_input=True),
                 fused_gemv.gemv_reference(act_in, w_o, silu_mul_input=True)) < TOL
 
 
@@ -112,6 +115,10 @@ def test_gemv_matches_linear_and_the_fused_config_is_checked():
         fused_gemv.gemv(x, w[:36])
     with pytest.raises(ValueError, match="needs linear=True"):
         FusedDecodeConfig(linear=False, pdl=True)
+    with pytest.raises(ValueError, match="decode_pdl"):
+        FusedDecodeConfig(decode_pdl="off")
+    with pytest.raises(ValueError, match="early-metadata"):
+        FusedDecodeConfig(decode_prefetch_tiles=2)
     with pytest.raises(ValueError, match="bool or a FusedDecodeConfig"):
         LLM(_tiny(), num_blocks=16, block_size=4, padded_decode=True, fused_decode="attention")
 
@@ -144,8 +151,9 @@ PROMPTS = [[5, 17, 2, 88, 41, 3, 9], [7], [60, 61, 62, 63, 64, 65, 66, 67, 68, 6
 
 @pytest.mark.parametrize("config", [True, FusedDecodeConfig(mlp=False, linear=False),
                                     FusedDecodeConfig(linear=False, pdl=False), FusedDecodeConfig(pdl=True),
-                                    FusedDecodeConfig(pdl=True, gate_up="cublas")],
-                         ids=["default", "attention-side", "cublas-o-down", "pdl", "cublas-gate-up"])
+                                    FusedDecodeConfig(pdl=True, gate_up="cublas"),
+                                    FusedDecodeConfig(pdl=True, decode_pdl="early-metadata", decode_prefetch_tiles=2)],
+                         ids=["default", "attention-side", "cublas-o-down", "pdl", "cublas-gate-up", "kv-prefetch"])
 def test_engine_with_fused_decode_gives_the_same_tokens_and_cache(config):
     model = _tiny()
     params = SamplingParams(max_tokens=8)

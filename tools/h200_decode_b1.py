@@ -55,6 +55,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny-cpu", action="store_true", help="tiny shapes on the CPU (Triton interpreter)")
     p.add_argument("--no-sweep", action="store_true", help="old and new default configs only")
+    p.add_argument("--no-knobs", action="store_true", help="the fixed-cost variants, not the knob grid")
     p.add_argument("--one-pass-sweep", action="store_true", help="also the one-pass knob sweep (it lost last time)")
     return p.parse_args()
 
@@ -116,8 +117,13 @@ VARIANTS = {
     "2p fused merge": dict(fused_merge=True),
     "2p fused merge pdl-all": dict(fused_merge=True, pdl="all"),
     "2p fused merge early-md": dict(fused_merge=True, pdl="early-metadata"),
+    # Session 6: the first tiles of K/V requested into L2 before the wait (prefetch_tiles).
+    "2p early-md pf1": dict(pdl="early-metadata", prefetch_tiles=1),
+    "2p early-md pf2": dict(pdl="early-metadata", prefetch_tiles=2),
+    "2p early-md pf4": dict(pdl="early-metadata", prefetch_tiles=4),
+    "2p il early-md pf2": dict(interleaved=True, pdl="early-metadata", prefetch_tiles=2),
 }
-EVERY_CASE = ("2p pdl merge", "2p pdl all", "2p pdl small-batch", "2p fused merge early-md")  # also timed at the other cases (regressions)
+EVERY_CASE = ("2p pdl merge", "2p pdl all", "2p pdl small-batch", "2p early-md", "2p early-md pf2")  # also timed at the other cases (regressions)
 # Knobs on interleaved + PDL "all" (changes to OLD). Splits at B1 C8192 (132 SMs, 8 kv heads,
 # 512 blocks): programs per SM 1/2/3/4/8 -> 17/33/50/66/128 splits (bpi 4), bpi 8 caps at 64.
 # Where this Triton / GPU has no PDL, the grid runs on interleaved alone (labelled so) rather than
@@ -290,7 +296,7 @@ def implementations(batch, context):
     for label, change in VARIANTS.items():
         if sweep or label in EVERY_CASE:
             impls[label] = dataclasses.replace(OLD, **change)
-    if sweep:
+    if sweep and not ARGS.no_knobs:
         for label, change in KNOBS.items():
             impls[label] = dataclasses.replace(OLD, **{**KNOB_BASE, **change})
     if batch == 1 and (ARGS.one_pass_sweep or ARGS.tiny_cpu):

@@ -49,22 +49,11 @@ def _tma(block_k, half, stages, per_sm, warps=4):
 # against the register loop's ~77%, docs/perf/h200-engine.md "Nsight Compute"). Earlier sweeps
 # (session 5, runs g-k) ruled out weight prefetching, tensor-core loops and HALF 32 register loops.
 TILES = [_tile(512, 4, True), _tile(512, 4, True, PER_SM=5), _tile(1024, 8, True), _tile(512, 4),
-         _tile(512, 4, PER_SM=3), _tile(1024, 8, True, PER_SM=4)]
+         _tile(512, 4, PER_SM=3), _tile(1024, 8, True, PER_SM=4),
+         # Session 6: the norm statistics from the whole row at once (one round trip, not K / BLOCK_K).
+         _tile(512, 4, True, NORM_BLOCK=4096), _tile(512, 4, True, PER_SM=5, NORM_BLOCK=4096),
+         _tile(1024, 8, True, NORM_BLOCK=4096)]
 
-
-def _mma(block_k, half, stages, per_sm=None, xhat=True, warps=4, tma=False):
-    tile = dict(BLOCK_K=block_k, num_warps=warps, ROW_ACC=False, HALF=half, MMA=True, XHAT=xhat, STAGES=stages)
-    return {**tile, **({"PER_SM": per_sm} if per_sm else {}), **({"TMA": True} if tma else {})}
-
-
-# The tensor-core kernel (session 6): the weight tile as the MMA's A operand, so Triton's matmul
-# pipeline streams it through shared memory STAGES deep with cp.async (the register kernel's loads
-# are not pipelined). Shared memory per program from an sm_90 compile: (128, 64, 4) 147 KB
-# (one program per SM), (64, 64, 6) ~110 KB, (128, 32, 4) ~80 KB, (256, 16, 4) 74 KB.
-MMA_TILES = [_mma(128, 64, 4), _mma(64, 64, 6), _mma(128, 32, 4), _mma(256, 16, 4), _mma(256, 16, 4, per_sm=3),
-             _mma(128, 16, 6, per_sm=3), _mma(128, 32, 4, xhat=False), _mma(256, 32, 3, per_sm=2),
-             _mma(128, 64, 3, per_sm=1), _mma(64, 32, 8, per_sm=2)]
-TILES += MMA_TILES
 # Run m (docs/perf/h200-engine.md): the TMA tiles lost everywhere but the down projection, where
 # (256, 8 rows, 6 stages, 4 per SM) streamed at 0.95 of copy against cuBLAS's 0.92 and the register
 # loop's 0.90; picked for o/down, that tile made the engine's step 0.9 ms *slower* (not explained).
@@ -230,15 +219,15 @@ def markdown(result) -> str:
     lines = [f"Copy bandwidth measured in this run: {result['copy_tbps'] or 0:.2f} TB/s. Fastest fused tile per "
              f"side (o and down: one tile, by their summed time): {result['best_tiles']} (defaults "
              f"{result['default_tiles']}).", "",
-             "| side | way | tile (BLOCK_K, warps, row acc., rows per half, programs per SM; MMA: tensor-core kernel, x stages) | us per call | kernels us per call "
+             "| side | way | tile (BLOCK_K, warps, row acc., rows per half, programs per SM) | us per call | kernels us per call "
              "| weight bytes / time, of copy | registers | rel. err vs unfused |", "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         t = r["tile"]
         tile = "-" if t is None else (f"{t['BLOCK_K']}, {t['num_warps']}, {'y' if t['ROW_ACC'] else 'n'}, "
                                       f"{t.get('HALF', 'auto')}, {t.get('PER_SM', 'all')}"
-                                      + (f", MMA{'' if t.get('XHAT', True) else ' in-loop B'}" if t.get("MMA") else "")
-                                      + (f", TMA" if t.get("TMA") else "")
-                                      + (f" x{t['STAGES']}" if t.get("TMA") or t.get("MMA") else ""))
+                                      + (f", norm {t['NORM_BLOCK']}" if t.get("NORM_BLOCK") else "")
+                                      + (f", prefetch {t['PREFETCH']}" if t.get("PREFETCH") else "")
+                                      + (f", TMA x{t['STAGES']}" if t.get("TMA") else ""))
         cells = [r["side"], r["way"], tile, _f(r.get("us"), ".2f"), _f(r.get("kernel_us"), ".2f"),
                  _f(r.get("fraction_of_copy"), ".3f"), _f(r.get("registers"), "d"), _f(r.get("rel_err_vs_unfused"), ".2e")]
         lines.append("| " + " | ".join(cells) + " |" + (f" error: {r['error']}" if "error" in r else ""))

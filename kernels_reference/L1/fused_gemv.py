@@ -189,12 +189,7 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
     config = _config(weight.shape[1], x.is_cuda, epilogue)
     half = config.pop("HALF", None) or _half_rows(pairs, x.device)
     if pairs % half or (epilogue == ROPE_KV and (d // 2) % half):
-        if config.get("MMA"):
-            raise ValueError(f"fused GEMV tile {config}: {half} rows per half do not divide {pairs} row pairs"
-                             + (f" / half a head of {d}" if epilogue == ROPE_KV else ""))
         half = HALF_ROWS  # every caller has checked that this one divides
-    if config.get("MMA") and half < 16:
-        raise ValueError(f"fused GEMV tile {config}: the tensor-core kernel needs at least 16 rows per half")
     if pdl and x.is_cuda:
         from .paged_decode import VariantUnavailable, pdl_unavailable_reason
 
@@ -211,25 +206,20 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
     # accelerator), in a loop Triton pipelines STAGES deep through shared memory.
     tma, stages = config.pop("TMA", False), config.pop("STAGES", 1)
     w_desc = _weight_descriptor(weight, half, config["BLOCK_K"]) if tma else weight
-    args = [x, res, res_out, norm_weight, weight, w_desc, out]
-    flags = dict(HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda, SILU_IN=silu_in,
-                 TMA=tma, STAGES=stages, NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d)
-    kernel = _norm_gemv_kernel
-    if config.pop("MMA", False):
-        # The tensor-core kernel; XHAT: its B operand streamed from memory. A program that
-        # normalises (or activates) its input writes its own copy of it first (programs x K
-        # elements of workspace).
-        kernel = _norm_gemv_mma_kernel
-        xhat = config.pop("XHAT", True)
-        write_xhat = xhat and (norm or silu_in)
-        args.append(torch.empty(programs if write_xhat else 1, weight.shape[1], dtype=x.dtype, device=x.device))
-        config.pop("ROW_ACC", None)
-        flags.update(XHAT=xhat, WRITE_XHAT=write_xhat, F32_DOT=x.dtype == torch.float32 or not x.is_cuda)
-    LAST_LAUNCH["kernel"] = kernel[(programs,)](
-        *args, cos_sin, row, slot, kc, vc,
+    # PREFETCH: with PDL, the first PREFETCH columns of the program's first rows are requested
+    # into L2 before the wait, so the weight stream starts while the kernel ahead finishes.
+    prefetch = config.pop("PREFETCH", 0)
+    prefetch = prefetch if pdl and x.is_cuda else 0
+    # NORM_BLOCK: columns of x per step of the norm statistics pass (default BLOCK_K; the whole row
+    # at once turns that pass into one memory round trip instead of K / BLOCK_K dependent ones).
+    norm_block = min(config.pop("NORM_BLOCK", 0) or config["BLOCK_K"], triton.next_power_of_2(weight.shape[1]))
+    LAST_LAUNCH["kernel"] = _norm_gemv_kernel[(programs,)](
+        x, res, res_out, norm_weight, weight, w_desc, out,
+        cos_sin, row, slot, kc, vc,
         weight.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0, groups,
         kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), kc.shape[1],
-        **flags, **config,
+        HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda, SILU_IN=silu_in,
+        TMA=tma, STAGES=stages, PREFETCH=prefetch, NORM_BLOCK=norm_block, NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
     )
 
 
@@ -273,7 +263,7 @@ def norm_gemv_rope_kv_reference(x, residual, norm_weight, eps, qkv_weight, cos_s
 
 
 if triton is not None:
-    from .paged_decode import _gdc_launch_dependents, _gdc_wait  # grid dependency control (or stand-ins)
+    from .paged_decode import _gdc_launch_dependents, _gdc_wait, _prefetch_l2  # grid dependency control
 
     # ---- pieces both kernels share: the norm prologue, a chunk of the GEMV input, the rows of a
     # group and the epilogues --------------------------------------------------------------------
@@ -385,10 +375,19 @@ if triton is not None:
         NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
         BLOCK_K: tl.constexpr, ROW_ACC: tl.constexpr, NORM: tl.constexpr,
         PDL: tl.constexpr, SILU_IN: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr,
+        PREFETCH: tl.constexpr, NORM_BLOCK: tl.constexpr,
     ):
         pid = tl.program_id(0)
         dtype = out_ptr.dtype.element_ty
         kk = tl.arange(0, BLOCK_K)
+        if PREFETCH > 0:
+            # The weights do not depend on the kernel ahead: the first PREFETCH columns of this
+            # program's first group are requested into L2 (one request per 64 columns, a 128-byte
+            # line of bf16) while that kernel finishes. Compiled code only (inline assembly).
+            _, _, _, pf_a, pf_b = _group_rows(pid, pair_offset, EPILOGUE, HALF, HEAD_DIM)
+            lines = tl.arange(0, PREFETCH // 64) * 64
+            _prefetch_l2(w_ptr + pf_a.to(tl.int64)[:, None] * w_s_row + lines[None, :])
+            _prefetch_l2(w_ptr + pf_b.to(tl.int64)[:, None] * w_s_row + lines[None, :])
         if PDL:
             # A dependent launch: nothing is read from the kernel ahead (x, the residual) or
             # written before it has finished. The next kernel may launch once every program of
@@ -397,7 +396,7 @@ if triton is not None:
             _gdc_launch_dependents()
         rstd = 1.0
         if NORM:  # once per program
-            rstd = _row_rstd(x_ptr, res_ptr, res_out_ptr, K, eps, pid, HAS_RES, BLOCK_K)
+            rstd = _row_rstd(x_ptr, res_ptr, res_out_ptr, K, eps, pid, HAS_RES, NORM_BLOCK)
 
         # With fewer programs than groups (a persistent grid) each program takes every
         # num_programs-th group.
@@ -434,77 +433,6 @@ if triton is not None:
             else:
                 ya = tl.sum(acc_a, axis=1).to(dtype).to(tl.float32)
                 yb = tl.sum(acc_b, axis=1).to(dtype).to(tl.float32)
-            _store_rows(ya, yb, head, col, rows_a, rows_b, out_ptr, cos_sin_ptr, cos_sin_row_ptr, cs_s_row,
-                        slot_ptr, k_cache_ptr, v_cache_ptr, kc_s_block, kc_s_tok, kc_s_head,
-                        vc_s_block, vc_s_tok, vc_s_head, block_size,
-                        EPILOGUE, HALF, NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM)
-
-    # ---- the tensor-core kernel: the weight tile is the MMA's A operand -------------------------
-
-    @triton.jit
-    def _norm_gemv_mma_kernel(
-        x_ptr, res_ptr, res_out_ptr, norm_w_ptr, w_ptr, w_desc, out_ptr, xhat_ptr,
-        cos_sin_ptr, cos_sin_row_ptr, slot_ptr, k_cache_ptr, v_cache_ptr,
-        K, eps, w_s_row, pair_offset, cs_s_row, n_groups,
-        kc_s_block, kc_s_tok, kc_s_head, vc_s_block, vc_s_tok, vc_s_head, block_size,
-        HAS_RES: tl.constexpr, EPILOGUE: tl.constexpr, HALF: tl.constexpr,
-        NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-        BLOCK_K: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr, SILU_IN: tl.constexpr,
-        TMA: tl.constexpr, STAGES: tl.constexpr, XHAT: tl.constexpr, WRITE_XHAT: tl.constexpr,
-        F32_DOT: tl.constexpr,
-    ):
-        """Weights [HALF, BLOCK_K] (the MMA's A operand, as cuBLAS's GEMV kernels take the weight
-        tile) times the input as column 0 of a [BLOCK_K, 16] B operand (the rest zero), so that
-        Triton's matmul pipeline streams the weights through shared memory STAGES tiles deep,
-        which the register kernel cannot ask for. XHAT: B is loaded from memory (x itself, or this
-        program's row of ``xhat_ptr`` that it writes first, WRITE_XHAT), so its loads are pipelined
-        with the weights'; else it is computed in the loop from x (a dependent load per tile)."""
-        pid = tl.program_id(0)
-        dtype = out_ptr.dtype.element_ty
-        kk = tl.arange(0, BLOCK_K)
-        n = tl.arange(0, 16)
-        if PDL:  # as in the register kernel
-            _gdc_wait()
-            _gdc_launch_dependents()
-        rstd = 1.0
-        if NORM:
-            rstd = _row_rstd(x_ptr, res_ptr, res_out_ptr, K, eps, pid, HAS_RES, BLOCK_K)
-        b_row = x_ptr
-        if WRITE_XHAT:  # this program's copy of the GEMV input, which its loop then streams
-            b_row = xhat_ptr + pid.to(tl.int64) * K
-            for k0 in range(0, K, BLOCK_K):
-                a = _input_chunk(x_ptr, res_ptr, norm_w_ptr, k0, kk, K, rstd, HAS_RES, NORM, SILU_IN)
-                tl.store(b_row + k0 + kk, a.to(dtype), mask=k0 + kk < K)
-            tl.debug_barrier()  # every thread's part of the row is written before any is read
-        column0 = n[None, :] == 0
-        for group in range(pid, n_groups, tl.num_programs(0)):
-            head, col, first_row, rows_a, rows_b = _group_rows(group, pair_offset, EPILOGUE, HALF, HEAD_DIM)
-            wa_ptrs = w_ptr + rows_a.to(tl.int64)[:, None] * w_s_row + kk[None, :]
-            wb_ptrs = w_ptr + rows_b.to(tl.int64)[:, None] * w_s_row + kk[None, :]
-            acc_a = tl.zeros([HALF, 16], tl.float32)
-            acc_b = tl.zeros([HALF, 16], tl.float32)
-            for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
-                m = k0 + kk < K
-                if TMA:
-                    wa = w_desc.load([first_row, k0])
-                    wb = w_desc.load([first_row + pair_offset, k0])
-                else:
-                    wa = tl.load(wa_ptrs + k0, mask=m[None, :], other=0.0)
-                    wb = tl.load(wb_ptrs + k0, mask=m[None, :], other=0.0)
-                if XHAT:
-                    xb = tl.load(b_row + (k0 + kk)[:, None] + n[None, :] * 0, mask=m[:, None] & column0, other=0.0)
-                else:
-                    a = _input_chunk(x_ptr, res_ptr, norm_w_ptr, k0, kk, K, rstd, HAS_RES, NORM, SILU_IN)
-                    xb = tl.where(column0, a[:, None], 0.0).to(dtype)
-                if F32_DOT:  # float32 models keep full precision (no TF32)
-                    acc_a = tl.dot(wa.to(tl.float32), xb.to(tl.float32), acc_a, input_precision="ieee")
-                    acc_b = tl.dot(wb.to(tl.float32), xb.to(tl.float32), acc_b, input_precision="ieee")
-                else:
-                    acc_a = tl.dot(wa, xb, acc_a)
-                    acc_b = tl.dot(wb, xb, acc_b)
-            # Columns 1..15 multiplied zeros: the row sums are column 0, exactly.
-            ya = tl.sum(acc_a, axis=1).to(dtype).to(tl.float32)
-            yb = tl.sum(acc_b, axis=1).to(dtype).to(tl.float32)
             _store_rows(ya, yb, head, col, rows_a, rows_b, out_ptr, cos_sin_ptr, cos_sin_row_ptr, cs_s_row,
                         slot_ptr, k_cache_ptr, v_cache_ptr, kc_s_block, kc_s_tok, kc_s_head,
                         vc_s_block, vc_s_tok, vc_s_head, block_size,
