@@ -180,10 +180,10 @@ def test_decode_splits_agree_with_uneven_partitions(splits, variant):
     fused_merge = config.fused_merge or config.kernel == "one-pass"
     gen = _gen(1)
     nq, nk, d, lens = 8, 2, 32, [100, 3, 0, 49]
-    tables = torch.randperm(40, generator=gen)[:4 * 8].view(4, 8).to(torch.int32)
-    k_cache, v_cache = (torch.randn(40, BLOCK, nk, d, generator=gen) for _ in "kv")
-    q = torch.randn(4, nq, d, generator=gen)
-    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    tables = torch.randperm(40, generator=gen)[:4 * 8].view(4, 8).to(DEVICE, torch.int32)
+    k_cache, v_cache = (torch.randn(40, BLOCK, nk, d, generator=gen).to(DEVICE) for _ in "kv")
+    q = torch.randn(4, nq, d, generator=gen).to(DEVICE)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     ones = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, num_splits=1)
     for _ in range(2):  # twice: the fused merge must leave its counters at zero for the next launch
         split = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, config=config,
@@ -212,8 +212,6 @@ FIXED_COST_VARIANTS = {
     "interleaved-early-metadata": dataclasses.replace(_FEW_SM_SPLITS, interleaved=True, pdl="early-metadata"),
     "max-registers": dataclasses.replace(_FEW_SM_SPLITS, max_registers=128),  # a launch option: GPU only
     "pdl-small-batch": dataclasses.replace(_FEW_SM_SPLITS, pdl="small-batch"),
-    # the K/V prefetch is compiled only for the GPU: in the interpreter this is early-metadata alone
-    "early-metadata-prefetch": dataclasses.replace(_FEW_SM_SPLITS, pdl="early-metadata", prefetch_tiles=2),
 }
 
 
@@ -253,9 +251,10 @@ def test_interleaved_splits_with_a_table_wider_than_the_sequences(variant, split
     for i, n in enumerate(lens):
         used = -(-n // BLOCK)
         tables[i, :used] = torch.randperm(num_blocks, generator=gen)[:used].to(torch.int32)
-    k_cache, v_cache = (torch.randn(num_blocks, BLOCK, nk, d, generator=gen) for _ in "kv")
-    q = torch.randn(4, nq, d, generator=gen)
-    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    k_cache, v_cache = (torch.randn(num_blocks, BLOCK, nk, d, generator=gen).to(DEVICE) for _ in "kv")
+    q = torch.randn(4, nq, d, generator=gen).to(DEVICE)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    tables = tables.to(DEVICE)
     got = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, config=config, num_splits=splits)
     assert torch.isfinite(got).all() and torch.count_nonzero(got[2]) == 0
     for i, n in enumerate(lens):
@@ -277,9 +276,6 @@ def test_variant_options_are_validated():
     for change in (dict(pdl="all"), dict(interleaved=True), dict(max_registers=128)):
         with pytest.raises(ValueError, match="two-pass"):
             decode_module.paged_decode(*args, config=dataclasses.replace(decode_module.ONE_PASS_CONFIG, **change))
-    for change in (dict(prefetch_tiles=1), dict(prefetch_tiles=1, pdl="all")):
-        with pytest.raises(ValueError, match="prefetch_tiles"):
-            decode_module.paged_decode(*args, config=dataclasses.replace(decode_module.TWO_PASS_CONFIG, **change))
     assert decode_module.pdl_unavailable_reason(torch.device("cpu"))  # the interpreter: compiled out, said so
 
 
@@ -328,9 +324,6 @@ def test_variants_compile_for_sm90_with_pdl_order():
     early = rows["interleaved pdl early-metadata"]["split"]
     assert early["launch_pdl"] and early["stores_before_wait"] == 0
     assert 0 < early["loads_before_wait"] < early["loads_total"]  # metadata only: q and K/V after the wait
-    prefetching = rows["contiguous pdl early-metadata prefetch 2"]["split"]
-    assert prefetching["launch_pdl"] and prefetching["stores_before_wait"] == 0
-    assert prefetching["prefetches_before_wait"] > 0 and rows["default"]["split"]["prefetches_before_wait"] == 0
     capped = rows["maxnreg 128"]["split"]
     if capped.get("regs") is not None:
         assert capped["regs"] <= 128 < rows["default"]["split"]["regs"]

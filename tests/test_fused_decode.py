@@ -71,18 +71,16 @@ def test_norm_gemv_rope_kv_rotates_and_stores_like_the_unfused_modules(slot):
 @pytest.mark.parametrize("row_acc,half,per_sm,tma,extra", [
     (True, None, None, False, {}), (False, 4, None, False, {}), (False, 16, None, False, {}),
     (True, 4, 1, False, {}), (False, None, 2, False, {}), (True, 8, 2, True, {}),
-    (True, None, None, False, dict(PREFETCH=128)), (True, 4, 1, False, dict(PREFETCH=64, NORM_BLOCK=128)),
-    (False, None, 2, False, dict(NORM_BLOCK=32))])
+    (True, 4, 1, False, dict(NORM_BLOCK=128)), (False, None, 2, False, dict(NORM_BLOCK=32)),
+    (True, 4, None, False, dict(STAGES=3, NORM_BLOCK=16))])
 def test_fused_kernel_loop_variants_agree(monkeypatch, row_acc, half, per_sm, tma, extra):
     """The GPU tile options (per-row accumulators, rows per program, a persistent grid of a few
-    programs per SM that loop over the row groups, weights through a TMA descriptor, weights
-    prefetched into L2 before a dependent launch's wait, the norm statistics in steps other than
-    the loop's) over several loop iterations with a ragged last tile (72 columns in tiles of 16).
-    The kernels run as dependent launches where the GPU has them (the prefetch is compiled only
-    then); in the interpreter without."""
-    monkeypatch.setattr(fused_gemv, "_config", lambda k, on_gpu, epilogue=None: dict(
-        BLOCK_K=16, num_warps=4, ROW_ACC=row_acc, HALF=half, PER_SM=per_sm, TMA=tma, STAGES=3 if tma else 1,
-        **extra))
+    programs per SM that loop over the row groups, weights through a TMA descriptor, the norm
+    statistics in steps of other sizes, the loop's loads pipelined STAGES deep) over several loop
+    iterations with a ragged last tile (72 columns in tiles of 16). The kernels run as dependent
+    launches where the GPU has them; in the interpreter without."""
+    monkeypatch.setattr(fused_gemv, "_config", lambda k, on_gpu, epilogue=None: {**dict(
+        BLOCK_K=16, num_warps=4, ROW_ACC=row_acc, HALF=half, PER_SM=per_sm, TMA=tma, STAGES=3 if tma else 1), **extra})
     pdl = DEVICE == "cuda" and decode.pdl_unavailable_reason(torch.device(DEVICE)) is None
     hidden, inter, nq, nk, d = 72, 48, 4, 2, 32
     x, res, w, wq = _rows((1, hidden), (1, hidden), (2 * inter, hidden), ((nq + 2 * nk) * d, hidden))
@@ -115,10 +113,6 @@ def test_gemv_matches_linear_and_the_fused_config_is_checked():
         fused_gemv.gemv(x, w[:36])
     with pytest.raises(ValueError, match="needs linear=True"):
         FusedDecodeConfig(linear=False, pdl=True)
-    with pytest.raises(ValueError, match="decode_pdl"):
-        FusedDecodeConfig(decode_pdl="off")
-    with pytest.raises(ValueError, match="early-metadata"):
-        FusedDecodeConfig(decode_prefetch_tiles=2)
     with pytest.raises(ValueError, match="bool or a FusedDecodeConfig"):
         LLM(_tiny(), num_blocks=16, block_size=4, padded_decode=True, fused_decode="attention")
 
@@ -151,9 +145,8 @@ PROMPTS = [[5, 17, 2, 88, 41, 3, 9], [7], [60, 61, 62, 63, 64, 65, 66, 67, 68, 6
 
 @pytest.mark.parametrize("config", [True, FusedDecodeConfig(mlp=False, linear=False),
                                     FusedDecodeConfig(linear=False, pdl=False), FusedDecodeConfig(pdl=True),
-                                    FusedDecodeConfig(pdl=True, gate_up="cublas"),
-                                    FusedDecodeConfig(pdl=True, decode_pdl="early-metadata", decode_prefetch_tiles=2)],
-                         ids=["default", "attention-side", "cublas-o-down", "pdl", "cublas-gate-up", "kv-prefetch"])
+                                    FusedDecodeConfig(pdl=True, gate_up="cublas")],
+                         ids=["default", "attention-side", "cublas-o-down", "pdl", "cublas-gate-up"])
 def test_engine_with_fused_decode_gives_the_same_tokens_and_cache(config):
     model = _tiny()
     params = SamplingParams(max_tokens=8)

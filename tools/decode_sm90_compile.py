@@ -105,7 +105,6 @@ def ptx_order(ptx: str) -> dict:
     return {"wait": wait is not None,
             "launch_dependents": any("griddepcontrol.launch_dependents" in l for l in lines),
             "loads_before_wait": sum("ld.global" in l for l in head),
-            "prefetches_before_wait": sum("prefetch.global.L2" in l for l in head),
             "stores_before_wait": sum(("st.global" in l) or ("atom." in l) or ("red." in l) for l in head),
             "loads_total": sum("ld.global" in l for l in lines)}
 
@@ -120,8 +119,7 @@ def compile_variant(config: "decode_mod.DecodeConfig", splits: int = 66) -> dict
                 GROUP_POW2=triton.next_power_of_2(GROUP) if config.fused_merge else 1,
                 MERGE_CHUNK=decode_mod._merge_chunk(GROUP, HEAD_DIM, config.num_warps) if config.fused_merge else 1,
                 F32_DOT=False, INTERLEAVED=config.interleaved,
-                EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel,
-                PREFETCH_TILES=config.prefetch_tiles if split_pdl else 0)
+                EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel)
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages,
                    **decode_mod._launch_options(split_pdl, config.max_registers))
     split_k = _compile(decode_mod._paged_decode_kernel, meta, options)
@@ -145,7 +143,6 @@ def structural_variants() -> dict:
             "interleaved pdl all": dataclasses.replace(base, interleaved=True, pdl="all"),
             "interleaved pdl early-metadata": dataclasses.replace(base, interleaved=True, pdl="early-metadata"),
             "contiguous pdl early-metadata": dataclasses.replace(base, pdl="early-metadata"),
-            "contiguous pdl early-metadata prefetch 2": dataclasses.replace(base, pdl="early-metadata", prefetch_tiles=2),
             "maxnreg 128": dataclasses.replace(base, max_registers=128),
             "interleaved pdl all maxnreg 128": dataclasses.replace(base, interleaved=True, pdl="all", max_registers=128)}
 

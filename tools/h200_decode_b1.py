@@ -117,13 +117,8 @@ VARIANTS = {
     "2p fused merge": dict(fused_merge=True),
     "2p fused merge pdl-all": dict(fused_merge=True, pdl="all"),
     "2p fused merge early-md": dict(fused_merge=True, pdl="early-metadata"),
-    # Session 6: the first tiles of K/V requested into L2 before the wait (prefetch_tiles).
-    "2p early-md pf1": dict(pdl="early-metadata", prefetch_tiles=1),
-    "2p early-md pf2": dict(pdl="early-metadata", prefetch_tiles=2),
-    "2p early-md pf4": dict(pdl="early-metadata", prefetch_tiles=4),
-    "2p il early-md pf2": dict(interleaved=True, pdl="early-metadata", prefetch_tiles=2),
 }
-EVERY_CASE = ("2p pdl merge", "2p pdl all", "2p pdl small-batch", "2p early-md", "2p early-md pf2")  # also timed at the other cases (regressions)
+EVERY_CASE = ("2p pdl merge", "2p pdl all", "2p pdl small-batch", "2p early-md")  # also timed at the other cases (regressions)
 # Knobs on interleaved + PDL "all" (changes to OLD). Splits at B1 C8192 (132 SMs, 8 kv heads,
 # 512 blocks): programs per SM 1/2/3/4/8 -> 17/33/50/66/128 splits (bpi 4), bpi 8 caps at 64.
 # Where this Triton / GPU has no PDL, the grid runs on interleaved alone (labelled so) rather than

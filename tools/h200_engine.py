@@ -31,7 +31,7 @@ import transformers
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
-from kernels_reference.engine import LLM, FusedDecodeConfig, SamplingParams  # noqa: E402
+from kernels_reference.engine import LLM, SamplingParams  # noqa: E402
 from kernels_reference.L1 import fused_gemv  # noqa: E402
 from kernels_reference.L4.llama import init_random_weights, model_for  # noqa: E402
 sys.path.insert(0, str(ROOT / "tools"))
@@ -161,29 +161,9 @@ class Setup:
 # An optional fourth element fixes the fused GEMVs' tiles ({kind: tile}, fused_gemv.GPU_TILES) for that
 # variant's graph; without it the variant runs with GPU_TILES as they are (after --gemv-sweep: its picks).
 REGISTER_TILES = {k: dict(v) for k, v in fused_gemv.GPU_TILES.items()}  # the committed defaults, as imported
-def _with(**change):
-    return {kind: {**tile, **change} for kind, tile in REGISTER_TILES.items()}
-
-
 VARIANTS = [("module path", False, "off"),
             ("fused decode (defaults)", True, "off", REGISTER_TILES),
-            # Session 6: with PDL, weights / K/V pages requested into L2 before each kernel's wait.
-            ("fused, norm statistics in one step", True, "off", _with(NORM_BLOCK=4096)),
-            ("fused, GEMV weights prefetched (1024 columns)", True, "off", _with(PREFETCH=1024)),
-            ("fused, GEMV weights prefetched (2048 columns)", True, "off", _with(PREFETCH=2048)),
-            ("fused, decode early-metadata", FusedDecodeConfig(decode_pdl="early-metadata"), "off", REGISTER_TILES),
-            ("fused, decode early-metadata + K/V prefetch 1 tile",
-             FusedDecodeConfig(decode_pdl="early-metadata", decode_prefetch_tiles=1), "off", REGISTER_TILES),
-            ("fused, decode early-metadata + K/V prefetch 2 tiles",
-             FusedDecodeConfig(decode_pdl="early-metadata", decode_prefetch_tiles=2), "off", REGISTER_TILES),
-            ("fused, GEMV prefetch 1024 + decode early-metadata + K/V prefetch 2 tiles",
-             FusedDecodeConfig(decode_pdl="early-metadata", decode_prefetch_tiles=2), "off", _with(PREFETCH=1024)),
-            ("fused, all: norm in one step, GEMV prefetch 1024, decode early-metadata + K/V prefetch 2",
-             FusedDecodeConfig(decode_pdl="early-metadata", decode_prefetch_tiles=2), "off",
-             _with(PREFETCH=1024, NORM_BLOCK=4096)),
-            ("fused, all with GEMV prefetch 2048",
-             FusedDecodeConfig(decode_pdl="early-metadata", decode_prefetch_tiles=2), "off",
-             _with(PREFETCH=2048, NORM_BLOCK=4096))]
+            ("fused decode, GPU_TILES as they stand (with --gemv-sweep: its picks)", True, "off")]
 
 
 def variant_runs(s: "Setup", ours_tokens, results) -> None:

@@ -47,13 +47,20 @@ def _tma(block_k, half, stages, per_sm, warps=4):
 # The committed defaults first (fused_gemv.GPU_TILES), then weights through TMA descriptors in a
 # loop Triton pipelines STAGES deep (cuBLAS's gate/up kernel streams that way at ~85% of DRAM peak
 # against the register loop's ~77%, docs/perf/h200-engine.md "Nsight Compute"). Earlier sweeps
-# (session 5, runs g-k) ruled out weight prefetching, tensor-core loops and HALF 32 register loops.
+# ruled out weight prefetching (into registers, session 5; into L2 before the PDL wait, session 6
+# run p), tensor-core loops (the token as the A operand, session 5; the weights as A, session 6
+# run o) and HALF 32 register loops.
 TILES = [_tile(512, 4, True), _tile(512, 4, True, PER_SM=5), _tile(1024, 8, True), _tile(512, 4),
          _tile(512, 4, PER_SM=3), _tile(1024, 8, True, PER_SM=4),
-         # Session 6: the norm statistics from the whole row at once (one round trip, not K / BLOCK_K).
-         _tile(512, 4, True, NORM_BLOCK=4096), _tile(512, 4, True, PER_SM=5, NORM_BLOCK=4096),
-         _tile(1024, 8, True, NORM_BLOCK=4096)]
-
+         # The norm statistics in K / BLOCK_K dependent steps (the default before session 6: the
+         # whole row in one step took 0.135 ms off the engine's step, run p).
+         _tile(512, 4, True, NORM_BLOCK=512),
+         # Session 6: STAGES > 1 makes Triton pipeline the loop's loads through shared memory with
+         # cp.async (an sm_90 compile shows 5 async copies per stage; 39 KB of shared memory per
+         # program at 512 x 3 stages), so the next tiles are in flight while a tile is multiplied.
+         _tile(512, 4, True, STAGES=2), _tile(512, 4, True, STAGES=3), _tile(256, 4, True, STAGES=4),
+         _tile(256, 4, True, STAGES=6), _tile(512, 4, True, PER_SM=4, STAGES=3), _tile(1024, 8, True, STAGES=3),
+         _tile(256, 4, True, HALF=8, STAGES=4), _tile(512, 8, True, STAGES=3)]
 # Run m (docs/perf/h200-engine.md): the TMA tiles lost everywhere but the down projection, where
 # (256, 8 rows, 6 stages, 4 per SM) streamed at 0.95 of copy against cuBLAS's 0.92 and the register
 # loop's 0.90; picked for o/down, that tile made the engine's step 0.9 ms *slower* (not explained).
@@ -226,8 +233,8 @@ def markdown(result) -> str:
         tile = "-" if t is None else (f"{t['BLOCK_K']}, {t['num_warps']}, {'y' if t['ROW_ACC'] else 'n'}, "
                                       f"{t.get('HALF', 'auto')}, {t.get('PER_SM', 'all')}"
                                       + (f", norm {t['NORM_BLOCK']}" if t.get("NORM_BLOCK") else "")
-                                      + (f", prefetch {t['PREFETCH']}" if t.get("PREFETCH") else "")
-                                      + (f", TMA x{t['STAGES']}" if t.get("TMA") else ""))
+                                      + (f", TMA x{t['STAGES']}" if t.get("TMA") else
+                                         f", x{t['STAGES']} stages" if t.get("STAGES", 1) > 1 else ""))
         cells = [r["side"], r["way"], tile, _f(r.get("us"), ".2f"), _f(r.get("kernel_us"), ".2f"),
                  _f(r.get("fraction_of_copy"), ".3f"), _f(r.get("registers"), "d"), _f(r.get("rel_err_vs_unfused"), ".2e")]
         lines.append("| " + " | ".join(cells) + " |" + (f" error: {r['error']}" if "error" in r else ""))

@@ -206,20 +206,18 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
     # accelerator), in a loop Triton pipelines STAGES deep through shared memory.
     tma, stages = config.pop("TMA", False), config.pop("STAGES", 1)
     w_desc = _weight_descriptor(weight, half, config["BLOCK_K"]) if tma else weight
-    # PREFETCH: with PDL, the first PREFETCH columns of the program's first rows are requested
-    # into L2 before the wait, so the weight stream starts while the kernel ahead finishes.
-    prefetch = config.pop("PREFETCH", 0)
-    prefetch = prefetch if pdl and x.is_cuda else 0
-    # NORM_BLOCK: columns of x per step of the norm statistics pass (default BLOCK_K; the whole row
-    # at once turns that pass into one memory round trip instead of K / BLOCK_K dependent ones).
-    norm_block = min(config.pop("NORM_BLOCK", 0) or config["BLOCK_K"], triton.next_power_of_2(weight.shape[1]))
+    # NORM_BLOCK: columns of x per step of the norm statistics pass. By default the whole row (up
+    # to 8192 columns) at once: one memory round trip instead of K / BLOCK_K dependent ones, worth
+    # 0.135 ms of a Llama-3.1-8B step on the H200 (docs/perf/h200-engine.md, run p).
+    k_pow2 = triton.next_power_of_2(weight.shape[1])
+    norm_block = min(config.pop("NORM_BLOCK", 0) or min(k_pow2, 8192), k_pow2)
     LAST_LAUNCH["kernel"] = _norm_gemv_kernel[(programs,)](
         x, res, res_out, norm_weight, weight, w_desc, out,
         cos_sin, row, slot, kc, vc,
         weight.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0, groups,
         kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), kc.shape[1],
         HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda, SILU_IN=silu_in,
-        TMA=tma, STAGES=stages, PREFETCH=prefetch, NORM_BLOCK=norm_block, NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
+        TMA=tma, STAGES=stages, NORM_BLOCK=norm_block, NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
     )
 
 
@@ -263,7 +261,7 @@ def norm_gemv_rope_kv_reference(x, residual, norm_weight, eps, qkv_weight, cos_s
 
 
 if triton is not None:
-    from .paged_decode import _gdc_launch_dependents, _gdc_wait, _prefetch_l2  # grid dependency control
+    from .paged_decode import _gdc_launch_dependents, _gdc_wait  # grid dependency control (or stand-ins)
 
     # ---- pieces both kernels share: the norm prologue, a chunk of the GEMV input, the rows of a
     # group and the epilogues --------------------------------------------------------------------
@@ -375,19 +373,11 @@ if triton is not None:
         NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
         BLOCK_K: tl.constexpr, ROW_ACC: tl.constexpr, NORM: tl.constexpr,
         PDL: tl.constexpr, SILU_IN: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr,
-        PREFETCH: tl.constexpr, NORM_BLOCK: tl.constexpr,
+        NORM_BLOCK: tl.constexpr,
     ):
         pid = tl.program_id(0)
         dtype = out_ptr.dtype.element_ty
         kk = tl.arange(0, BLOCK_K)
-        if PREFETCH > 0:
-            # The weights do not depend on the kernel ahead: the first PREFETCH columns of this
-            # program's first group are requested into L2 (one request per 64 columns, a 128-byte
-            # line of bf16) while that kernel finishes. Compiled code only (inline assembly).
-            _, _, _, pf_a, pf_b = _group_rows(pid, pair_offset, EPILOGUE, HALF, HEAD_DIM)
-            lines = tl.arange(0, PREFETCH // 64) * 64
-            _prefetch_l2(w_ptr + pf_a.to(tl.int64)[:, None] * w_s_row + lines[None, :])
-            _prefetch_l2(w_ptr + pf_b.to(tl.int64)[:, None] * w_s_row + lines[None, :])
         if PDL:
             # A dependent launch: nothing is read from the kernel ahead (x, the residual) or
             # written before it has finished. The next kernel may launch once every program of

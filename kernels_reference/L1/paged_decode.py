@@ -124,11 +124,6 @@ class DecodeConfig:
     # "small-batch" ("all" where the batch leaves SMs idle and PDL exists, else "off": a candidate
     # default, see small_batch_pdl).
     pdl: str = "off"
-    # With pdl "early-metadata": the first prefetch_tiles loop tiles of each split's K and V are
-    # requested into L2 before the wait (the pages the block table names, which the kernel ahead
-    # does not write but for this step's token, and L2 sees that write), so the stream starts
-    # while the kernel ahead finishes. 0: none.
-    prefetch_tiles: int = 0
     # Two-pass split kernel: a register cap (Triton's maxnreg launch option), None for none. At
     # Llama-3.1-8B's shapes the default split kernel compiles to ~137 registers x 128 threads,
     # 3 programs per SM, so the 4-per-SM launch runs in two waves; 128 lets 4 fit at once.
@@ -163,16 +158,6 @@ except Exception:  # noqa: BLE001 - any import failure means the same: no PDL
         @triton.jit
         def _gdc_launch_dependents():
             pass
-
-
-if triton is not None:
-    @triton.jit
-    def _prefetch_l2(ptrs):
-        """Asks L2 for the 128-byte lines at ``ptrs`` (one instruction per element, no register
-        kept, nothing waited for). Compiled code only: the interpreter has no inline assembly, so
-        callers guard it with a constexpr that is False off the GPU."""
-        tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [ptrs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
 
 
 def _cuda_launch_option(name: str) -> bool:
@@ -287,8 +272,6 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
         reason = pdl_unavailable_reason(query.device)
         if reason:
             raise VariantUnavailable(f"DecodeConfig(pdl={config.pdl!r}): {reason}")
-    if config.prefetch_tiles and (config.kernel != "two-pass" or config.pdl != "early-metadata"):
-        raise ValueError("prefetch_tiles is an option of the two-pass kernel with pdl='early-metadata'")
     if config.max_registers is not None:
         if config.kernel != "two-pass":
             raise ValueError("max_registers is an option of the two-pass kernel")
@@ -361,7 +344,6 @@ def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
         FUSED_MERGE=fused_merge, GROUP_POW2=triton.next_power_of_2(group) if fused_merge else 1,
         MERGE_CHUNK=_merge_chunk(group, dim_pad, config.num_warps) if fused_merge else 1,
         F32_DOT=_f32_dot(query), INTERLEAVED=config.interleaved, EARLY_METADATA=config.pdl == "early-metadata",
-        PREFETCH_TILES=config.prefetch_tiles if split_pdl else 0,  # compiled code only (inline assembly)
         PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel,
         num_warps=config.num_warps, num_stages=config.num_stages,
         **_launch_options(split_pdl, config.max_registers if query.is_cuda else None),
@@ -504,7 +486,7 @@ if triton is not None:
         BLOCK_SIZE: tl.constexpr, BLOCKS_PER_ITER: tl.constexpr, SPLIT: tl.constexpr,
         FUSED_MERGE: tl.constexpr, GROUP_POW2: tl.constexpr, MERGE_CHUNK: tl.constexpr, F32_DOT: tl.constexpr,
         INTERLEAVED: tl.constexpr, EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr,
-        PDL_TRIGGER: tl.constexpr, PREFETCH_TILES: tl.constexpr,
+        PDL_TRIGGER: tl.constexpr,
     ):
         seq = tl.program_id(0).to(tl.int64)
         kv_head = tl.program_id(1)
@@ -548,15 +530,6 @@ if triton is not None:
             # seq_len and the first table entries were requested before the wait, overlapping the
             # previous kernel's tail. Valid only when that kernel does not write seq_lens or the
             # block table (an engine uploads them before the step's first kernel).
-            for j in tl.static_range(PREFETCH_TILES):
-                lines = tl.arange(0, (DIM_PAD + 63) // 64) * 64  # the 128-byte lines of a bf16 row
-                first = block_start + j * block_step
-                pf_valid = first * BLOCK_SIZE + t < tl.minimum(seq_len, block_end * BLOCK_SIZE)
-                pf_rows = tl.load(table + first + block_of_token, mask=pf_valid, other=0).to(tl.int64)
-                pf_k = k_cache_ptr + pf_rows * k_s_block + offset_in_block * k_s_tok + kv_head * k_s_head
-                pf_v = v_cache_ptr + pf_rows * v_s_block + offset_in_block * v_s_tok + kv_head * v_s_head
-                _prefetch_l2(pf_k[:, None] + lines[None, :])
-                _prefetch_l2(pf_v[:, None] + lines[None, :])
             if PDL_WAIT:
                 _gdc_wait()
 

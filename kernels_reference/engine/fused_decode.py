@@ -115,17 +115,8 @@ class FusedDecodeConfig:
     # gate/up GEMV (it streams this 235 MB matrix faster than the fused kernel on the H200), and
     # SiluAndMul applied as the down projection reads its input (needs linear=True).
     gate_up: str = "fused"
-    # With pdl: the paged decode's PDL mode, "all" or "early-metadata" (seq_len and the block table
-    # read before the wait: the kernel ahead, the q/k/v GEMV, writes neither), and with the latter
-    # how many loop tiles of K/V each split requests into L2 before the wait (DecodeConfig.prefetch_tiles).
-    decode_pdl: str = "all"
-    decode_prefetch_tiles: int = 0
 
     def __post_init__(self):
-        if self.decode_pdl not in ("all", "early-metadata"):
-            raise ValueError(f"FusedDecodeConfig(decode_pdl={self.decode_pdl!r}): expected 'all' or 'early-metadata'")
-        if self.decode_prefetch_tiles and self.decode_pdl != "early-metadata":
-            raise ValueError("FusedDecodeConfig(decode_prefetch_tiles=...) needs decode_pdl='early-metadata'")
         if self.pdl and not self.linear:
             raise ValueError("FusedDecodeConfig(pdl=True) needs linear=True: cuBLAS's kernels are not dependent launches")
         if self.gate_up not in ("fused", "cublas"):
@@ -161,8 +152,7 @@ class FusedDecode:
         pdl = bool(config.pdl) and input_ids.is_cuda  # the interpreter has no dependent launches
         if config.pdl is None and input_ids.is_cuda:
             pdl = decode.pdl_unavailable_reason(input_ids.device) is None
-        decode_config = dataclasses.replace(decode.DECODE_CONFIG, pdl=config.decode_pdl,
-                                            prefetch_tiles=config.decode_prefetch_tiles) if pdl else None
+        decode_config = dataclasses.replace(decode.DECODE_CONFIG, pdl="all") if pdl else None
         body = self.model.model
         x = body.embed_tokens(input_ids)
         residual = None
