@@ -29,7 +29,7 @@ step_cmd() {
     l4-deepseek) echo "$PYTEST tasks/L4/test_deepseek_v2_for_causal_lm.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l4-deepseek.json" ;;
     e2e-moe) echo "$PYTEST tasks/L4/test_e2e.py -k '(mixtral or qwen3-30b or deepseek) and chat' --fk-device=cuda --fk-profile=full --fk-e2e-scale=0.1 --fk-timeout=500 --fk-candidate=examples/candidates/triton --fk-report=$OUT/e2e-moe.json --fk-html=$OUT/e2e-moe.html" ;;
     engine-base|engine-pdl) pdl=off; [ "$1" = engine-pdl ] && pdl=small-batch; echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --no-compile --eager-tokens 32 --hf-tokens 32 --hf-batch-tokens 32 --decode-pdl $pdl" ;;
-    engine-fused|engine-variants) sweep=; [ "$1" = engine-fused ] && sweep=--gemv-sweep; echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --no-compile --no-hf --variants $sweep --eager-tokens 32" ;;
+    engine-fused|engine-variants|engine-experiments) extra=; [ "$1" = engine-fused ] && extra=--gemv-sweep; [ "$1" = engine-experiments ] && extra=--experiments; echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --no-compile --no-hf --variants $extra --eager-tokens 32" ;;
     ncu) echo "\$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1) --clock-control none -c 12 -k regex:'_norm_gemv|nvjet|_paged_decode|_merge_splits' --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis python3 tools/h200_ncu_probe.py" ;;
     fused-tests) echo "python3 -m pytest -q -p no:cacheprovider -rA tests/test_fused_decode.py" ;;
     decode-tests) echo "python3 -m pytest -q -p no:cacheprovider -rA tests/test_attention_kernels.py -k 'fixed_cost or splits_agree or interleaved'" ;;

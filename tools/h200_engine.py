@@ -31,7 +31,7 @@ import transformers
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
-from kernels_reference.engine import LLM, SamplingParams  # noqa: E402
+from kernels_reference.engine import LLM, FusedDecodeConfig, SamplingParams  # noqa: E402
 from kernels_reference.L1 import fused_gemv  # noqa: E402
 from kernels_reference.L4.llama import init_random_weights, model_for  # noqa: E402
 sys.path.insert(0, str(ROOT / "tools"))
@@ -93,7 +93,7 @@ def main():
         del case
         empty_cache(s.dev)
     if args.variants:  # batch-1 decode: module path vs fused decode, each without and with PDL
-        variant_runs(s, ours_tokens, results)
+        variant_runs(s, ours_tokens, results, experiments=args.experiments)
         write(results, args)
 
     if args.no_hf:
@@ -166,7 +166,27 @@ VARIANTS = [("module path", False, "off"),
             ("fused decode, GPU_TILES as they stand (with --gemv-sweep: its picks)", True, "off")]
 
 
-def variant_runs(s: "Setup", ours_tokens, results) -> None:
+def _pipelined(**kinds):
+    """The default tiles with the named kinds' tiles (gate_up, qkv, plain) replaced."""
+    tiles = {kind: dict(tile) for kind, tile in REGISTER_TILES.items()}
+    for name, tile in kinds.items():
+        tiles[{"gate_up": fused_gemv.SILU_MUL, "qkv": fused_gemv.ROPE_KV, "plain": fused_gemv.PLAIN}[name]] = dict(tile)
+    return tiles
+
+
+# Session 6 (docs/perf/h200-engine.md run q): the pipelined tiles (cp.async through shared memory)
+# that won the isolated sweep lost 0.85 ms inside the engine. Run r: which kind, and is it the PDL?
+PIPE = dict(gate_up=dict(BLOCK_K=256, ROW_ACC=True, STAGES=6, num_warps=4),
+            qkv=dict(BLOCK_K=256, HALF=8, ROW_ACC=True, STAGES=4, num_warps=4),
+            plain=dict(BLOCK_K=256, ROW_ACC=True, STAGES=6, num_warps=4))
+EXPERIMENTS = [("fused decode (defaults), no PDL", FusedDecodeConfig(pdl=False), "off", REGISTER_TILES),
+               ("fused, pipelined tiles everywhere, no PDL", FusedDecodeConfig(pdl=False), "off", _pipelined(**PIPE)),
+               ("fused, pipelined gate/up only", True, "off", _pipelined(gate_up=PIPE["gate_up"])),
+               ("fused, pipelined q/k/v only", True, "off", _pipelined(qkv=PIPE["qkv"])),
+               ("fused, pipelined o/down only", True, "off", _pipelined(plain=PIPE["plain"]))]
+
+
+def variant_runs(s: "Setup", ours_tokens, results, experiments: bool = False) -> None:
     """Batch-1 decode of the same model in each of ``VARIANTS`` (the engine's fused decode, the
     paged decode's PDL mode; an engine with only the batch-1 graph each): GPU and wall
     time per token side by side, and each variant's first decode step's logits against the module
@@ -180,7 +200,7 @@ def variant_runs(s: "Setup", ours_tokens, results) -> None:
     results["variants"] = []
     kept = []  # every variant's engine and caches stay alive for the interleaved replays at the end
     try:
-        for label, fused, pdl, *tiles in VARIANTS:
+        for label, fused, pdl, *tiles in VARIANTS + (EXPERIMENTS if experiments else []):
             paged_decode.DECODE_CONFIG = dataclasses.replace(default, pdl=pdl)
             fused_gemv.GPU_TILES.clear()
             fused_gemv.GPU_TILES.update({k: dict(v) for k, v in (tiles[0] if tiles else current_tiles).items()})
@@ -535,6 +555,7 @@ def _parser():
     p.add_argument("--tiny-cpu", action="store_true", help="tiny config on the CPU: checks the script")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile + graphs run")
     p.add_argument("--no-hf", action="store_true", help="skip HF transformers' generate")
+    p.add_argument("--experiments", action="store_true", help="with --variants: also EXPERIMENTS")
     p.add_argument("--gemv-sweep", action="store_true",
                    help="time the fused decode GEMVs' tiles (tools/h200_fused_gemv.py) first and use the fastest")
     p.add_argument("--variants", action="store_true",
