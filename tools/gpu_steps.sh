@@ -13,6 +13,7 @@ step_cmd() {
   case "$1" in
     decode) echo "python3 tools/h200_decode_b1.py" ;;
     decode-variants) echo "python3 tools/h200_decode_b1.py --no-knobs" ;;
+    decode-ceilings) echo "python3 tools/h200_decode_b1.py --only-ceilings --no-sweep" ;;
     moe) echo "python3 tools/h200_moe.py" ;;
     mla) echo "python3 tools/h200_mla.py" ;;
     hf-moe) echo "python3 tools/h200_hf_agreement.py --moe" ;;

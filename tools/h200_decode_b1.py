@@ -56,6 +56,8 @@ def parse_args():
     p.add_argument("--tiny-cpu", action="store_true", help="tiny shapes on the CPU (Triton interpreter)")
     p.add_argument("--no-sweep", action="store_true", help="old and new default configs only")
     p.add_argument("--no-knobs", action="store_true", help="the fixed-cost variants, not the knob grid")
+    p.add_argument("--ceilings", action="store_true", help="also time reading the same bytes without the attention")
+    p.add_argument("--only-ceilings", action="store_true", help="the ceilings alone (no cases)")
     p.add_argument("--one-pass-sweep", action="store_true", help="also the one-pass knob sweep (it lost last time)")
     return p.parse_args()
 
@@ -379,6 +381,109 @@ def run_case(batch, context, flush, result):
     print(f"B{batch} C{context}: {time.time() - t0:.1f} s", flush=True)
 
 
+# ---- ceilings: what reading the same K/V bytes costs without the attention ---------------------
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def _read_paged_kernel(k_ptr, v_ptr, bt_ptr, out_ptr, seq_len, s_block, s_tok, s_head,
+                       BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, D: tl.constexpr):
+    """The two-pass split kernel's reads alone: the same grid (kv head, split), split ranges,
+    block-table gather and tiles, no arithmetic but a sum, no partials, no merge."""
+    kv_head = tl.program_id(0)
+    split = tl.program_id(1)
+    splits = tl.num_programs(1)
+    BPI: tl.constexpr = TILE // BLOCK_SIZE
+    t = tl.arange(0, TILE)
+    d = tl.arange(0, D)
+    num_blocks = tl.cdiv(seq_len, BLOCK_SIZE)
+    per_split = tl.cdiv(tl.cdiv(num_blocks, splits), BPI) * BPI
+    start = split * per_split
+    end = tl.minimum(start + per_split, num_blocks)
+    acc = tl.zeros([D], tl.float32)
+    for block in range(start, end, BPI):
+        valid = block * BLOCK_SIZE + t < seq_len
+        rows = tl.load(bt_ptr + block + t // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
+        off = rows[:, None] * s_block + (t % BLOCK_SIZE)[:, None] * s_tok + kv_head * s_head + d[None, :]
+        k = tl.load(k_ptr + off, mask=valid[:, None], other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + off, mask=valid[:, None], other=0.0).to(tl.float32)
+        acc += tl.sum(k + v, axis=0)
+    tl.store(out_ptr + kv_head * splits + split, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _read_flat_kernel(x_ptr, y_ptr, out_ptr, n, per_program, BLOCK: tl.constexpr):
+    """Both caches' storage read contiguously, each program its own range, BLOCK elements of
+    each per step (the split kernel's 32 KiB per step)."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)
+    end = tl.minimum(pid * per_program + per_program, n)
+    for i in range(pid * per_program, end, BLOCK):
+        m = i + offs < end
+        acc += tl.load(x_ptr + i + offs, mask=m, other=0.0).to(tl.float32)
+        acc += tl.load(y_ptr + i + offs, mask=m, other=0.0).to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+def read_paged(s, splits):
+    out = torch.empty(NK * splits, dtype=torch.float32, device=DEVICE)
+    k = s["k"]
+    _read_paged_kernel[(NK, splits)](k, s["v"], s["bt"], out, int(s["sl"][0]), k.stride(0), k.stride(1), k.stride(2),
+                                     BLOCK_SIZE=BLOCK, TILE=OLD.blocks_per_iter * BLOCK, D=HD, num_warps=OLD.num_warps)
+    return out
+
+
+def read_flat(s, programs):
+    n = s["k"].numel()
+    per_program = -(-n // programs)
+    out = torch.empty(programs, dtype=torch.float32, device=DEVICE)
+    _read_flat_kernel[(programs,)](s["k"], s["v"], out, n, per_program, BLOCK=OLD.blocks_per_iter * BLOCK * HD,
+                                   num_warps=OLD.num_warps)
+    return out
+
+
+def time_ceilings(context, flush, result):
+    """At batch 1: the default decode and the fastest variant (pdl "early-metadata") timed side by
+    side with two reads of the same bytes, the split kernel's reads alone and a contiguous read
+    with as many programs: how much of the decode's time any split-KV kernel of this grid would
+    spend just reading (amortised, each call on its own copy, L2 flushed per replay)."""
+    sets0 = make_sets(1, context, 1)
+    splits = decode_mod.decode_num_splits(1, NK, sets0[0]["bt"].shape[1], decode_mod.sm_count(DEVICE), OLD)
+    fns = {"decode: default (two-pass)": decode_call(OLD),
+           "decode: pdl early-metadata": decode_call(dataclasses.replace(OLD, pdl="early-metadata")),
+           "read only: the split kernel's gather": lambda s: read_paged(s, splits),
+           "read only: contiguous, same programs": lambda s: read_flat(s, NK * splits)}
+    rows = []
+    s0 = sets0[0]
+    used = s0["bt"][0, : -(-context // BLOCK)].long()
+    want = {"read only: the split kernel's gather": float(s0["k"][used].flatten(0, 1)[:context].double().sum()
+                                                          + s0["v"][used].flatten(0, 1)[:context].double().sum()),
+            "read only: contiguous, same programs": float(s0["k"].double().sum() + s0["v"].double().sum())}
+    for name, fn in fns.items():
+        got = fn(s0)  # compiles; a read kernel must have read every byte it is credited with
+        if name in want and abs(float(got.double().sum()) - want[name]) > 1e-3 * (abs(want[name]) + got.numel()):
+            raise AssertionError(f"{name}: sum {float(got.double().sum())} != {want[name]}: it does not read what it claims")
+    if not GPU:
+        result["ceilings"] = [{"case": f"B1 C{context}", "impl": n, "mode": "cpu: compiled and ran"} for n in fns]
+        return
+    single = flushed_replay_us(over_sets(fns["decode: default (two-pass)"], sets0, 1).one, flush)
+    calls = max(2, min(MAX_CALLS, math.ceil(TARGET_US / single), SETS_BYTES // set_bytes(sets0[0])))
+    sets = make_sets(1, context, calls)
+    runners = {n: over_sets(fn, sets, calls) for n, fn in fns.items()}
+    flat_bytes = 2 * sets[0]["k"].numel() * sets[0]["k"].element_size()
+    for name, t in time_amortised(runners, flush, ROUNDS).items():
+        nbytes = flat_bytes if "contiguous" in name else decode_bytes(1, context)
+        rows.append({"case": f"B1 C{context}", "impl": name, "us": t["us"], "spread": t.get("spread"), "calls": calls,
+                     "bytes": nbytes, "frac_4.24": nbytes / (t["us"] * 1e-6) / 1e12 / COPY_TBPS, "splits": splits})
+        print(f"  ceiling B1 C{context} {name}: {t['us']:.2f} us ({rows[-1]['frac_4.24']:.2f} of 4.24 TB/s)", flush=True)
+    result["ceilings"] = result.get("ceilings", []) + rows
+    del runners, sets
+    torch.cuda.empty_cache()
+
+
 def fmt(x, spec=".2f"):
     return "-" if x is None else format(x, spec)
 
@@ -468,18 +573,29 @@ def main():
         except Exception as exc:  # noqa: BLE001
             traceback.print_exc()
             result["checks"].append({"check": "sm90-compile + PDL order in PTX", "ok": False, "error": repr(exc)})
-    for batch, context in CASES:
+    for batch, context in ([] if ARGS.only_ceilings else CASES):
         try:
             run_case(batch, context, flush, result)
         except Exception as exc:  # noqa: BLE001 - the other cases still run
             traceback.print_exc()
             result["rows"].append({"case": f"B{batch} C{context}", "impl": "old", "error": repr(exc)})
+    if ARGS.ceilings or ARGS.only_ceilings:
+        for context in ((8192, 2048) if GPU else (200,)):
+            try:
+                time_ceilings(context, flush, result)
+            except Exception as exc:  # noqa: BLE001 - a measurement aid, not a check
+                traceback.print_exc()
+                result.setdefault("ceilings", []).append({"case": f"B1 C{context}", "error": repr(exc)})
     result["wall_s"] = time.time() - t0
     if os.environ.get("OUT"):
         os.makedirs(os.environ["OUT"], exist_ok=True)
         with open(os.path.join(os.environ["OUT"], "h200_decode_b1.json"), "w") as f:
             json.dump(result, f, indent=1, default=str)
     print_tables(result)
+    if result.get("ceilings"):
+        print("\n| case | what | us | bytes / time, of 4.24 TB/s |\n|---|---|---|---|")
+        for r in result["ceilings"]:
+            print(f"| {r['case']} | {r.get('impl', r.get('error'))} | {fmt(r.get('us'))} | {fmt(r.get('frac_4.24'))} |")
     print(f"\nwall {result['wall_s']:.0f} s")
     failed = [r for r in result["rows"] + result["checks"] if r.get("ok") is False]
     if failed:

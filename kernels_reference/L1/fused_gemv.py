@@ -47,11 +47,15 @@ MIN_HALF_ROWS = 4  # used instead where HALF_ROWS would leave fewer than 3 progr
 # The GPU tile per kernel kind: a program streams 2 x HALF rows x BLOCK_K columns per loop
 # iteration and multiplies in registers (ROW_ACC: one accumulator per row, reduced every
 # iteration). Optional: "HALF" fixes the rows per half (default: _half_rows); "PER_SM" makes the
-# grid persistent. tools/h200_fused_gemv.py times alternatives on the H200 side by side. Tried
-# there and removed: a tensor-core loop (the token as row 0 of a 16-row tile, weights pipelined
-# through shared memory; 1.1-3x slower at every shape) and prefetching the next weight tiles
-# before the current tile's arithmetic (never faster, more registers).
-# Defaults: the fastest per kind in the H200 sweep of docs/perf/h200-engine.md, run k.
+# grid persistent; "STAGES" > 1 pipelines the loop's loads through shared memory (cp.async);
+# "NORM_BLOCK" sets the columns per step of the norm statistics (default: the whole row).
+# tools/h200_fused_gemv.py times alternatives on the H200 side by side. Tried there and removed
+# (docs/perf/h200-engine.md): tensor-core loops, both the token as row 0 of a 16-row A operand
+# (session 5, 1.1-3x slower) and the weights as A (session 6 run o, 1.2-1.7x slower); weight
+# prefetching, into registers a tile ahead (never faster) and into L2 before the PDL wait
+# (0.16-0.32 ms slower in the engine, run p).
+# Defaults: the fastest per kind in the engine (runs k, p, q): tiles that keep their weights in
+# shared memory (TMA, STAGES > 1) win the isolated sweep but lose inside the engine (runs m, q).
 GPU_TILES = {ROPE_KV: dict(BLOCK_K=512, num_warps=4, ROW_ACC=True),
              SILU_MUL: dict(BLOCK_K=512, num_warps=4, ROW_ACC=True, PER_SM=5),
              PLAIN: dict(BLOCK_K=1024, num_warps=8, ROW_ACC=True)}
@@ -104,8 +108,8 @@ def norm_gemv_silu_mul(x: torch.Tensor, residual: Optional[torch.Tensor], norm_w
 
     ``gate_up_weight`` [2I, hidden] holds gate rows then up rows (``MergedColumnParallelLinear``).
     The returned residual is ``x + residual`` (or ``x`` itself when ``residual`` is None). ``pdl``:
-    launched as a programmatic dependent launch (sm_90+): the first weight tiles are requested before
-    the wait for the kernel ahead, whose output is read only after it.
+    launched as a programmatic dependent launch (sm_90+): nothing is read or written before the wait
+    for the kernel ahead, and the next kernel may launch once every program of this one runs.
     """
     _check_row(x, residual, norm_weight, gate_up_weight)
     inter = gate_up_weight.shape[0] // 2
