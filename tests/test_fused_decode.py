@@ -72,11 +72,12 @@ def test_norm_gemv_rope_kv_rotates_and_stores_like_the_unfused_modules(slot):
     (True, None, None, False, {}), (False, 4, None, False, {}), (False, 16, None, False, {}),
     (True, 4, 1, False, {}), (False, None, 2, False, {}), (True, 8, 2, True, {}),
     (True, 4, 1, False, dict(NORM_BLOCK=128)), (False, None, 2, False, dict(NORM_BLOCK=32)),
-    (True, 4, None, False, dict(STAGES=3, NORM_BLOCK=16))])
+    (True, 4, None, False, dict(STAGES=3, NORM_BLOCK=16)), (True, None, 2, False, dict(LATE_TRIGGER=True))])
 def test_fused_kernel_loop_variants_agree(monkeypatch, row_acc, half, per_sm, tma, extra):
     """The GPU tile options (per-row accumulators, rows per program, a persistent grid of a few
     programs per SM that loop over the row groups, weights through a TMA descriptor, the norm
-    statistics in steps of other sizes, the loop's loads pipelined STAGES deep) over several loop
+    statistics in steps of other sizes, the loop's loads pipelined STAGES deep, the next kernel
+    launched only after the last weights) over several loop
     iterations with a ragged last tile (72 columns in tiles of 16). The kernels run as dependent
     launches where the GPU has them; in the interpreter without."""
     monkeypatch.setattr(fused_gemv, "_config", lambda k, on_gpu, epilogue=None: {**dict(

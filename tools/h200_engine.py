@@ -174,16 +174,21 @@ def _pipelined(**kinds):
     return tiles
 
 
-# Session 6 (docs/perf/h200-engine.md run q): the pipelined tiles (cp.async through shared memory)
-# that won the isolated sweep lost 0.85 ms inside the engine. Run r: which kind, and is it the PDL?
+# Session 6 (docs/perf/h200-engine.md runs q, r): the pipelined tiles (cp.async through shared
+# memory) that won the isolated sweep lost inside the engine, almost all on o/down and only with
+# PDL. Run t: the same tiles with the next kernel launched only once every program has streamed
+# its last weights (LATE_TRIGGER), and the defaults so.
 PIPE = dict(gate_up=dict(BLOCK_K=256, ROW_ACC=True, STAGES=6, num_warps=4),
             qkv=dict(BLOCK_K=256, HALF=8, ROW_ACC=True, STAGES=4, num_warps=4),
             plain=dict(BLOCK_K=256, ROW_ACC=True, STAGES=6, num_warps=4))
-EXPERIMENTS = [("fused decode (defaults), no PDL", FusedDecodeConfig(pdl=False), "off", REGISTER_TILES),
-               ("fused, pipelined tiles everywhere, no PDL", FusedDecodeConfig(pdl=False), "off", _pipelined(**PIPE)),
-               ("fused, pipelined gate/up only", True, "off", _pipelined(gate_up=PIPE["gate_up"])),
-               ("fused, pipelined q/k/v only", True, "off", _pipelined(qkv=PIPE["qkv"])),
-               ("fused, pipelined o/down only", True, "off", _pipelined(plain=PIPE["plain"]))]
+LATE = {name: {**tile, "LATE_TRIGGER": True} for name, tile in PIPE.items()}
+EXPERIMENTS = [("fused decode (defaults), late trigger", True, "off",
+                {kind: {**tile, "LATE_TRIGGER": True} for kind, tile in REGISTER_TILES.items()}),
+               ("fused, pipelined tiles everywhere, late trigger", True, "off", _pipelined(**LATE)),
+               ("fused, pipelined gate/up and q/k/v, late trigger", True, "off",
+                _pipelined(gate_up=LATE["gate_up"], qkv=LATE["qkv"])),
+               ("fused, pipelined gate/up only, late trigger", True, "off", _pipelined(gate_up=LATE["gate_up"])),
+               ("fused, pipelined o/down only, late trigger", True, "off", _pipelined(plain=LATE["plain"]))]
 
 
 def variant_runs(s: "Setup", ours_tokens, results, experiments: bool = False) -> None:

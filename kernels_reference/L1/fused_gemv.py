@@ -221,7 +221,7 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
         weight.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0, groups,
         kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), kc.shape[1],
         HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda, SILU_IN=silu_in,
-        TMA=tma, STAGES=stages, NORM_BLOCK=norm_block, NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
+        TMA=tma, STAGES=stages, NORM_BLOCK=norm_block, LATE_TRIGGER=config.pop("LATE_TRIGGER", False), NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
     )
 
 
@@ -377,7 +377,7 @@ if triton is not None:
         NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
         BLOCK_K: tl.constexpr, ROW_ACC: tl.constexpr, NORM: tl.constexpr,
         PDL: tl.constexpr, SILU_IN: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr,
-        NORM_BLOCK: tl.constexpr,
+        NORM_BLOCK: tl.constexpr, LATE_TRIGGER: tl.constexpr,
     ):
         pid = tl.program_id(0)
         dtype = out_ptr.dtype.element_ty
@@ -385,9 +385,12 @@ if triton is not None:
         if PDL:
             # A dependent launch: nothing is read from the kernel ahead (x, the residual) or
             # written before it has finished. The next kernel may launch once every program of
-            # this one is past its wait (it waits for this one's completion in turn).
+            # this one is past its wait (it waits for this one's completion in turn); LATE_TRIGGER:
+            # only once every program has streamed its last weights, so that the next kernel's
+            # waiting programs do not take SM resources while this one still streams.
             _gdc_wait()
-            _gdc_launch_dependents()
+            if not LATE_TRIGGER:
+                _gdc_launch_dependents()
         rstd = 1.0
         if NORM:  # once per program
             rstd = _row_rstd(x_ptr, res_ptr, res_out_ptr, K, eps, pid, HAS_RES, NORM_BLOCK)
@@ -421,6 +424,9 @@ if triton is not None:
                 else:
                     acc_a += wa.to(tl.float32) * a[None, :]
                     acc_b += wb.to(tl.float32) * a[None, :]
+            if PDL and LATE_TRIGGER:
+                if group + tl.num_programs(0) >= n_groups:  # this program's last group
+                    _gdc_launch_dependents()
             if ROW_ACC:
                 ya = acc_a.to(dtype).to(tl.float32)  # F.linear's output precision
                 yb = acc_b.to(dtype).to(tl.float32)
