@@ -161,8 +161,10 @@ class Setup:
 # An optional fourth element fixes the fused GEMVs' tiles ({kind: tile}, fused_gemv.GPU_TILES) for that
 # variant's graph; without it the variant runs with GPU_TILES as they are (after --gemv-sweep: its picks).
 REGISTER_TILES = {k: dict(v) for k, v in fused_gemv.GPU_TILES.items()}  # the committed defaults, as imported
+EARLY_TRIGGER = {kind: {**tile, "LATE_TRIGGER": False} for kind, tile in REGISTER_TILES.items()}
 VARIANTS = [("module path", False, "off"),
             ("fused decode (defaults)", True, "off", REGISTER_TILES),
+            ("fused decode, next kernel launched at once (run s defaults)", True, "off", EARLY_TRIGGER),
             ("fused decode, GPU_TILES as they stand (with --gemv-sweep: its picks)", True, "off")]
 
 
@@ -177,14 +179,12 @@ def _pipelined(**kinds):
 # Session 6 (docs/perf/h200-engine.md runs q, r): the pipelined tiles (cp.async through shared
 # memory) that won the isolated sweep lost inside the engine, almost all on o/down and only with
 # PDL. Run t: the same tiles with the next kernel launched only once every program has streamed
-# its last weights (LATE_TRIGGER), and the defaults so.
+# its last weights (LATE_TRIGGER, since run t the default).
 PIPE = dict(gate_up=dict(BLOCK_K=256, ROW_ACC=True, STAGES=6, num_warps=4),
             qkv=dict(BLOCK_K=256, HALF=8, ROW_ACC=True, STAGES=4, num_warps=4),
             plain=dict(BLOCK_K=256, ROW_ACC=True, STAGES=6, num_warps=4))
 LATE = {name: {**tile, "LATE_TRIGGER": True} for name, tile in PIPE.items()}
-EXPERIMENTS = [("fused decode (defaults), late trigger", True, "off",
-                {kind: {**tile, "LATE_TRIGGER": True} for kind, tile in REGISTER_TILES.items()}),
-               ("fused, pipelined tiles everywhere, late trigger", True, "off", _pipelined(**LATE)),
+EXPERIMENTS = [("fused, pipelined tiles everywhere, late trigger", True, "off", _pipelined(**LATE)),
                ("fused, pipelined gate/up and q/k/v, late trigger", True, "off",
                 _pipelined(gate_up=LATE["gate_up"], qkv=LATE["qkv"])),
                ("fused, pipelined gate/up only, late trigger", True, "off", _pipelined(gate_up=LATE["gate_up"])),
