@@ -184,11 +184,31 @@ PIPE = dict(gate_up=dict(BLOCK_K=256, ROW_ACC=True, STAGES=6, num_warps=4),
             qkv=dict(BLOCK_K=256, HALF=8, ROW_ACC=True, STAGES=4, num_warps=4),
             plain=dict(BLOCK_K=256, ROW_ACC=True, STAGES=6, num_warps=4))
 LATE = {name: {**tile, "LATE_TRIGGER": True} for name, tile in PIPE.items()}
-EXPERIMENTS = [("fused, pipelined tiles everywhere, late trigger", True, "off", _pipelined(**LATE)),
-               ("fused, pipelined gate/up and q/k/v, late trigger", True, "off",
-                _pipelined(gate_up=LATE["gate_up"], qkv=LATE["qkv"])),
-               ("fused, pipelined gate/up only, late trigger", True, "off", _pipelined(gate_up=LATE["gate_up"])),
-               ("fused, pipelined o/down only, late trigger", True, "off", _pipelined(plain=LATE["plain"]))]
+PIPELINED_EXPERIMENTS = [  # run t
+    ("fused, pipelined tiles everywhere, late trigger", True, "off", _pipelined(**LATE)),
+    ("fused, pipelined gate/up and q/k/v, late trigger", True, "off", _pipelined(gate_up=LATE["gate_up"], qkv=LATE["qkv"])),
+    ("fused, pipelined gate/up only, late trigger", True, "off", _pipelined(gate_up=LATE["gate_up"])),
+    ("fused, pipelined o/down only, late trigger", True, "off", _pipelined(plain=LATE["plain"]))]
+
+
+def _tweak(name, **change):
+    """The default tiles with one kind's tile changed."""
+    kind = {"gate_up": fused_gemv.SILU_MUL, "qkv": fused_gemv.ROPE_KV, "plain": fused_gemv.PLAIN}[name]
+    tiles = {k: dict(t) for k, t in REGISTER_TILES.items()}
+    tiles[kind] = {k: v for k, v in {**tiles[kind], **change}.items() if v is not None}
+    return tiles
+
+
+# Run v: with the late trigger, tiles picked in the engine rather than by the isolated sweep
+# (which has no dependent launches): one kind's tile changed at a time.
+EXPERIMENTS = [("fused, q/k/v 8 rows per half", True, "off", _tweak("qkv", HALF=8)),
+               ("fused, q/k/v 1024 columns, 8 warps", True, "off", _tweak("qkv", BLOCK_K=1024, num_warps=8)),
+               ("fused, gate/up 4 programs per SM", True, "off", _tweak("gate_up", PER_SM=4)),
+               ("fused, gate/up one program per row group", True, "off", _tweak("gate_up", PER_SM=None)),
+               ("fused, gate/up 4 rows per half", True, "off", _tweak("gate_up", HALF=4)),
+               ("fused, o/down 512 columns, 4 warps", True, "off", _tweak("plain", BLOCK_K=512, num_warps=4)),
+               ("fused, o/down 4 programs per SM", True, "off", _tweak("plain", PER_SM=4)),
+               ("fused, o/down 8 rows per half", True, "off", _tweak("plain", HALF=8))]
 
 
 def variant_runs(s: "Setup", ours_tokens, results, experiments: bool = False) -> None:
