@@ -77,9 +77,9 @@ def test_fused_kernel_loop_variants_agree(monkeypatch, row_acc, half, per_sm, tm
     """The GPU tile options (per-row accumulators, rows per program, a persistent grid of a few
     programs per SM that loop over the row groups, weights through a TMA descriptor, the norm
     statistics in steps of other sizes, the loop's loads pipelined STAGES deep, the next kernel
-    launched only after the last weights) over several loop
-    iterations with a ragged last tile (72 columns in tiles of 16). The kernels run as dependent
-    launches where the GPU has them; in the interpreter without."""
+    launched only after the last weights) over several loop iterations with a ragged last tile
+    (72 columns in tiles of 16). The kernels run as dependent launches where the GPU has them;
+    in the interpreter without."""
     monkeypatch.setattr(fused_gemv, "_config", lambda k, on_gpu, epilogue=None: {**dict(
         BLOCK_K=16, num_warps=4, ROW_ACC=row_acc, HALF=half, PER_SM=per_sm, TMA=tma, STAGES=3 if tma else 1), **extra})
     pdl = DEVICE == "cuda" and decode.pdl_unavailable_reason(torch.device(DEVICE)) is None
