@@ -476,6 +476,10 @@ def time_ceilings(context, flush, result):
                s, NK * splits, 2048, stages=4),
            "read only: the gather, one cache block per program": lambda s: read_paged(
                s, -(-context // BLOCK), context, tile=BLOCK),
+           "read only: the gather, one 64-token tile per program": lambda s: read_paged(
+               s, -(-context // (OLD.blocks_per_iter * BLOCK)), context),
+           "decode: pdl early-metadata, one 64-token tile per split (up to 128 splits)": decode_call(
+               dataclasses.replace(OLD, pdl="early-metadata", small_batch_programs_per_sm=16)),
            "torch copy_ of K and V (read + write)": copy_kv}
     rows = []
     s0 = sets0[0]
