@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 if "--tiny-cpu" in sys.argv:  # the fused decode's Triton kernels run in the interpreter on a CPU
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -211,7 +212,7 @@ EXPERIMENTS = [("fused, q/k/v 8 rows per half", True, "off", _tweak("qkv", HALF=
                ("fused, o/down 8 rows per half", True, "off", _tweak("plain", HALF=8))]
 
 
-def variant_runs(s: "Setup", ours_tokens, results, experiments: bool = False) -> None:
+def variant_runs(s: "Setup", ours_tokens, results, experiments: Optional[str] = None) -> None:
     """Batch-1 decode of the same model in each of ``VARIANTS`` (the engine's fused decode, the
     paged decode's PDL mode; an engine with only the batch-1 graph each): GPU and wall
     time per token side by side, and each variant's first decode step's logits against the module
@@ -225,7 +226,8 @@ def variant_runs(s: "Setup", ours_tokens, results, experiments: bool = False) ->
     results["variants"] = []
     kept = []  # every variant's engine and caches stay alive for the interleaved replays at the end
     try:
-        for label, fused, pdl, *tiles in VARIANTS + (EXPERIMENTS if experiments else []):
+        extra = {None: [], "tiles": EXPERIMENTS, "pipelined": PIPELINED_EXPERIMENTS}[experiments]
+        for label, fused, pdl, *tiles in VARIANTS + extra:
             paged_decode.DECODE_CONFIG = dataclasses.replace(default, pdl=pdl)
             fused_gemv.GPU_TILES.clear()
             fused_gemv.GPU_TILES.update({k: dict(v) for k, v in (tiles[0] if tiles else current_tiles).items()})
@@ -580,7 +582,8 @@ def _parser():
     p.add_argument("--tiny-cpu", action="store_true", help="tiny config on the CPU: checks the script")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile + graphs run")
     p.add_argument("--no-hf", action="store_true", help="skip HF transformers' generate")
-    p.add_argument("--experiments", action="store_true", help="with --variants: also EXPERIMENTS")
+    p.add_argument("--experiments", nargs="?", const="tiles", choices=["tiles", "pipelined"],
+                   help="with --variants: also EXPERIMENTS (tiles, run v) or PIPELINED_EXPERIMENTS (run t)")
     p.add_argument("--gemv-sweep", action="store_true",
                    help="time the fused decode GEMVs' tiles (tools/h200_fused_gemv.py) first and use the fastest")
     p.add_argument("--variants", action="store_true",
