@@ -309,6 +309,13 @@ def plan(config, s):
                                                    decode_mod.sm_count(DEVICE), config), "resident_per_sm": None}
 
 
+def calls_per_graph(fn, probe, flush) -> int:
+    """K, the calls per timed graph: a K-call replay lasts >= TARGET_US (from one flushed one-call
+    replay of ``fn`` on ``probe``), at least 2, and K copies of the inputs fit in SETS_BYTES."""
+    single = flushed_replay_us(over_sets(fn, probe, 1).one, flush)
+    return max(2, min(MAX_CALLS, math.ceil(TARGET_US / single), SETS_BYTES // set_bytes(probe[0])))
+
+
 def run_case(batch, context, flush, result):
     t0 = time.time()
     impls = implementations(batch, context)
@@ -340,8 +347,7 @@ def run_case(batch, context, flush, result):
     live = {n: impls[n] for n, r in rows.items() if "error" not in r and "unavailable" not in r}
     if GPU:
         first = decode_call(live["new"] if "new" in live else next(iter(live.values())))
-        single = flushed_replay_us(over_sets(first, probe, 1).one, flush)
-        calls = max(2, min(MAX_CALLS, math.ceil(TARGET_US / single), SETS_BYTES // set_bytes(probe[0])))
+        calls = calls_per_graph(first, probe, flush)
         del probe
         sets = make_sets(batch, context, calls)
         runners = {}
@@ -498,8 +504,7 @@ def time_ceilings(context, flush, result):
     if not GPU:
         result["ceilings"] = [{"case": f"B1 C{context}", "impl": n, "mode": "cpu: compiled and ran"} for n in fns]
         return
-    single = flushed_replay_us(over_sets(fns["decode: default (two-pass)"], sets0, 1).one, flush)
-    calls = max(2, min(MAX_CALLS, math.ceil(TARGET_US / single), SETS_BYTES // set_bytes(sets0[0])))
+    calls = calls_per_graph(fns["decode: default (two-pass)"], sets0, flush)
     sets = make_sets(1, context, calls)
     runners = {n: over_sets(fn, sets, calls) for n, fn in fns.items()}
     flat_bytes = 2 * sets[0]["k"].numel() * sets[0]["k"].element_size()

@@ -161,55 +161,49 @@ class Setup:
 # (pdl=False) and (gate_up="cublas") this way (docs/perf/h200-engine.md, runs e-n).
 # An optional fourth element fixes the fused GEMVs' tiles ({kind: tile}, fused_gemv.GPU_TILES) for that
 # variant's graph; without it the variant runs with GPU_TILES as they are (after --gemv-sweep: its picks).
-REGISTER_TILES = {k: dict(v) for k, v in fused_gemv.GPU_TILES.items()}  # the committed defaults, as imported
-EARLY_TRIGGER = {kind: {**tile, "LATE_TRIGGER": False} for kind, tile in REGISTER_TILES.items()}
-VARIANTS = [("module path", False, "off"),
-            ("fused decode (defaults)", True, "off", REGISTER_TILES),
-            ("fused decode, next kernel launched at once (run s defaults)", True, "off", EARLY_TRIGGER),
-            ("fused decode, GPU_TILES as they stand (with --gemv-sweep: its picks)", True, "off")]
+DEFAULT_TILES = {k: dict(v) for k, v in fused_gemv.GPU_TILES.items()}  # the committed defaults, as imported
+_KINDS = {"gate_up": fused_gemv.SILU_MUL, "qkv": fused_gemv.ROPE_KV, "plain": fused_gemv.PLAIN}
 
 
-def _pipelined(**kinds):
-    """The default tiles with the named kinds' tiles (gate_up, qkv, plain) replaced."""
-    tiles = {kind: dict(tile) for kind, tile in REGISTER_TILES.items()}
-    for name, tile in kinds.items():
-        tiles[{"gate_up": fused_gemv.SILU_MUL, "qkv": fused_gemv.ROPE_KV, "plain": fused_gemv.PLAIN}[name]] = dict(tile)
+def _tiles(everywhere=None, **by_kind):
+    """The default tiles with changes merged in: ``everywhere`` into every kind's tile, and per kind
+    (gate_up, qkv, plain) into that one; a None value removes the option."""
+    tiles = {}
+    for name, kind in _KINDS.items():
+        merged = {**DEFAULT_TILES[kind], **(everywhere or {}), **by_kind.get(name, {})}
+        tiles[kind] = {k: v for k, v in merged.items() if v is not None}
     return tiles
+
+
+VARIANTS = [("module path", False, "off"),
+            ("fused decode (defaults)", True, "off", DEFAULT_TILES),
+            ("fused decode, next kernel launched at once (run s defaults)", True, "off",
+             _tiles(everywhere=dict(LATE_TRIGGER=False))),
+            ("fused decode, GPU_TILES as they stand (with --gemv-sweep: its picks)", True, "off")]
 
 
 # Session 6 (docs/perf/h200-engine.md runs q, r): the pipelined tiles (cp.async through shared
 # memory) that won the isolated sweep lost inside the engine, almost all on o/down and only with
-# PDL. Run t: the same tiles with the next kernel launched only once every program has streamed
-# its last weights (LATE_TRIGGER, since run t the default).
-PIPE = dict(gate_up=dict(BLOCK_K=256, ROW_ACC=True, STAGES=6, num_warps=4),
-            qkv=dict(BLOCK_K=256, HALF=8, ROW_ACC=True, STAGES=4, num_warps=4),
-            plain=dict(BLOCK_K=256, ROW_ACC=True, STAGES=6, num_warps=4))
-LATE = {name: {**tile, "LATE_TRIGGER": True} for name, tile in PIPE.items()}
-PIPELINED_EXPERIMENTS = [  # run t
-    ("fused, pipelined tiles everywhere, late trigger", True, "off", _pipelined(**LATE)),
-    ("fused, pipelined gate/up and q/k/v, late trigger", True, "off", _pipelined(gate_up=LATE["gate_up"], qkv=LATE["qkv"])),
-    ("fused, pipelined gate/up only, late trigger", True, "off", _pipelined(gate_up=LATE["gate_up"])),
-    ("fused, pipelined o/down only, late trigger", True, "off", _pipelined(plain=LATE["plain"]))]
+# PDL. Run t (--experiments pipelined): the same tiles with the late trigger (the default since).
+PIPE = dict(gate_up=dict(BLOCK_K=256, STAGES=6, PER_SM=None), qkv=dict(BLOCK_K=256, HALF=8, STAGES=4),
+            plain=dict(BLOCK_K=256, STAGES=6, num_warps=4))
+PIPELINED_EXPERIMENTS = [
+    ("fused, pipelined tiles everywhere, late trigger", True, "off", _tiles(**PIPE)),
+    ("fused, pipelined gate/up and q/k/v, late trigger", True, "off", _tiles(gate_up=PIPE["gate_up"], qkv=PIPE["qkv"])),
+    ("fused, pipelined gate/up only, late trigger", True, "off", _tiles(gate_up=PIPE["gate_up"])),
+    ("fused, pipelined o/down only, late trigger", True, "off", _tiles(plain=PIPE["plain"]))]
 
 
-def _tweak(name, **change):
-    """The default tiles with one kind's tile changed."""
-    kind = {"gate_up": fused_gemv.SILU_MUL, "qkv": fused_gemv.ROPE_KV, "plain": fused_gemv.PLAIN}[name]
-    tiles = {k: dict(t) for k, t in REGISTER_TILES.items()}
-    tiles[kind] = {k: v for k, v in {**tiles[kind], **change}.items() if v is not None}
-    return tiles
-
-
-# Run v: with the late trigger, tiles picked in the engine rather than by the isolated sweep
-# (which has no dependent launches): one kind's tile changed at a time.
-EXPERIMENTS = [("fused, q/k/v 8 rows per half", True, "off", _tweak("qkv", HALF=8)),
-               ("fused, q/k/v 1024 columns, 8 warps", True, "off", _tweak("qkv", BLOCK_K=1024, num_warps=8)),
-               ("fused, gate/up 4 programs per SM", True, "off", _tweak("gate_up", PER_SM=4)),
-               ("fused, gate/up one program per row group", True, "off", _tweak("gate_up", PER_SM=None)),
-               ("fused, gate/up 4 rows per half", True, "off", _tweak("gate_up", HALF=4)),
-               ("fused, o/down 512 columns, 4 warps", True, "off", _tweak("plain", BLOCK_K=512, num_warps=4)),
-               ("fused, o/down 4 programs per SM", True, "off", _tweak("plain", PER_SM=4)),
-               ("fused, o/down 8 rows per half", True, "off", _tweak("plain", HALF=8))]
+# Run v (--experiments): with the late trigger, tiles picked in the engine rather than by the
+# isolated sweep (which has no dependent launches): one kind's tile changed at a time.
+EXPERIMENTS = [("fused, q/k/v 8 rows per half", True, "off", _tiles(qkv=dict(HALF=8))),
+               ("fused, q/k/v 1024 columns, 8 warps", True, "off", _tiles(qkv=dict(BLOCK_K=1024, num_warps=8))),
+               ("fused, gate/up 4 programs per SM", True, "off", _tiles(gate_up=dict(PER_SM=4))),
+               ("fused, gate/up one program per row group", True, "off", _tiles(gate_up=dict(PER_SM=None))),
+               ("fused, gate/up 4 rows per half", True, "off", _tiles(gate_up=dict(HALF=4))),
+               ("fused, o/down 512 columns, 4 warps", True, "off", _tiles(plain=dict(BLOCK_K=512, num_warps=4))),
+               ("fused, o/down 4 programs per SM", True, "off", _tiles(plain=dict(PER_SM=4))),
+               ("fused, o/down 8 rows per half", True, "off", _tiles(plain=dict(HALF=8)))]
 
 
 def variant_runs(s: "Setup", ours_tokens, results, experiments: Optional[str] = None) -> None:

@@ -215,15 +215,16 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
     # NORM_BLOCK: columns of x per step of the norm statistics pass. By default the whole row (up
     # to 8192 columns) at once: one memory round trip instead of K / BLOCK_K dependent ones, worth
     # 0.135 ms of a Llama-3.1-8B step on the H200 (docs/perf/h200-engine.md, run p).
-    k_pow2 = triton.next_power_of_2(weight.shape[1])
-    norm_block = min(config.pop("NORM_BLOCK", 0) or min(k_pow2, 8192), k_pow2)
+    norm_block = min(config.pop("NORM_BLOCK", 0) or 8192, triton.next_power_of_2(weight.shape[1]))
+    late_trigger = config.pop("LATE_TRIGGER", False)  # with PDL: see the kernel
     LAST_LAUNCH["kernel"] = _norm_gemv_kernel[(programs,)](
         x, res, res_out, norm_weight, weight, w_desc, out,
         cos_sin, row, slot, kc, vc,
         weight.shape[1], eps, weight.stride(0), pair_offset, cos_sin.stride(0) if cos_sin.dim() == 2 else 0, groups,
         kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2), kc.shape[1],
         HAS_RES=has_res, EPILOGUE=epilogue, HALF=half, NORM=norm, PDL=pdl and x.is_cuda, SILU_IN=silu_in,
-        TMA=tma, STAGES=stages, NORM_BLOCK=norm_block, LATE_TRIGGER=config.pop("LATE_TRIGGER", False), NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
+        TMA=tma, STAGES=stages, NORM_BLOCK=norm_block, LATE_TRIGGER=late_trigger,
+        NUM_Q_HEADS=nq, NUM_KV_HEADS=nk, HEAD_DIM=d, **config,
     )
 
 
