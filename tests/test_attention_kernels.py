@@ -91,7 +91,12 @@ def _check_fast_path(nq, nk, d, context, query, dtype, **kw):
     return fast, native
 
 
-KERNEL_CONFIGS = {"one-pass": decode_module.ONE_PASS_CONFIG, "two-pass": decode_module.TWO_PASS_CONFIG}
+# Kernel "blocks" (whole cache blocks per program, every head) with one block per loop step, so that
+# on the interpreter's 4-SM stand-in a split runs several steps.
+BLOCKS_SMALL = decode_module.DecodeConfig(kernel="blocks", blocks_per_iter=1, num_warps=4, num_stages=1,
+                                          merge_programs_per_head=2)
+KERNEL_CONFIGS = {"one-pass": decode_module.ONE_PASS_CONFIG, "two-pass": decode_module.TWO_PASS_CONFIG,
+                  "blocks": BLOCKS_SMALL}
 
 
 @pytest.mark.parametrize("kernel", list(KERNEL_CONFIGS))
@@ -113,6 +118,29 @@ def test_one_pass_every_gqa_group(group, monkeypatch):
     # 3 sequences x 1 kv head on 4 "SMs": 5 splits; odd contexts, one empty-tailed, shuffled tables
     monkeypatch.setattr(decode_module, "DECODE_CONFIG", ONE_PASS_SMALL_TILES)
     _check_fast_path(group, 1, 64, [70, 17, 40], [1, 1, 1], torch.bfloat16, seed=group)
+
+
+@pytest.mark.parametrize("group", [1, 3, 4, 8])
+@pytest.mark.parametrize("num_kv", [1, 3, 8])
+def test_blocks_kernel_every_head_layout(group, num_kv, monkeypatch):
+    """Kernel "blocks" masks each query head to its own kv head's rows of a whole-block tile; kv head
+    counts that are not powers of two pad the tile's rows. Two steps of two blocks per split."""
+    config = dataclasses.replace(BLOCKS_SMALL, blocks_per_iter=2, small_batch_programs_per_sm=1)
+    monkeypatch.setattr(decode_module, "DECODE_CONFIG", config)
+    _check_fast_path(group * num_kv, num_kv, 32, [150, 17, 5], [1, 1, 1], torch.bfloat16, seed=group + num_kv,
+                     padded_rows=1)
+
+
+def test_blocks_splits_are_whole_steps_from_shapes():
+    from kernels_reference.L1.paged_decode_blocks import blocks_num_splits
+    config = decode_module.DecodeConfig(kernel="blocks", blocks_per_iter=2, small_batch_programs_per_sm=2,
+                                        programs_per_sm=1, max_splits=512)
+    assert blocks_num_splits(1, 512, 132, config) == (256, 2)  # 264 wanted, 256 two-block splits
+    assert blocks_num_splits(1, 513, 132, config) == (257, 2)
+    assert blocks_num_splits(1, 5, 132, config) == (3, 2)  # never a split without table entries
+    assert blocks_num_splits(32, 128, 132, config) == (8, 16)  # 9 wanted: 15 blocks -> 16 (whole steps) -> 8
+    assert blocks_num_splits(200, 64, 132, config) == (1, 64)  # the sequences fill the SMs
+    assert blocks_num_splits(1, 512, 132, dataclasses.replace(config, max_splits=16)) == (16, 32)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
@@ -168,6 +196,11 @@ SPLIT_VARIANTS = {
                                                                interleaved=True, pdl="early-metadata"),
     "two-pass-contiguous-early-metadata": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
                                                               pdl="early-metadata"),
+    "blocks": BLOCKS_SMALL,
+    "blocks-early-metadata": dataclasses.replace(BLOCKS_SMALL, pdl="early-metadata"),
+    # The merge spread over 4 programs per head, each merging 8 of head_dim 32.
+    "two-pass-merge-4-per-head": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
+                                                     interleaved=True, merge_programs_per_head=4),
 }
 
 
@@ -198,6 +231,38 @@ def test_decode_splits_agree_with_uneven_partitions(splits, variant):
         vs = v_cache[blocks].flatten(0, 1)[:n].double().repeat_interleave(nq // nk, 1)
         probs = torch.softmax(torch.einsum("hd,khd->hk", q[i].double(), ks) * 0.3, -1)
         torch.testing.assert_close(split[i].double(), torch.einsum("hk,khd->hd", probs, vs), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("programs_per_head", [1, 2, 64])
+def test_merge_in_steps_and_slices_of_head_dim(programs_per_head, monkeypatch):
+    """The merge kernel with few partial floats per step (a full head: 2 splits per step, so a
+    running max over 4 steps; half a head: 4 per step) and head_dim 40 (not a power of two) cut into 1, 2 or 64 slices
+    (64 > head_dim's padded 64 / 2: slices of one element, those past 40 not launched): the same
+    output as the single-split kernel."""
+    monkeypatch.setattr(decode_module, "MERGE_STEP_FLOATS", 128)
+    config = dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
+                                 merge_programs_per_head=programs_per_head)
+    gen = _gen(3)
+    nq, nk, d, lens = 4, 1, 40, [100, 7, 0]
+    tables = torch.randperm(24, generator=gen)[:3 * 7].view(3, 7).to(DEVICE, torch.int32)
+    k_cache, v_cache = (torch.randn(24, BLOCK, nk, d, generator=gen).to(DEVICE) for _ in "kv")
+    q = torch.randn(3, nq, d, generator=gen).to(DEVICE)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    chunks, meta = decode_module.merge_launch(7, d, 64, programs_per_head, False)
+    assert meta["SPLIT_CHUNK"] * meta["DIM_CHUNK"] <= 128 and chunks * meta["DIM_CHUNK"] >= d
+    assert (meta["SPLIT_CHUNK"] < 7) == (programs_per_head < 64) == (not meta["ONE_STEP"])  # steps unless tiny slices
+    ones = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, num_splits=1)
+    split = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, config=config, num_splits=7)
+    assert torch.count_nonzero(split[2]) == 0
+    torch.testing.assert_close(split, ones, rtol=1e-5, atol=1e-6)
+
+
+def test_merge_programs_per_head_is_validated():
+    q = torch.zeros(1, 4, 32)
+    cache = torch.zeros(2, BLOCK, 1, 32)
+    with pytest.raises(ValueError, match="merge_programs_per_head must be a power of two, got 3"):
+        decode_module.paged_decode(q, cache, cache, torch.zeros(1, 2, dtype=torch.int32), torch.ones(1, dtype=torch.int32),
+                                   0.1, config=dataclasses.replace(decode_module.TWO_PASS_CONFIG, merge_programs_per_head=3))
 
 
 # The batch-1 fixed-cost variants (module docstring). programs_per_sm 8 so that the layer's batch
@@ -235,10 +300,11 @@ def test_fixed_cost_variants_match_native(variant, monkeypatch):
     assert torch.count_nonzero(fast[0][5:]) == 0
 
 
-@pytest.mark.parametrize("variant", ["two-pass-interleaved", "two-pass-interleaved-early-metadata"])
+@pytest.mark.parametrize("variant", ["two-pass-interleaved", "two-pass-interleaved-early-metadata",
+                                     "blocks", "blocks-early-metadata"])
 @pytest.mark.parametrize("splits", [None, 2, 13])
 def test_interleaved_splits_with_a_table_wider_than_the_sequences(variant, splits):
-    """The interleaved first table read is bounded by the table's width only, so it reads entries
+    """The interleaved (and "blocks") first table read is bounded by the table's width only, so it reads entries
     past the sequence: here they hold block numbers far outside the cache, which must never be
     dereferenced (K/V loads are masked by seq_len). 13 splits: more than the longest sequence has
     blocks (most splits read only such entries and write an empty partial). None: the shape rule,
@@ -332,24 +398,26 @@ def test_variants_compile_for_sm90_with_pdl_order():
 @pytest.mark.parametrize("kernel", list(KERNEL_CONFIGS))
 def test_decode_launch_depends_on_shapes_not_metadata_values(monkeypatch, kernel):
     """The CUDA-graph contract: same shapes, different seq_lens -> the same grid and workspace."""
+    from kernels_reference.L1 import paged_decode_blocks
     grids = []
-    name = "_decode_one_pass_kernel" if kernel == "one-pass" else "_paged_decode_kernel"
-    real = getattr(decode_module, name)
+    module = paged_decode_blocks if kernel == "blocks" else decode_module
+    name = {"one-pass": "_decode_one_pass_kernel", "blocks": "_decode_blocks_kernel"}.get(kernel, "_paged_decode_kernel")
+    real = getattr(module, name)
 
     class Recorder:
         def __getitem__(self, grid):
             grids.append(grid)
             return real[grid]
 
-    monkeypatch.setattr(decode_module, name, Recorder())
+    monkeypatch.setattr(module, name, Recorder())
     monkeypatch.setattr(decode_module, "DECODE_CONFIG", KERNEL_CONFIGS[kernel])
     gen = _gen(2)
-    tables = torch.randperm(64, generator=gen)[:2 * 16].view(2, 16).to(torch.int32)
-    k_cache, v_cache = (torch.randn(64, BLOCK, 2, 32, generator=gen) for _ in "kv")
-    q = torch.randn(2, 4, 32, generator=gen)
+    tables = torch.randperm(64, generator=gen)[:2 * 16].view(2, 16).to(DEVICE, torch.int32)
+    k_cache, v_cache = (torch.randn(64, BLOCK, 2, 32, generator=gen).to(DEVICE) for _ in "kv")
+    q = torch.randn(2, 4, 32, generator=gen).to(DEVICE)
     for lens in ([256, 1], [5, 0], [130, 200]):
-        decode_module.paged_decode(q, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32), 0.2)
-    assert len(set(grids)) == 1 and grids[0][2] > 1, grids
+        decode_module.paged_decode(q, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32, device=DEVICE), 0.2)
+    assert len(set(grids)) == 1 and grids[0][-1] > 1, grids  # the splits axis
 
 
 def test_decode_splits_favour_small_batches():

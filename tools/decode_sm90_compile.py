@@ -39,12 +39,12 @@ from triton.compiler import ASTSource  # noqa: E402
 from kernels_reference.L1 import paged_decode as decode_mod  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
-GROUP, HEAD_DIM, BLOCK = 4, 128, 16
+GROUP, HEAD_DIM, BLOCK, NUM_KV = 4, 128, 16, 8
 
 POINTERS = {"q_ptr": "*bf16", "k_cache_ptr": "*bf16", "v_cache_ptr": "*bf16", "block_tables_ptr": "*i32",
             "seq_lens_ptr": "*i32", "out_ptr": "*bf16", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32",
             "counters_ptr": "*i32"}
-NOT_DIVISIBLE = {"num_splits", "table_width"}  # runtime values the JIT would not see as multiples of 16
+NOT_DIVISIBLE = {"num_splits", "table_width", "per_split"}  # runtime values the JIT would not see as multiples of 16
 
 
 class SignatureMismatch(Exception):
@@ -110,28 +110,40 @@ def ptx_order(ptx: str) -> dict:
 
 
 def compile_variant(config: "decode_mod.DecodeConfig", splits: int = 66) -> dict:
-    """The launch ``_launch_two_pass`` makes on a CUDA device with PDL available, compiled."""
+    """The launch ``_launch_two_pass`` (or, kernel "blocks", ``launch_blocks``) makes on a CUDA
+    device with PDL available, compiled."""
     gdc = config.pdl != "off"
     split_pdl = config.pdl in ("all", "early-metadata")
     merge_kernel = splits > 1 and not config.fused_merge
-    meta = dict(GROUP=GROUP, GROUP_PAD=16, HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, BLOCK_SIZE=BLOCK,
+    options = dict(num_warps=config.num_warps, num_stages=config.num_stages,
+                   **decode_mod._launch_options(split_pdl, config.max_registers))
+    if config.kernel == "blocks":
+        from kernels_reference.L1 import paged_decode_blocks
+        meta = dict(NUM_HEADS=NUM_KV * GROUP, HEADS_PAD=NUM_KV * GROUP, GROUP=GROUP, NUM_KV=NUM_KV, KV_PAD=NUM_KV,
+                    HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, BLOCK_SIZE=BLOCK, STEP_BLOCKS=config.blocks_per_iter,
+                    SPLIT=splits > 1, F32_DOT=False, EARLY_METADATA=config.pdl == "early-metadata",
+                    PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1)
+        split_k = _compile(paged_decode_blocks._decode_blocks_kernel, meta, options)
+    else:
+        split_k = _compile(decode_mod._paged_decode_kernel, _two_pass_meta(config, splits, gdc, split_pdl), options)
+    out = {"split": {**ptx_order(split_k.asm["ptx"]), **(_registers(split_k) or {}),
+                     "shared": split_k.metadata.shared, "launch_pdl": bool(getattr(split_k.metadata, "launch_pdl", False))}}
+    if merge_kernel:
+        _, merge_meta = decode_mod.merge_launch(splits, HEAD_DIM, HEAD_DIM, config.merge_programs_per_head, gdc)
+        merge_k = _compile(decode_mod._merge_splits_kernel, merge_meta, dict(num_warps=4, **decode_mod._launch_options(gdc)))
+        out["merge"] = {**ptx_order(merge_k.asm["ptx"]), **(_registers(merge_k) or {}),
+                        "launch_pdl": bool(getattr(merge_k.metadata, "launch_pdl", False))}
+    return out
+
+
+def _two_pass_meta(config, splits, gdc, split_pdl) -> dict:
+    merge_kernel = splits > 1 and not config.fused_merge
+    return dict(GROUP=GROUP, GROUP_PAD=16, HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, BLOCK_SIZE=BLOCK,
                 BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=splits > 1, FUSED_MERGE=config.fused_merge and splits > 1,
                 GROUP_POW2=triton.next_power_of_2(GROUP) if config.fused_merge else 1,
                 MERGE_CHUNK=decode_mod._merge_chunk(GROUP, HEAD_DIM, config.num_warps) if config.fused_merge else 1,
                 F32_DOT=False, INTERLEAVED=config.interleaved,
                 EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel)
-    options = dict(num_warps=config.num_warps, num_stages=config.num_stages,
-                   **decode_mod._launch_options(split_pdl, config.max_registers))
-    split_k = _compile(decode_mod._paged_decode_kernel, meta, options)
-    out = {"split": {**ptx_order(split_k.asm["ptx"]), **(_registers(split_k) or {}),
-                     "shared": split_k.metadata.shared, "launch_pdl": bool(getattr(split_k.metadata, "launch_pdl", False))}}
-    if merge_kernel:
-        merge_k = _compile(decode_mod._merge_splits_kernel,
-                           dict(HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, SPLITS_PAD=triton.next_power_of_2(splits), PDL=gdc),
-                           dict(num_warps=4, **decode_mod._launch_options(gdc)))
-        out["merge"] = {**ptx_order(merge_k.asm["ptx"]), **(_registers(merge_k) or {}),
-                        "launch_pdl": bool(getattr(merge_k.metadata, "launch_pdl", False))}
-    return out
 
 
 def structural_variants() -> dict:
@@ -144,7 +156,15 @@ def structural_variants() -> dict:
             "interleaved pdl early-metadata": dataclasses.replace(base, interleaved=True, pdl="early-metadata"),
             "contiguous pdl early-metadata": dataclasses.replace(base, pdl="early-metadata"),
             "maxnreg 128": dataclasses.replace(base, max_registers=128),
-            "interleaved pdl all maxnreg 128": dataclasses.replace(base, interleaved=True, pdl="all", max_registers=128)}
+            "interleaved pdl all maxnreg 128": dataclasses.replace(base, interleaved=True, pdl="all", max_registers=128),
+            "blocks early-metadata": dataclasses.replace(BLOCKS_KERNEL, pdl="early-metadata"),
+            "blocks 2-block steps, 8 warps, 2 stages": dataclasses.replace(BLOCKS_KERNEL, blocks_per_iter=2,
+                                                                           num_stages=2)}
+
+
+# Kernel "blocks" as the H200 sweep's first row runs it (tools/h200_decode_b1.py, BLOCKS_SWEEP).
+BLOCKS_KERNEL = decode_mod.DecodeConfig(kernel="blocks", blocks_per_iter=1, num_warps=8, num_stages=1,
+                                        merge_programs_per_head=4)
 
 
 def main():

@@ -58,6 +58,10 @@ def parse_args():
     p.add_argument("--no-knobs", action="store_true", help="the fixed-cost variants, not the knob grid")
     p.add_argument("--ceilings", action="store_true", help="also time reading the same bytes without the attention")
     p.add_argument("--only-ceilings", action="store_true", help="the ceilings alone (no cases)")
+    p.add_argument("--one-tile", action="store_true",
+                   help="also the one-tile-per-split configurations (ONE_TILE) at every batch-1 case")
+    p.add_argument("--blocks", action="store_true",
+                   help="also kernel 'blocks' (BLOCKS_SWEEP) at every case, and its first row in the ceilings")
     p.add_argument("--one-pass-sweep", action="store_true", help="also the one-pass knob sweep (it lost last time)")
     return p.parse_args()
 
@@ -148,6 +152,56 @@ KNOBS = {
 if PDL_MISSING:
     KNOBS = {label.replace("il+pdl", "il (no PDL)"): change for label, change in KNOBS.items()}
 SWEEP_CASES = {(1, 8192), (1, 2048), (1, 200)}  # (1, 200): --tiny-cpu
+# One cache tile per split (session 7): at batch 1 every program reads one tile of one kv head in
+# one load step (no loop: the contiguous reads that reached 0.69-0.73 of copy in run 10 were one
+# step per program), its table entries and seq_len read before the PDL wait; then the merge kernel.
+# Splits = tiles: 64 programs per SM asked for, capped by the table's tiles (max_splits 512).
+# num_stages 1: no cp.async staging through shared memory, whose 2 x tile footprint limits how
+# many programs an SM holds. Changes to OLD.
+ONE_TILE_BASE = dict(interleaved=True, pdl="early-metadata", small_batch_programs_per_sm=64, max_splits=512)
+ONE_TILE = {
+    "1t bpi4 w4 st1": dict(blocks_per_iter=4, num_warps=4, num_stages=1),
+    "1t bpi4 w4 st2": dict(blocks_per_iter=4, num_warps=4, num_stages=2),
+    "1t bpi4 w8 st1": dict(blocks_per_iter=4, num_warps=8, num_stages=1),
+    "1t bpi2 w4 st1": dict(blocks_per_iter=2, num_warps=4, num_stages=1),
+    "1t bpi8 w4 st1": dict(blocks_per_iter=8, num_warps=4, num_stages=1),
+    "1t bpi8 w8 st1": dict(blocks_per_iter=8, num_warps=8, num_stages=1),
+    "1t bpi4 w4 st1 merge x4": dict(blocks_per_iter=4, num_warps=4, num_stages=1, merge_programs_per_head=4),
+    "1t bpi2 w4 st1 merge x4": dict(blocks_per_iter=2, num_warps=4, num_stages=1, merge_programs_per_head=4),
+    "1t bpi8 w8 st1 merge x4": dict(blocks_per_iter=8, num_warps=8, num_stages=1, merge_programs_per_head=4),
+    "1t bpi4 w4 st1 no PDL": dict(blocks_per_iter=4, num_warps=4, num_stages=1, pdl="off"),
+    # Not one tile per split: today's split count (66 at B1 C8192, 2 tiles each) without staging.
+    "2p il early-md st1": dict(num_stages=1, small_batch_programs_per_sm=4, max_splits=128),
+}
+# Kernel "blocks" (session 7, kernels_reference/L1/paged_decode_blocks.py): whole cache blocks per
+# program, every head. Registers from an sm_90 compile (tools/decode_sm90_compile.py): 1-block
+# steps at 4 warps take 216 (2 programs per SM), at 8 warps 188 (1 per SM), 2-block steps at 8
+# warps 202. ppsm: programs per SM asked for (splits at B1 C8192: ppsm 4 -> 512 one-step splits,
+# 2 -> 256, 1 -> 128). The merge spread 4 programs per head unless said. Changes to BLOCKS_BASE.
+BLOCKS_BASE = dict(kernel="blocks", blocks_per_iter=1, num_warps=4, num_stages=1, pdl="early-metadata",
+                   small_batch_programs_per_sm=4, programs_per_sm=2, max_splits=512, merge_programs_per_head=4)
+BLOCKS_SWEEP = {
+    "blk s1 w4 st1 ppsm4": {},
+    "blk s1 w4 st1 ppsm2 (2 steps)": dict(small_batch_programs_per_sm=2),
+    "blk s1 w4 st2 ppsm2 (2 steps)": dict(small_batch_programs_per_sm=2, num_stages=2),
+    "blk s1 w4 st2 ppsm1 (4 steps)": dict(small_batch_programs_per_sm=1, num_stages=2),
+    "blk s1 w8 st1 ppsm4": dict(num_warps=8),
+    "blk s1 w16 st1 ppsm4": dict(num_warps=16),
+    "blk s2 w8 st1 ppsm2": dict(blocks_per_iter=2, num_warps=8, small_batch_programs_per_sm=2),
+    "blk s2 w16 st2 ppsm1 (2 steps)": dict(blocks_per_iter=2, num_warps=16, num_stages=2, small_batch_programs_per_sm=1),
+    "blk s1 w4 st1 ppsm4 merge x8": dict(merge_programs_per_head=8),
+    "blk s1 w4 st1 ppsm4 merge x1": dict(merge_programs_per_head=1),
+    "blk s1 w4 st1 ppsm4 pdl all": dict(pdl="all"),
+    "blk s1 w4 st1 ppsm4 no PDL": dict(pdl="off"),
+}
+BLOCKS_EVERY_CASE = ("blk s1 w4 st1 ppsm4", "blk s1 w4 st1 ppsm2 (2 steps)", "blk s1 w4 st2 ppsm1 (4 steps)")
+
+
+def blocks_config(label):
+    return dataclasses.replace(OLD, **{**BLOCKS_BASE, **BLOCKS_SWEEP[label]})
+
+
+ONE_TILE_EVERY_CASE = ("1t bpi4 w4 st1", "1t bpi4 w4 st1 merge x4")  # also at B32 / B128 (regressions)
 
 
 # ---- inputs --------------------------------------------------------------------------------------
@@ -287,6 +341,16 @@ def check_sm90_compile():
 
 def implementations(batch, context):
     impls = {"old": OLD, "new": NEW}
+    if ARGS.one_tile:
+        impls["2p early-md"] = dataclasses.replace(OLD, **VARIANTS["2p early-md"])
+        for label, change in ONE_TILE.items():
+            if batch == 1 or label in ONE_TILE_EVERY_CASE:
+                impls[label] = dataclasses.replace(OLD, **{**ONE_TILE_BASE, **change})
+    if ARGS.blocks:
+        impls.setdefault("2p early-md", dataclasses.replace(OLD, **VARIANTS["2p early-md"]))
+        for label in BLOCKS_SWEEP:
+            if batch == 1 or label in BLOCKS_EVERY_CASE:
+                impls[label] = blocks_config(label)
     if ARGS.no_sweep:
         return impls
     sweep = (batch, context) in SWEEP_CASES
@@ -303,6 +367,10 @@ def implementations(batch, context):
 
 
 def plan(config, s):
+    if config.kernel == "blocks":
+        from kernels_reference.L1.paged_decode_blocks import blocks_num_splits
+        return {"splits": blocks_num_splits(s["q"].shape[0], s["bt"].shape[1], decode_mod.sm_count(DEVICE), config)[0],
+                "resident_per_sm": None}
     if config.kernel == "one-pass":
         return decode_mod.one_pass_plan(s["q"], s["k"], s["bt"], config)
     return {"splits": decode_mod.decode_num_splits(s["q"].shape[0], NK, s["bt"].shape[1],
@@ -420,6 +488,22 @@ def _read_paged_kernel(k_ptr, v_ptr, bt_ptr, out_ptr, seq_len, s_block, s_tok, s
 
 
 @triton.jit
+def _read_blocks_kernel(k_ptr, v_ptr, bt_ptr, out_ptr, seq_len, s_block,
+                        BLOCK_SIZE: tl.constexpr, ROW: tl.constexpr, BLOCKS: tl.constexpr):
+    """Whole cache blocks (every kv head: BLOCK_SIZE x ROW contiguous elements of K and of V) read
+    through the block table, BLOCKS blocks per program in one load step, no arithmetic but a sum."""
+    pid = tl.program_id(0)
+    b = pid * BLOCKS + tl.arange(0, BLOCKS)
+    e = tl.arange(0, BLOCK_SIZE * ROW)
+    valid = (b[:, None] * BLOCK_SIZE + (e // ROW)[None, :]) < seq_len  # [blocks, elements]: token < seq_len
+    rows = tl.load(bt_ptr + b, mask=b * BLOCK_SIZE < seq_len, other=0).to(tl.int64)
+    off = rows[:, None] * s_block + e[None, :]
+    k = tl.load(k_ptr + off, mask=valid, other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + off, mask=valid, other=0.0).to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(tl.sum(k + v, axis=1), axis=0))
+
+
+@triton.jit
 def _read_flat_kernel(x_ptr, y_ptr, out_ptr, n, per_program, BLOCK: tl.constexpr, STAGES: tl.constexpr):
     """Both caches' storage read contiguously, each program its own range, BLOCK elements of
     each per step (the split kernel's 32 KiB per step)."""
@@ -434,14 +518,24 @@ def _read_flat_kernel(x_ptr, y_ptr, out_ptr, n, per_program, BLOCK: tl.constexpr
     tl.store(out_ptr + pid, tl.sum(acc, axis=0))
 
 
-def read_paged(s, splits, seq_len, tile=None):
+def read_paged(s, splits, seq_len, tile=None, stages=None, warps=None):
     """``seq_len``: a host int (every set of a case has the same length; reading it from the
-    device would synchronise, which graph capture forbids)."""
+    device would synchronise, which graph capture forbids). ``stages`` None: Triton's default (3)."""
     out = torch.empty(NK * splits, dtype=torch.float32, device=DEVICE)
     k = s["k"]
+    extra = {} if stages is None else {"num_stages": stages}
     _read_paged_kernel[(NK, splits)](k, s["v"], s["bt"], out, seq_len, k.stride(0), k.stride(1), k.stride(2),
                                      BLOCK_SIZE=BLOCK, TILE=tile or OLD.blocks_per_iter * BLOCK, D=HD,
-                                     num_warps=OLD.num_warps)
+                                     num_warps=warps or OLD.num_warps, **extra)
+    return out
+
+
+def read_blocks(s, seq_len, blocks=1, warps=8):
+    """Whole blocks (all kv heads, 32 KiB of K and of V each) through the table, ``blocks`` per program."""
+    programs = -(-(-(-seq_len // BLOCK)) // blocks)
+    out = torch.empty(programs, dtype=torch.float32, device=DEVICE)
+    _read_blocks_kernel[(programs,)](s["k"], s["v"], s["bt"], out, seq_len, s["k"].stride(0),
+                                     BLOCK_SIZE=BLOCK, ROW=NK * HD, BLOCKS=blocks, num_warps=warps)
     return out
 
 
@@ -486,7 +580,23 @@ def time_ceilings(context, flush, result):
                s, -(-context // (OLD.blocks_per_iter * BLOCK)), context),
            "decode: pdl early-metadata, one 64-token tile per split (up to 128 splits)": decode_call(
                dataclasses.replace(OLD, pdl="early-metadata", small_batch_programs_per_sm=16)),
+           # Session 7: the gathers above ran with Triton's default 3 pipeline stages (cp.async
+           # through shared memory even for one step); the same without staging, and whole blocks.
+           "read only: the gather, one 64-token tile per program, stages 1": lambda s: read_paged(
+               s, -(-context // (OLD.blocks_per_iter * BLOCK)), context, stages=1),
+           "read only: the gather, one 32-token tile per program, stages 1": lambda s: read_paged(
+               s, -(-context // (2 * BLOCK)), context, tile=2 * BLOCK, stages=1),
+           "read only: the gather, one 128-token tile per program, stages 1, 8 warps": lambda s: read_paged(
+               s, -(-context // (8 * BLOCK)), context, tile=8 * BLOCK, stages=1, warps=8),
+           "read only: the gather, one cache block per program, stages 1": lambda s: read_paged(
+               s, -(-context // BLOCK), context, tile=BLOCK, stages=1),
+           "read only: the gather, whole blocks (all 8 kv heads), 1 per program": lambda s: read_blocks(s, context),
+           "read only: the gather, whole blocks (all 8 kv heads), 2 per program": lambda s: read_blocks(
+               s, context, blocks=2),
            "torch copy_ of K and V (read + write)": copy_kv}
+    if ARGS.blocks:
+        for label in BLOCKS_EVERY_CASE:
+            fns[f"decode: {label}"] = decode_call(blocks_config(label))
     rows = []
     s0 = sets0[0]
     used = s0["bt"][0, : -(-context // BLOCK)].long()

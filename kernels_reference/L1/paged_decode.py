@@ -6,7 +6,8 @@ Decode is bound by reading the KV cache once, so the kernels are organised aroun
   and share every K/V block the program reads (K/V are read once per group, not once per head);
 * an online softmax in float32 over tiles of several blocks, K and V requested together.
 
-Two kernels, chosen by ``DecodeConfig.kernel``:
+Three kernels, chosen by ``DecodeConfig.kernel`` (the third, ``"blocks"``, reads whole cache blocks
+for every head; it lives in paged_decode_blocks.py and lost on the H200, see there):
 
 * ``"one-pass"`` (selectable, not the default). Split s takes tiles s, s+S, s+2S, ... of its sequence (balanced to one
   tile whatever the length); every split with work writes a partial and counts itself on an
@@ -128,6 +129,10 @@ class DecodeConfig:
     # Llama-3.1-8B's shapes the default split kernel compiles to ~137 registers x 128 threads,
     # 3 programs per SM, so the 4-per-SM launch runs in two waves; 128 lets 4 fit at once.
     max_registers: Optional[int] = None
+    # Two-pass merge kernel: programs per query head, each merging a slice of head_dim. 1 = one
+    # program reads a head's every partial; more spread a many-split merge (one cache tile per
+    # split at batch 1) over more SMs.
+    merge_programs_per_head: int = 1
 
 
 # The two-pass kernel's configuration (its H200 numbers: docs/perf/h200-attention.md and
@@ -136,7 +141,7 @@ TWO_PASS_CONFIG = DecodeConfig(kernel="two-pass", blocks_per_iter=4, num_warps=4
                                small_batch_programs_per_sm=4, max_splits=128, fused_merge=False)
 ONE_PASS_CONFIG = DecodeConfig()
 DECODE_CONFIG = TWO_PASS_CONFIG
-KERNELS = ("one-pass", "two-pass")
+KERNELS = ("one-pass", "two-pass", "blocks")  # "blocks": paged_decode_blocks.py
 PDL_MODES = ("off", "merge", "all", "early-metadata", "small-batch")
 
 
@@ -265,6 +270,9 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
         raise ValueError(f"unknown pdl mode {config.pdl!r}; expected one of {PDL_MODES}")
     if config.kernel == "one-pass" and (config.pdl != "off" or config.interleaved):
         raise ValueError("pdl and interleaved are options of the two-pass kernel")
+    if config.kernel == "blocks" and (config.interleaved or config.fused_merge or config.max_registers is not None):
+        raise ValueError("interleaved, fused_merge and max_registers are options of the two-pass kernel, "
+                         "not of kernel 'blocks'")
     if config.pdl == "small-batch":
         usable = query.is_cuda and not torch.compiler.is_compiling() and pdl_unavailable_reason(query.device) is None
         config = small_batch_pdl(config, query.shape[0] * key_cache.shape[2], sm_count(query.device), usable)
@@ -272,6 +280,9 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
         reason = pdl_unavailable_reason(query.device)
         if reason:
             raise VariantUnavailable(f"DecodeConfig(pdl={config.pdl!r}): {reason}")
+    mpph = config.merge_programs_per_head
+    if mpph < 1 or mpph & (mpph - 1):
+        raise ValueError(f"merge_programs_per_head must be a power of two, got {mpph}")
     if config.max_registers is not None:
         if config.kernel != "two-pass":
             raise ValueError("max_registers is an option of the two-pass kernel")
@@ -289,7 +300,10 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
     tile = config.blocks_per_iter * key_cache.shape[1]
     if tile < 16 or tile & (tile - 1):
         raise ValueError(f"blocks_per_iter * block_size must be a power of two >= 16, got {tile}")
-    launch = _launch_one_pass if config.kernel == "one-pass" else _launch_two_pass
+    if config.kernel == "blocks":
+        from .paged_decode_blocks import launch_blocks as launch
+    else:
+        launch = _launch_one_pass if config.kernel == "one-pass" else _launch_two_pass
     launch(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits)
     return out
 
@@ -349,11 +363,25 @@ def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
         **_launch_options(split_pdl, config.max_registers if query.is_cuda else None),
     )
     if merge_kernel:
-        _merge_splits_kernel[(num_seqs, num_heads)](
-            part_out, part_lse, out, out.stride(0), out.stride(1), splits,
-            HEAD_DIM=head_dim, DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(splits), PDL=gdc,
+        chunks, meta = merge_launch(splits, head_dim, dim_pad, config.merge_programs_per_head, gdc)
+        _merge_splits_kernel[(num_seqs, num_heads, chunks)](
+            part_out, part_lse, out, out.stride(0), out.stride(1), splits, **meta,
             num_warps=4, **_launch_options(gdc),
         )
+
+
+MERGE_STEP_FLOATS = 16384  # partial floats a merge program loads per step
+
+
+def merge_launch(splits: int, head_dim: int, dim_pad: int, programs_per_head: int, pdl: bool):
+    """The merge kernel's programs per head and constants: each program merges DIM_CHUNK of a
+    head's head_dim, SPLIT_CHUNK splits per step, a step's partials at most 16384 floats (128 per
+    thread of 4 warps: one step, one round trip, up to 128 splits of head size 128)."""
+    dim_chunk = max(1, dim_pad // programs_per_head)  # more programs than padded head_dim: one element each
+    split_chunk = min(triton.next_power_of_2(splits), max(1, MERGE_STEP_FLOATS // dim_chunk))
+    chunks = -(-head_dim // dim_chunk)  # a chunk wholly past a non-power-of-two head_dim is not launched
+    return chunks, dict(HEAD_DIM=head_dim, DIM_CHUNK=dim_chunk, SPLIT_CHUNK=split_chunk,
+                        ONE_STEP=split_chunk >= splits, PDL=pdl)
 
 
 def _launch_options(pdl: bool, max_registers: Optional[int] = None) -> dict:
@@ -604,29 +632,15 @@ if triton is not None:
                      result.to(out_ptr.dtype.element_ty), mask=row_mask)
 
     @triton.jit
-    def _merge_one_head(part_out_ptr, part_lse_ptr, out_ptr, row0, out_offset, num_splits,
-                        HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr):
-        """out = sum_s w_s * part_s / sum_s w_s with w_s = 2^(lse_s - max lse), for one head.
-        The partials are read at L2 (``.cg``): other SMs wrote them during this launch."""
-        s = tl.arange(0, SPLITS_PAD)
-        d = tl.arange(0, DIM_PAD)
-        s_mask = s < num_splits
-        # both loads are issued before either is used: the merge costs one memory round trip
-        lse = tl.load(part_lse_ptr + row0 + s, mask=s_mask, other=float("-inf"), cache_modifier=".cg")
-        parts = tl.load(part_out_ptr + (row0 + s)[:, None] * HEAD_DIM + d[None, :],
-                        mask=s_mask[:, None] & (d < HEAD_DIM)[None, :], other=0.0, cache_modifier=".cg")
-        top = tl.max(lse, axis=0)
-        top = tl.where(top == float("-inf"), 0.0, top)  # every split empty: weights 0, output 0
-        w = tl.exp2(lse - top)
-        total = tl.sum(w, axis=0)
-        merged = tl.sum(parts * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
-        tl.store(out_ptr + out_offset + d, merged.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)
-
-    @triton.jit
     def _merge_splits_kernel(
         part_out_ptr, part_lse_ptr, out_ptr, o_s_seq, o_s_head, num_splits,
-        HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, PDL: tl.constexpr,
+        HEAD_DIM: tl.constexpr, DIM_CHUNK: tl.constexpr, SPLIT_CHUNK: tl.constexpr, ONE_STEP: tl.constexpr,
+        PDL: tl.constexpr,
     ):
+        """out = sum_s w_s * part_s / sum_s w_s with w_s = 2^(lse_s - max lse), for one head
+        (program axis 1) and DIM_CHUNK of its head_dim (axis 2), SPLIT_CHUNK splits per step with
+        a running max. Each step's lse and partial loads are issued before either is used (one
+        round trip per step). Partials are read at L2 (``.cg``): the split kernel just wrote them."""
         seq = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         if PDL:
@@ -635,8 +649,41 @@ if triton is not None:
             # is read or written before the wait.
             _gdc_launch_dependents()
             _gdc_wait()
-        _merge_one_head(part_out_ptr, part_lse_ptr, out_ptr, (seq * tl.num_programs(1) + head) * num_splits,
-                        seq * o_s_seq + head * o_s_head, num_splits, HEAD_DIM, DIM_PAD, SPLITS_PAD)
+        row0 = (seq * tl.num_programs(1) + head) * num_splits
+        s = tl.arange(0, SPLIT_CHUNK)
+        d = tl.program_id(2) * DIM_CHUNK + tl.arange(0, DIM_CHUNK)
+        d_mask = d < HEAD_DIM
+        if ONE_STEP:
+            # Every split in one step, without the running max (straight-line code: on the H200 the
+            # loop form of one step cost the B1 C8192 decode about 0.5 us, docs/perf run 11).
+            s_mask = s < num_splits
+            lse = tl.load(part_lse_ptr + row0 + s, mask=s_mask, other=float("-inf"), cache_modifier=".cg")
+            parts = tl.load(part_out_ptr + (row0 + s)[:, None] * HEAD_DIM + d[None, :],
+                            mask=s_mask[:, None] & d_mask[None, :], other=0.0, cache_modifier=".cg")
+            top = tl.max(lse, axis=0)
+            top = tl.where(top == float("-inf"), 0.0, top)  # every split empty: weights 0, output 0
+            w = tl.exp2(lse - top)
+            total = tl.sum(w, axis=0)
+            merged = tl.sum(parts * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
+            tl.store(out_ptr + seq * o_s_seq + head * o_s_head + d, merged.to(out_ptr.dtype.element_ty), mask=d_mask)
+            return
+        top = tl.max(tl.full([SPLIT_CHUNK], float("-inf"), tl.float32), axis=0)
+        total = tl.sum(tl.zeros([SPLIT_CHUNK], tl.float32), axis=0)
+        merged = tl.zeros([DIM_CHUNK], tl.float32)
+        for first in range(0, num_splits, SPLIT_CHUNK):
+            s_mask = first + s < num_splits
+            lse = tl.load(part_lse_ptr + row0 + first + s, mask=s_mask, other=float("-inf"), cache_modifier=".cg")
+            parts = tl.load(part_out_ptr + (row0 + first + s)[:, None] * HEAD_DIM + d[None, :],
+                            mask=s_mask[:, None] & d_mask[None, :], other=0.0, cache_modifier=".cg")
+            new_top = tl.maximum(top, tl.max(lse, axis=0))
+            base = tl.where(new_top == float("-inf"), 0.0, new_top)  # every split so far empty: weights 0
+            w = tl.exp2(lse - base)
+            rescale = tl.exp2(top - base)
+            total = total * rescale + tl.sum(w, axis=0)
+            merged = merged * rescale + tl.sum(parts * w[:, None], axis=0)
+            top = new_top
+        merged = merged / tl.where(total > 0.0, total, 1.0)
+        tl.store(out_ptr + seq * o_s_seq + head * o_s_head + d, merged.to(out_ptr.dtype.element_ty), mask=d_mask)
 
     @triton.jit
     def _decode_one_pass_kernel(
