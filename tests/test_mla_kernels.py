@@ -36,7 +36,7 @@ def _case(heads, seq_lens, seed=0):
     return q, cache, tables, torch.tensor(seq_lens, dtype=torch.int32)
 
 
-@pytest.mark.parametrize("splits", [1, 3, 7])
+@pytest.mark.parametrize("splits", [1, 3, 7, 20])  # 20 > MERGE_SPLITS_CHUNK: the merge runs in steps
 def test_split_decode_and_merge_match_the_definition(splits):
     q, cache, tables, lens = _case(heads=20, seq_lens=[70, 0, 17])  # 2 head blocks, one padded row
     got = mla.mla_decode(q, cache, tables, lens, 0.3, RANK, num_splits=splits)

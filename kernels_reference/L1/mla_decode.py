@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from .paged_decode import LOG2E, sm_count
+from .paged_decode import LOG2E, _merge_splits_kernel, sm_count
 
 try:
     import triton
@@ -163,9 +163,12 @@ def mla_decode(query: torch.Tensor, cache: torch.Tensor, block_tables: torch.Ten
         rank_block = min(MERGE_RANK_BLOCK, rank_pad) if q_lat.is_cuda else rank_pad
         # (sequence, head, latent column block): B1 with 16 heads is 64 programs, each reading its
         # splits' columns in chunks with a running max (a whole [splits, 512] tile would spill).
-        _mla_merge_kernel[(num_seqs, num_heads, triton.cdiv(rank, rank_block))](
+        # The paged decode's merge kernel (same [seq, head, split] partial rows), the latent rank
+        # as its head size.
+        _merge_splits_kernel[(num_seqs, num_heads, triton.cdiv(rank, rank_block))](
             part_out, part_lse, out, out.stride(0), out.stride(1), splits,
-            RANK=rank, RANK_BLOCK=rank_block, CHUNK=MERGE_SPLITS_CHUNK, num_warps=4)
+            HEAD_DIM=rank, DIM_CHUNK=rank_block, SPLIT_CHUNK=MERGE_SPLITS_CHUNK,
+            ONE_STEP=MERGE_SPLITS_CHUNK >= splits, PDL=False, num_warps=4)
     return out
 
 
@@ -278,32 +281,3 @@ if triton is not None:
             tl.store(out_ptr + seq * o_s_seq + h[:, None] * o_s_head + r[None, :],
                      result.to(out_ptr.dtype.element_ty), mask=out_mask)
 
-    @triton.jit
-    def _mla_merge_kernel(part_out_ptr, part_lse_ptr, out_ptr, o_s_seq, o_s_head, num_splits,
-                          RANK: tl.constexpr, RANK_BLOCK: tl.constexpr, CHUNK: tl.constexpr):
-        """out[seq, head, columns] = sum_s w_s * part_s / sum_s w_s, w_s = 2^(lse_s - max lse), over
-        CHUNK splits at a time with a running max. Empty splits (lse -inf) weigh 0; a sequence
-        with no work at all (seq_len 0) gets zeros."""
-        seq = tl.program_id(0).to(tl.int64)
-        head = tl.program_id(1)
-        col = tl.program_id(2) * RANK_BLOCK + tl.arange(0, RANK_BLOCK)
-        c = tl.arange(0, CHUNK)
-        row0 = (seq * tl.num_programs(1) + head) * num_splits
-        top = tl.full([1], float("-inf"), tl.float32)
-        total = tl.zeros([1], tl.float32)
-        merged = tl.zeros([RANK_BLOCK], tl.float32)
-        for first in range(0, num_splits, CHUNK):
-            s_mask = first + c < num_splits
-            lse = tl.load(part_lse_ptr + row0 + first + c, mask=s_mask, other=float("-inf"))
-            parts = tl.load(part_out_ptr + (row0 + first + c)[:, None] * RANK + col[None, :],
-                            mask=s_mask[:, None] & (col < RANK)[None, :], other=0.0)
-            new_top = tl.maximum(top, tl.max(lse, axis=0))
-            base = tl.where(new_top == float("-inf"), 0.0, new_top)  # nothing yet: weights 0
-            w = tl.exp2(lse - base)
-            rescale = tl.exp2(top - base)
-            total = total * rescale + tl.sum(w, axis=0)
-            merged = merged * rescale + tl.sum(parts * w[:, None], axis=0)
-            top = new_top
-        merged = merged / tl.where(total > 0.0, total, 1.0)
-        tl.store(out_ptr + seq * o_s_seq + head * o_s_head + col, merged.to(out_ptr.dtype.element_ty),
-                 mask=col < RANK)

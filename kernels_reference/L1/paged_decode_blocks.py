@@ -37,6 +37,8 @@ from .paged_decode import _gdc_launch_dependents, _gdc_wait, triton
 if triton is not None:
     import triton.language as tl
 
+    from .paged_decode import attend_tile
+
 
 def blocks_num_splits(num_seqs: int, max_blocks: int, num_sms: int, config) -> tuple:
     """(splits per sequence, blocks per split), from shapes only: about ``small_batch_programs_per_sm``
@@ -153,22 +155,7 @@ if triton is not None:
                         mask=kv_mask, other=0.0)
             nxt = block + STEP_BLOCKS  # the next step's table entries, requested before this step's math
             physical = tl.load(table + nxt + block_of_row, mask=nxt + block_of_row < end, other=0)
-            if F32_DOT:
-                s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
-            else:
-                s = tl.dot(q, tl.trans(k))
-            s = tl.where(own_row & valid[None, :], s * scale_log2, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            alpha = tl.exp2(m - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l = l * alpha + tl.sum(p, axis=1)
-            p_low = p.to(v.dtype)
-            if F32_DOT:
-                pv = tl.dot(p_low.to(tl.float32), v.to(tl.float32), input_precision="ieee")
-            else:
-                pv = tl.dot(p_low, v)
-            acc = acc * alpha[:, None] + pv
-            m = m_new
+            m, l, acc = attend_tile(q, k, v, own_row & valid[None, :], m, l, acc, scale_log2, F32_DOT)
 
         has_work = l > 0.0  # false for a split past the sequence's end and for a padded row
         result = acc / tl.where(has_work, l, 1.0)[:, None]
