@@ -123,8 +123,9 @@ def test_one_pass_every_gqa_group(group, monkeypatch):
 @pytest.mark.parametrize("group", [1, 3, 4, 8])
 @pytest.mark.parametrize("num_kv", [1, 3, 8])
 def test_blocks_kernel_every_head_layout(group, num_kv, monkeypatch):
-    """Kernel "blocks" masks each query head to its own kv head's rows of a whole-block tile; kv head
-    counts that are not powers of two pad the tile's rows. Two steps of two blocks per split."""
+    """Kernel "blocks" computes each query head from its own kv head's rows of a whole-block tile
+    (a batched dot per kv head); kv head counts that are not powers of two pad the dot's batch,
+    groups pad the query rows. Two steps of two blocks per split."""
     config = dataclasses.replace(BLOCKS_SMALL, blocks_per_iter=2, small_batch_programs_per_sm=1)
     monkeypatch.setattr(decode_module, "DECODE_CONFIG", config)
     _check_fast_path(group * num_kv, num_kv, 32, [150, 17, 5], [1, 1, 1], torch.bfloat16, seed=group + num_kv,

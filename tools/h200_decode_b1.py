@@ -174,27 +174,21 @@ ONE_TILE = {
     "2p il early-md st1": dict(num_stages=1, small_batch_programs_per_sm=4, max_splits=128),
 }
 # Kernel "blocks" (session 7, kernels_reference/L1/paged_decode_blocks.py): whole cache blocks per
-# program, every head. Registers from an sm_90 compile (tools/decode_sm90_compile.py): 1-block
-# steps at 4 warps take 216 (2 programs per SM), at 8 warps 188 (1 per SM), 2-block steps at 8
-# warps 202. ppsm: programs per SM asked for (splits at B1 C8192: ppsm 4 -> 512 one-step splits,
+# program, every head. Runs 12/14 swept an earlier block-diagonal math (commit c18dad7;
+# docs/perf/h200-decode-b1.md has that sweep's rows). ppsm: programs per SM asked for (splits at B1 C8192: ppsm 4 -> 512 one-step splits,
 # 2 -> 256, 1 -> 128). The merge spread 4 programs per head unless said. Changes to BLOCKS_BASE.
 BLOCKS_BASE = dict(kernel="blocks", blocks_per_iter=1, num_warps=4, num_stages=1, pdl="early-metadata",
                    small_batch_programs_per_sm=4, programs_per_sm=2, max_splits=512, merge_programs_per_head=4)
 BLOCKS_SWEEP = {
-    "blk s1 w4 st1 ppsm4": {},
-    "blk s1 w4 st1 ppsm2 (2 steps)": dict(small_batch_programs_per_sm=2),
-    "blk s1 w4 st2 ppsm2 (2 steps)": dict(small_batch_programs_per_sm=2, num_stages=2),
-    "blk s1 w4 st2 ppsm1 (4 steps)": dict(small_batch_programs_per_sm=1, num_stages=2),
-    "blk s1 w8 st1 ppsm4": dict(num_warps=8),
-    "blk s1 w16 st1 ppsm4": dict(num_warps=16),
-    "blk s2 w8 st1 ppsm2": dict(blocks_per_iter=2, num_warps=8, small_batch_programs_per_sm=2),
-    "blk s2 w16 st2 ppsm1 (2 steps)": dict(blocks_per_iter=2, num_warps=16, num_stages=2, small_batch_programs_per_sm=1),
-    "blk s1 w4 st1 ppsm4 merge x8": dict(merge_programs_per_head=8),
-    "blk s1 w4 st1 ppsm4 merge x1": dict(merge_programs_per_head=1),
-    "blk s1 w4 st1 ppsm4 pdl all": dict(pdl="all"),
-    "blk s1 w4 st1 ppsm4 no PDL": dict(pdl="off"),
+    # Session 7, run 15: the batched math (a dot per kv head; sm_90 compile: 180 registers at 8 warps,
+    # 1 program per SM; at 4 warps it spills). Runs 12/14's block-diagonal rows: commit c18dad7.
+    "blk batched s1 w8 st1 ppsm4": dict(num_warps=8),
+    "blk batched s1 w8 st1 ppsm2 (2 steps)": dict(num_warps=8, small_batch_programs_per_sm=2),
+    "blk batched s1 w8 st2 ppsm2 (2 steps)": dict(num_warps=8, num_stages=2, small_batch_programs_per_sm=2),
+    "blk batched s1 w4 st1 ppsm2 (2 steps)": dict(small_batch_programs_per_sm=2),
+    "blk batched s1 w8 st1 ppsm4 merge x8": dict(num_warps=8, merge_programs_per_head=8),
 }
-BLOCKS_EVERY_CASE = ("blk s1 w4 st1 ppsm4", "blk s1 w4 st1 ppsm2 (2 steps)", "blk s1 w4 st2 ppsm1 (4 steps)")
+BLOCKS_EVERY_CASE = ("blk batched s1 w8 st1 ppsm4", "blk batched s1 w8 st1 ppsm2 (2 steps)")
 
 
 def blocks_config(label):

@@ -8,19 +8,22 @@ program, with or without staging through shared memory), while reading whole blo
 same table (every kv head of 16 tokens: 32 KiB contiguous per block) reached 0.63 (one block per
 program) and 0.70 (two): docs/perf/h200-decode-b1.md, runs 10-11.
 
-Measured (docs/perf/h200-decode-b1.md, run 12): it lost. B1 C8192 18.7 us at best against 15.2
-for the two-pass kernel with early metadata, and it lost at every other case too. An sm_90 compile
-shows why it may: 216 registers per thread at 4 warps (2 programs per SM), 188 at 8 (1 per SM),
-for the block-diagonal dots that compute num_kv_heads times the useful products. It stays
-selectable (``DecodeConfig(kernel="blocks")``, not a default) for the next attempt, which needs
-far fewer registers per byte read: per-kv-head dots, or the scores on the CUDA cores.
-
 So here a program owns whole cache blocks of one sequence and computes every query head from
-them. The tile is [tokens x kv heads, head_size] (rows in the cache's own order, token-major), the
-queries are [query heads, head_size], and one dot gives every head's scores against every row; a
-row counts for a query head only when it belongs to the head's kv head (a block-diagonal mask). The
-tensor cores do num_kv_heads times the useful work for it (a decode step has little), which is why
-``paged_decode`` runs this kernel only where it asks for it.
+them. K and V are loaded token-major, [tokens, kv heads, head_size] (the cache's own order, so a
+warp's load covers whole rows of kv heads), permuted to [kv heads, tokens, head_size], and the
+math is a batched dot per step with the kv heads as the batch. The query tile is [kv heads, group,
+head_size], the group padded to the 16 rows a dot needs.
+
+Measured on the H200 (docs/perf/h200-decode-b1.md, runs 12, 14, 15): it lost. At B1 C8192 its best
+was 18.7 us against 13.9-14.3 for the two-pass kernel with early-metadata PDL; at C32768 and at
+batch 32-128 it loses too. At B1 C2048 it is faster than the two-pass kernel (8.7 against 9.4-9.7 us)
+but slower than one tile per split there (7.7). An sm_90 compile gives 180 registers per thread at
+8 warps (one program per SM; the padded group makes the float32 accumulator [8, 16, 128]), and it
+spills at 4 warps. Runs 12 and 14 measured an earlier form (one dot of every query head against every
+row, foreign rows masked; commit c18dad7): 216 registers at 4 warps, 188 at 8, and 18.7-19.7 us.
+The kernel stays selectable (``DecodeConfig(kernel="blocks")``, not a default) as the starting point
+for a next attempt. That attempt needs far fewer registers per byte read, and fewer partials: a
+split of one or two blocks writes a partial of every head, 16 KiB per 64 KiB read.
 
 Split-KV as in the two-pass kernel: split s owns blocks [s x P, (s + 1) x P) of the table, P a
 function of shapes (so is the grid: the CUDA-graph contract of :mod:`.paged_decode` holds), reads
@@ -36,8 +39,6 @@ from .paged_decode import _gdc_launch_dependents, _gdc_wait, triton
 
 if triton is not None:
     import triton.language as tl
-
-    from .paged_decode import attend_tile
 
 
 def blocks_num_splits(num_seqs: int, max_blocks: int, num_sms: int, config) -> tuple:
@@ -60,10 +61,7 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
     if num_splits:  # forced (tests): that many splits, blocks shared out in whole steps
         per_split = -(-(-(-max(width, 1) // num_splits)) // config.blocks_per_iter) * config.blocks_per_iter
         splits = num_splits
-    kv_pad = triton.next_power_of_2(num_kv_heads)
-    rows = config.blocks_per_iter * block_size * kv_pad
-    if rows < 16:
-        raise ValueError(f"kernel 'blocks': blocks_per_iter x block_size x kv heads must be >= 16, got {rows}")
+    kv_pad = triton.next_power_of_2(num_kv_heads)  # the dot's batch: any power of two
     if splits > 1:
         part_out = torch.empty(num_seqs, num_heads, splits, head_dim, dtype=torch.float32, device=query.device)
         part_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=query.device)
@@ -78,7 +76,8 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1), width,
-        NUM_HEADS=num_heads, HEADS_PAD=max(16, triton.next_power_of_2(num_heads)), GROUP=num_heads // num_kv_heads,
+        NUM_HEADS=num_heads, GROUP=num_heads // num_kv_heads,
+        GROUP_PAD=max(16, triton.next_power_of_2(num_heads // num_kv_heads)),
         NUM_KV=num_kv_heads, KV_PAD=kv_pad, HEAD_DIM=head_dim, DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_SIZE=block_size, STEP_BLOCKS=config.blocks_per_iter, SPLIT=splits > 1, F32_DOT=pd._f32_dot(query),
         EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1,
@@ -102,68 +101,84 @@ if triton is not None:
         k_s_block, k_s_tok, k_s_head,
         v_s_block, v_s_tok, v_s_head,
         bt_s_seq, o_s_seq, o_s_head, table_width,
-        NUM_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, GROUP: tl.constexpr, NUM_KV: tl.constexpr,
+        NUM_HEADS: tl.constexpr, GROUP_PAD: tl.constexpr, GROUP: tl.constexpr, NUM_KV: tl.constexpr,
         KV_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
         STEP_BLOCKS: tl.constexpr, SPLIT: tl.constexpr, F32_DOT: tl.constexpr,
         EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr, PDL_TRIGGER: tl.constexpr,
     ):
+        """Split ``split`` of sequence ``seq``: blocks [split x per_split, + per_split) of its
+        table, STEP_BLOCKS whole blocks per step; the math one batched dot per step with the kv
+        heads as the batch ([kv heads, group, head_size] queries against [kv heads, tokens,
+        head_size] K/V)."""
         seq = tl.program_id(0).to(tl.int64)
         split = tl.program_id(1)
         num_splits = tl.num_programs(1)
-        ROWS: tl.constexpr = STEP_BLOCKS * BLOCK_SIZE * KV_PAD
+        TOK: tl.constexpr = STEP_BLOCKS * BLOCK_SIZE
         if PDL_TRIGGER:
-            _gdc_launch_dependents()  # the merge kernel's programs may become resident now
+            _gdc_launch_dependents()
         if PDL_WAIT and not EARLY_METADATA:
-            _gdc_wait()  # nothing is read before the previous kernel's writes are visible
-
-        # Tile row r: token r // KV_PAD of the step (block-major, as the cache stores them), kv head
-        # r % KV_PAD; a step's rows of one block are BLOCK_SIZE x num_kv_heads x head_size contiguous.
-        r = tl.arange(0, ROWS)
-        token = r // KV_PAD
-        kv = r % KV_PAD
-        block_of_row = token // BLOCK_SIZE
+            _gdc_wait()
+        t = tl.arange(0, TOK)
+        block_of_token = t // BLOCK_SIZE
+        in_block = (t % BLOCK_SIZE)[:, None, None]
         table = block_tables_ptr + seq * bt_s_seq
         first = split * per_split
         seq_len = tl.load(seq_lens_ptr + seq)
-        # The first step's table entries depend on shapes only (not on seq_len): requested together
-        # with seq_len. Entries past the sequence are read but never dereferenced.
-        physical = tl.load(table + first + block_of_row, mask=first + block_of_row < table_width, other=0)
+        physical = tl.load(table + first + block_of_token, mask=first + block_of_token < table_width, other=0)
         if EARLY_METADATA:
             if PDL_WAIT:
                 _gdc_wait()
         end = tl.minimum(first + per_split, tl.cdiv(seq_len, BLOCK_SIZE))
 
-        h = tl.arange(0, HEADS_PAD)
+        kv = tl.arange(0, KV_PAD)
+        g = tl.arange(0, GROUP_PAD)
         d = tl.arange(0, DIM_PAD)
-        d_mask = (d < HEAD_DIM)[None, :]
-        head_mask = (h < NUM_HEADS)[:, None] & d_mask
-        q = tl.load(q_ptr + seq * q_s_seq + h[:, None] * q_s_head + d[None, :], mask=head_mask, other=0.0)
-        # Query head h reads only its kv head's rows (padding heads read every row: no all -inf row)
-        own_row = ((h // GROUP)[:, None] == kv[None, :]) | (h >= NUM_HEADS)[:, None]
-
-        m = tl.full([HEADS_PAD], float("-inf"), tl.float32)  # running max, in log2 units
-        l = tl.zeros([HEADS_PAD], tl.float32)
-        acc = tl.zeros([HEADS_PAD, DIM_PAD], tl.float32)
+        head = kv[:, None] * GROUP + g[None, :]  # [kv heads, group]
+        head_ok = (kv < NUM_KV)[:, None] & (g < GROUP)[None, :]
+        q_mask = head_ok[:, :, None] & (d < HEAD_DIM)[None, None, :]
+        q = tl.load(q_ptr + seq * q_s_seq + head[:, :, None] * q_s_head + d[None, None, :], mask=q_mask, other=0.0)
+        # K/V are loaded token-major ([tokens, kv heads, head_size], the cache's own order: a warp's
+        # load covers whole rows of kv heads) and permuted to [kv heads, tokens, head_size].
+        kv_ok = (kv < NUM_KV)[None, :, None] & (d < HEAD_DIM)[None, None, :]
+        m = tl.full([KV_PAD, GROUP_PAD], float("-inf"), tl.float32)
+        l = tl.zeros([KV_PAD, GROUP_PAD], tl.float32)
+        acc = tl.zeros([KV_PAD, GROUP_PAD, DIM_PAD], tl.float32)
         for block in range(first, end, STEP_BLOCKS):
-            valid = (block * BLOCK_SIZE + token < seq_len) & (kv < NUM_KV)
-            rows = physical.to(tl.int64)[:, None]
-            in_block = (token % BLOCK_SIZE)[:, None]
-            kv_mask = valid[:, None] & d_mask
-            k = tl.load(k_cache_ptr + rows * k_s_block + in_block * k_s_tok + kv[:, None] * k_s_head + d[None, :],
-                        mask=kv_mask, other=0.0)
-            v = tl.load(v_cache_ptr + rows * v_s_block + in_block * v_s_tok + kv[:, None] * v_s_head + d[None, :],
-                        mask=kv_mask, other=0.0)
-            nxt = block + STEP_BLOCKS  # the next step's table entries, requested before this step's math
-            physical = tl.load(table + nxt + block_of_row, mask=nxt + block_of_row < end, other=0)
-            m, l, acc = attend_tile(q, k, v, own_row & valid[None, :], m, l, acc, scale_log2, F32_DOT)
+            valid = block * BLOCK_SIZE + t < seq_len
+            rows = physical.to(tl.int64)[:, None, None]
+            mask = valid[:, None, None] & kv_ok
+            k = tl.load(k_cache_ptr + rows * k_s_block + in_block * k_s_tok + kv[None, :, None] * k_s_head
+                        + d[None, None, :], mask=mask, other=0.0)
+            v = tl.load(v_cache_ptr + rows * v_s_block + in_block * v_s_tok + kv[None, :, None] * v_s_head
+                        + d[None, None, :], mask=mask, other=0.0)
+            nxt = block + STEP_BLOCKS
+            physical = tl.load(table + nxt + block_of_token, mask=nxt + block_of_token < end, other=0)
+            k = tl.permute(k, (1, 2, 0))  # [kv heads, head_size, tokens]
+            v = tl.permute(v, (1, 0, 2))  # [kv heads, tokens, head_size]
+            if F32_DOT:
+                s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
+            else:
+                s = tl.dot(q, k)
+            s = tl.where(valid[None, None, :], s * scale_log2, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=2))
+            alpha = tl.exp2(m - m_new)
+            p = tl.exp2(s - m_new[:, :, None])
+            l = l * alpha + tl.sum(p, axis=2)
+            p_low = p.to(v.dtype)
+            if F32_DOT:
+                pv = tl.dot(p_low.to(tl.float32), v.to(tl.float32), input_precision="ieee")
+            else:
+                pv = tl.dot(p_low, v)
+            acc = acc * alpha[:, :, None] + pv
+            m = m_new
 
-        has_work = l > 0.0  # false for a split past the sequence's end and for a padded row
-        result = acc / tl.where(has_work, l, 1.0)[:, None]
+        has_work = l > 0.0
+        result = acc / tl.where(has_work, l, 1.0)[:, :, None]
         if SPLIT:
-            row = (seq * NUM_HEADS + h) * num_splits + split  # the merge kernel's [seq, head, split] rows
-            tl.store(part_out_ptr + row[:, None] * HEAD_DIM + d[None, :], result, mask=head_mask)
+            row = (seq * NUM_HEADS + head) * num_splits + split
+            tl.store(part_out_ptr + row[:, :, None] * HEAD_DIM + d[None, None, :], result, mask=q_mask)
             lse = tl.where(has_work, m + tl.log2(tl.where(has_work, l, 1.0)), float("-inf"))
-            tl.store(part_lse_ptr + row, lse, mask=h < NUM_HEADS)
+            tl.store(part_lse_ptr + row, lse, mask=head_ok)
         else:
-            tl.store(out_ptr + seq * o_s_seq + h[:, None] * o_s_head + d[None, :],
-                     result.to(out_ptr.dtype.element_ty), mask=head_mask)
+            tl.store(out_ptr + seq * o_s_seq + head[:, :, None] * o_s_head + d[None, None, :],
+                     result.to(out_ptr.dtype.element_ty), mask=q_mask)
