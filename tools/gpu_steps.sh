@@ -5,18 +5,19 @@
 #   CUDA_VISIBLE_DEVICES=0 OUT=$OUT/g0 bash tools/gpu_steps.sh l3-moe:540 & \
 #   CUDA_VISIBLE_DEVICES=1 OUT=$OUT/g1 bash tools/gpu_steps.sh l4-moe:300 l1-rest:230; wait
 # A step that times out or fails does not stop the next one; a summary line per step comes last.
+# Each decode-* step writes its JSON under $OUT/<step>/ (two decode steps in one call used to share one file).
 set -u
 export PYTHONPATH=$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fk_out}; mkdir -p "$OUT"
 PYTEST="python3 -m pytest -p fk_pytest.plugin -p no:cacheprovider -q"
 step_cmd() {
   case "$1" in
-    decode) echo "python3 tools/h200_decode_b1.py" ;;
-    decode-variants) echo "python3 tools/h200_decode_b1.py --no-knobs" ;;
-    decode-ceilings) echo "python3 tools/h200_decode_b1.py --only-ceilings --no-sweep" ;;
-    decode-one-tile) echo "python3 tools/h200_decode_b1.py --no-sweep --one-tile --ceilings" ;;
-    decode-blocks) echo "python3 tools/h200_decode_b1.py --no-sweep --blocks --ceilings" ;;
-    decode-defaults) echo "python3 tools/h200_decode_b1.py --no-sweep --ceilings" ;;
+    decode) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py" ;;
+    decode-variants) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-knobs" ;;
+    decode-ceilings) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --only-ceilings --no-sweep" ;;
+    decode-one-tile) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --one-tile --ceilings" ;;
+    decode-blocks) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --blocks --ceilings" ;;
+    decode-defaults) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --ceilings" ;;
     moe) echo "python3 tools/h200_moe.py" ;;
     mla) echo "python3 tools/h200_mla.py" ;;
     hf-moe) echo "python3 tools/h200_hf_agreement.py --moe" ;;
