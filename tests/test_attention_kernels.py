@@ -120,16 +120,13 @@ def test_one_pass_every_gqa_group(group, monkeypatch):
     _check_fast_path(group, 1, 64, [70, 17, 40], [1, 1, 1], torch.bfloat16, seed=group)
 
 
-@pytest.mark.parametrize("per_program", [0, 2])
 @pytest.mark.parametrize("group", [1, 3, 4, 8])
 @pytest.mark.parametrize("num_kv", [1, 3, 8])
-def test_blocks_kernel_every_head_layout(group, num_kv, per_program, monkeypatch):
+def test_blocks_kernel_every_head_layout(group, num_kv, monkeypatch):
     """Kernel "blocks" computes each query head from its own kv head's rows of a whole-block tile
-    (a batched dot per kv head), with every kv head (0) or 2 per program; kv head counts that do
-    not fill a program pad the dot's batch, groups pad the query rows. Two steps of two blocks per
-    split."""
-    config = dataclasses.replace(BLOCKS_SMALL, blocks_per_iter=2, small_batch_programs_per_sm=1,
-                                 kv_heads_per_program=per_program)
+    (a batched dot per kv head); kv head counts that are not powers of two pad the dot's batch,
+    groups pad the query rows. Two steps of two blocks per split."""
+    config = dataclasses.replace(BLOCKS_SMALL, blocks_per_iter=2, small_batch_programs_per_sm=1)
     monkeypatch.setattr(decode_module, "DECODE_CONFIG", config)
     _check_fast_path(group * num_kv, num_kv, 32, [150, 17, 5], [1, 1, 1], torch.bfloat16, seed=group + num_kv,
                      padded_rows=1)
@@ -145,7 +142,6 @@ def test_blocks_splits_are_whole_steps_from_shapes():
     assert blocks_num_splits(32, 128, 132, config) == (8, 16)  # 9 wanted: 15 blocks -> 16 (whole steps) -> 8
     assert blocks_num_splits(200, 64, 132, config) == (1, 64)  # the sequences fill the SMs
     assert blocks_num_splits(1, 512, 132, dataclasses.replace(config, max_splits=16)) == (16, 32)
-    assert blocks_num_splits(1, 512, 132, config, kv_groups=4) == (64, 8)  # 66 wanted per kv group: 8 blocks each
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
@@ -203,7 +199,6 @@ SPLIT_VARIANTS = {
                                                               pdl="early-metadata"),
     "blocks": BLOCKS_SMALL,
     "blocks-early-metadata": dataclasses.replace(BLOCKS_SMALL, pdl="early-metadata"),
-    "blocks-one-kv-head-per-program": dataclasses.replace(BLOCKS_SMALL, kv_heads_per_program=1),
     # The merge spread over 4 programs per head, each merging 8 of head_dim 32.
     "two-pass-merge-4-per-head": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
                                                      interleaved=True, merge_programs_per_head=4),
@@ -261,14 +256,6 @@ def test_merge_in_steps_and_slices_of_head_dim(programs_per_head, monkeypatch):
     split = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, config=config, num_splits=7)
     assert torch.count_nonzero(split[2]) == 0
     torch.testing.assert_close(split, ones, rtol=1e-5, atol=1e-6)
-
-
-def test_kv_heads_per_program_is_validated():
-    q = torch.zeros(1, 4, 32)
-    cache = torch.zeros(2, BLOCK, 1, 32)
-    with pytest.raises(ValueError, match="kv_heads_per_program must be 0 .all. or a power of two, got 3"):
-        decode_module.paged_decode(q, cache, cache, torch.zeros(1, 2, dtype=torch.int32), torch.ones(1, dtype=torch.int32),
-                                   0.1, config=dataclasses.replace(BLOCKS_SMALL, kv_heads_per_program=3))
 
 
 def test_merge_programs_per_head_is_validated():

@@ -119,8 +119,7 @@ def compile_variant(config: "decode_mod.DecodeConfig", splits: int = 66) -> dict
                    **decode_mod._launch_options(split_pdl, config.max_registers))
     if config.kernel == "blocks":
         from kernels_reference.L1 import paged_decode_blocks
-        meta = dict(NUM_HEADS=NUM_KV * GROUP, GROUP_PAD=16, GROUP=GROUP, NUM_KV=NUM_KV,
-                    KV_PAD=min(config.kv_heads_per_program or NUM_KV, NUM_KV),
+        meta = dict(NUM_HEADS=NUM_KV * GROUP, GROUP_PAD=16, GROUP=GROUP, NUM_KV=NUM_KV, KV_PAD=NUM_KV,
                     HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, BLOCK_SIZE=BLOCK, STEP_BLOCKS=config.blocks_per_iter,
                     SPLIT=splits > 1, F32_DOT=False, EARLY_METADATA=config.pdl == "early-metadata",
                     PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1)

@@ -180,23 +180,15 @@ ONE_TILE = {
 BLOCKS_BASE = dict(kernel="blocks", blocks_per_iter=1, num_warps=4, num_stages=1, pdl="early-metadata",
                    small_batch_programs_per_sm=4, programs_per_sm=2, max_splits=512, merge_programs_per_head=4)
 BLOCKS_SWEEP = {
-    # Session 7, run 16: kv heads per program (kvg; 8 = whole rows, 1 = one head's 256-byte rows) x
-    # tokens per step (bpi blocks), 8 warps; registers / programs per SM from an sm_90 compile in the
-    # labels' order: kvg1 bpi4 st2 76 (3/SM), kvg2 bpi2 st2 80 (3), kvg2 bpi2 st1 100 (2), kvg4 bpi1
-    # st2 125 (2), kvg4 bpi1 st1 126 (2), kvg1 bpi4 st1 80 (3), kvg8 bpi1 st1 222 (1). Run 15's
-    # rows (kvg 8 only, batched vs block-diagonal): commit 3e53198.
-    "blk kvg1 bpi4 w8 st2 ppsm4": dict(kv_heads_per_program=1, blocks_per_iter=4, num_warps=8, num_stages=2),
-    "blk kvg1 bpi4 w8 st1 ppsm4": dict(kv_heads_per_program=1, blocks_per_iter=4, num_warps=8),
-    "blk kvg2 bpi2 w8 st2 ppsm4": dict(kv_heads_per_program=2, blocks_per_iter=2, num_warps=8, num_stages=2),
-    "blk kvg2 bpi2 w8 st1 ppsm4": dict(kv_heads_per_program=2, blocks_per_iter=2, num_warps=8),
-    "blk kvg2 bpi2 w8 st2 ppsm2": dict(kv_heads_per_program=2, blocks_per_iter=2, num_warps=8, num_stages=2,
-                                       small_batch_programs_per_sm=2),
-    "blk kvg4 bpi1 w8 st2 ppsm4": dict(kv_heads_per_program=4, num_warps=8, num_stages=2),
-    "blk kvg4 bpi1 w8 st1 ppsm4": dict(kv_heads_per_program=4, num_warps=8),
-    "blk kvg4 bpi1 w8 st2 ppsm2": dict(kv_heads_per_program=4, num_warps=8, num_stages=2, small_batch_programs_per_sm=2),
-    "blk kvg8 bpi1 w8 st1 ppsm2": dict(num_warps=8, small_batch_programs_per_sm=2),
+    # Session 7, run 15: the batched math (a dot per kv head; sm_90 compile: 180 registers at 8 warps,
+    # 1 program per SM; at 4 warps it spills). Runs 12/14's block-diagonal rows: commit c18dad7.
+    "blk batched s1 w8 st1 ppsm4": dict(num_warps=8),
+    "blk batched s1 w8 st1 ppsm2 (2 steps)": dict(num_warps=8, small_batch_programs_per_sm=2),
+    "blk batched s1 w8 st2 ppsm2 (2 steps)": dict(num_warps=8, num_stages=2, small_batch_programs_per_sm=2),
+    "blk batched s1 w4 st1 ppsm2 (2 steps)": dict(small_batch_programs_per_sm=2),
+    "blk batched s1 w8 st1 ppsm4 merge x8": dict(num_warps=8, merge_programs_per_head=8),
 }
-BLOCKS_EVERY_CASE = ("blk kvg2 bpi2 w8 st2 ppsm4", "blk kvg4 bpi1 w8 st2 ppsm4")
+BLOCKS_EVERY_CASE = ("blk batched s1 w8 st1 ppsm4", "blk batched s1 w8 st1 ppsm2 (2 steps)")
 
 
 def blocks_config(label):
@@ -371,10 +363,8 @@ def implementations(batch, context):
 def plan(config, s):
     if config.kernel == "blocks":
         from kernels_reference.L1.paged_decode_blocks import blocks_num_splits
-        kv_pad = 1 << (NK - 1).bit_length()
-        groups = -(-NK // min(config.kv_heads_per_program or kv_pad, kv_pad))
-        return {"splits": blocks_num_splits(s["q"].shape[0], s["bt"].shape[1], decode_mod.sm_count(DEVICE), config,
-                                            groups)[0], "resident_per_sm": None}
+        return {"splits": blocks_num_splits(s["q"].shape[0], s["bt"].shape[1], decode_mod.sm_count(DEVICE), config)[0],
+                "resident_per_sm": None}
     if config.kernel == "one-pass":
         return decode_mod.one_pass_plan(s["q"], s["k"], s["bt"], config)
     return {"splits": decode_mod.decode_num_splits(s["q"].shape[0], NK, s["bt"].shape[1],

@@ -133,9 +133,6 @@ class DecodeConfig:
     # program reads a head's every partial; more spread a many-split merge (one cache tile per
     # split at batch 1) over more SMs.
     merge_programs_per_head: int = 1
-    # Kernel "blocks" only: kv heads each program reads (a power of two; 0: all of them, whole cache
-    # rows). Fewer: narrower contiguous pieces per token, fewer registers, longer splits.
-    kv_heads_per_program: int = 0
 
 
 # The two-pass kernel's configuration (its H200 numbers: docs/perf/h200-attention.md and
@@ -283,8 +280,6 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
         reason = pdl_unavailable_reason(query.device)
         if reason:
             raise VariantUnavailable(f"DecodeConfig(pdl={config.pdl!r}): {reason}")
-    if config.kv_heads_per_program < 0 or config.kv_heads_per_program & (config.kv_heads_per_program - 1):
-        raise ValueError(f"kv_heads_per_program must be 0 (all) or a power of two, got {config.kv_heads_per_program}")
     mpph = config.merge_programs_per_head
     if mpph < 1 or mpph & (mpph - 1):
         raise ValueError(f"merge_programs_per_head must be a power of two, got {mpph}")

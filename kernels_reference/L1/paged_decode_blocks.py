@@ -41,14 +41,12 @@ if triton is not None:
     import triton.language as tl
 
 
-def blocks_num_splits(num_seqs: int, max_blocks: int, num_sms: int, config, kv_groups: int = 1) -> tuple:
+def blocks_num_splits(num_seqs: int, max_blocks: int, num_sms: int, config) -> tuple:
     """(splits per sequence, blocks per split), from shapes only: about ``small_batch_programs_per_sm``
-    (or, once the sequences' ``kv_groups`` programs alone fill the SMs, ``programs_per_sm``) programs
-    per SM, each split a whole number of loop steps of ``blocks_per_iter`` blocks, no split without
-    table entries."""
-    columns = max(num_seqs * kv_groups, 1)  # programs per split
-    per_sm = config.small_batch_programs_per_sm if columns < num_sms else config.programs_per_sm
-    wanted = max(1, min(-(-per_sm * num_sms // columns), config.max_splits))
+    (or, once the sequences alone fill the SMs, ``programs_per_sm``) programs per SM, each split a
+    whole number of loop steps of ``blocks_per_iter`` blocks, no split without table entries."""
+    per_sm = config.small_batch_programs_per_sm if num_seqs < num_sms else config.programs_per_sm
+    wanted = max(1, min(-(-per_sm * num_sms // max(num_seqs, 1)), config.max_splits))
     step = config.blocks_per_iter
     per_split = -(-max(max_blocks, 1) // wanted)
     per_split = -(-per_split // step) * step
@@ -59,13 +57,11 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
     num_seqs, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
     width = block_tables.shape[1]
-    kv_pad = triton.next_power_of_2(num_kv_heads)
-    per_program = min(config.kv_heads_per_program or kv_pad, kv_pad)  # kv heads per program (the dot's batch)
-    kv_groups = -(-num_kv_heads // per_program)
-    splits, per_split = blocks_num_splits(num_seqs, width, pd.sm_count(query.device), config, kv_groups)
+    splits, per_split = blocks_num_splits(num_seqs, width, pd.sm_count(query.device), config)
     if num_splits:  # forced (tests): that many splits, blocks shared out in whole steps
         per_split = -(-(-(-max(width, 1) // num_splits)) // config.blocks_per_iter) * config.blocks_per_iter
         splits = num_splits
+    kv_pad = triton.next_power_of_2(num_kv_heads)  # the dot's batch: any power of two
     if splits > 1:
         part_out = torch.empty(num_seqs, num_heads, splits, head_dim, dtype=torch.float32, device=query.device)
         part_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=query.device)
@@ -73,7 +69,7 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
         part_out = part_lse = out
     gdc = config.pdl != "off" and query.is_cuda
     split_pdl = gdc and config.pdl in ("all", "early-metadata")
-    _decode_blocks_kernel[(num_seqs, kv_groups, splits)](
+    _decode_blocks_kernel[(num_seqs, splits)](
         query, key_cache, value_cache, block_tables, seq_lens, out, part_out, part_lse,
         scale * pd.LOG2E, per_split,
         query.stride(0), query.stride(1),
@@ -82,7 +78,7 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
         block_tables.stride(0), out.stride(0), out.stride(1), width,
         NUM_HEADS=num_heads, GROUP=num_heads // num_kv_heads,
         GROUP_PAD=max(16, triton.next_power_of_2(num_heads // num_kv_heads)),
-        NUM_KV=num_kv_heads, KV_PAD=per_program, HEAD_DIM=head_dim, DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
+        NUM_KV=num_kv_heads, KV_PAD=kv_pad, HEAD_DIM=head_dim, DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_SIZE=block_size, STEP_BLOCKS=config.blocks_per_iter, SPLIT=splits > 1, F32_DOT=pd._f32_dot(query),
         EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1,
         num_warps=config.num_warps, num_stages=config.num_stages, **pd._launch_options(split_pdl),
@@ -115,9 +111,8 @@ if triton is not None:
         heads as the batch ([kv heads, group, head_size] queries against [kv heads, tokens,
         head_size] K/V)."""
         seq = tl.program_id(0).to(tl.int64)
-        kv_group = tl.program_id(1)  # kv heads [kv_group x KV_PAD, + KV_PAD)
-        split = tl.program_id(2)
-        num_splits = tl.num_programs(2)
+        split = tl.program_id(1)
+        num_splits = tl.num_programs(1)
         TOK: tl.constexpr = STEP_BLOCKS * BLOCK_SIZE
         if PDL_TRIGGER:
             _gdc_launch_dependents()
@@ -135,7 +130,7 @@ if triton is not None:
                 _gdc_wait()
         end = tl.minimum(first + per_split, tl.cdiv(seq_len, BLOCK_SIZE))
 
-        kv = kv_group * KV_PAD + tl.arange(0, KV_PAD)
+        kv = tl.arange(0, KV_PAD)
         g = tl.arange(0, GROUP_PAD)
         d = tl.arange(0, DIM_PAD)
         head = kv[:, None] * GROUP + g[None, :]  # [kv heads, group]
