@@ -503,27 +503,28 @@ def decode_workspace_bytes(num_seqs: int, num_heads: int, head_dim: int, splits:
 if triton is not None:
 
     @triton.jit
-    def attend_tile(q, k, v, score_mask, m, l, acc, scale_log2, F32_DOT: tl.constexpr):
+    def attend_tile(q, k_t, v, score_mask, m, l, acc, scale_log2, F32_DOT: tl.constexpr):
         """One online-softmax step of a split over a K/V tile: scores q k^T in log2 units (masked
         by ``score_mask`` to -inf), the running max ``m``, sum ``l`` and output ``acc`` rescaled
-        and updated; returns them. P@V takes p at the cache's precision, as on tensor cores.
-        ``F32_DOT``: float32 products (float32 inputs; the interpreter, which multiplies
-        half-precision tiles wrongly)."""
+        and updated; returns them. ``k_t`` is the K tile transposed ([..., head_size, tokens]);
+        2D tiles and batched 3D ones alike (the tokens are the last axis of the scores). P@V takes
+        p at the cache's precision, as on tensor cores. ``F32_DOT``: float32 products (float32
+        inputs; the interpreter, which multiplies half-precision tiles wrongly)."""
         if F32_DOT:
-            s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
+            s = tl.dot(q.to(tl.float32), k_t.to(tl.float32), input_precision="ieee")
         else:
-            s = tl.dot(q, tl.trans(k))
+            s = tl.dot(q, k_t)
         s = tl.where(score_mask, s * scale_log2, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))
+        m_new = tl.maximum(m, tl.max(s, axis=-1))
         alpha = tl.exp2(m - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, axis=1)
+        p = tl.exp2(s - tl.expand_dims(m_new, -1))
+        l = l * alpha + tl.sum(p, axis=-1)
         p_low = p.to(v.dtype)
         if F32_DOT:
             pv = tl.dot(p_low.to(tl.float32), v.to(tl.float32), input_precision="ieee")
         else:
             pv = tl.dot(p_low, v)
-        return m_new, l, acc * alpha[:, None] + pv
+        return m_new, l, acc * tl.expand_dims(alpha, -1) + pv
 
     @triton.jit
     def _paged_decode_kernel(
@@ -611,7 +612,7 @@ if triton is not None:
             next_block = block + block_step
             physical = tl.load(table + next_block + block_of_token,
                                mask=next_block * BLOCK_SIZE + t < tl.minimum(seq_len, block_end * BLOCK_SIZE), other=0)
-            m, l, acc = attend_tile(q, k, v, valid[None, :], m, l, acc, scale_log2, F32_DOT)
+            m, l, acc = attend_tile(q, tl.trans(k), v, valid[None, :], m, l, acc, scale_log2, F32_DOT)
 
         has_work = l > 0.0  # false for an empty split and for a padded row (seq_len 0)
         result = acc / tl.where(has_work, l, 1.0)[:, None]
@@ -742,7 +743,7 @@ if triton is not None:
             kv_mask = valid[:, None] & d_mask
             k = tl.load(k_base + physical[:, None] * k_s_block, mask=kv_mask, other=0.0)
             v = tl.load(v_base + physical[:, None] * v_s_block, mask=kv_mask, other=0.0)
-            m, l, acc = attend_tile(q, k, v, valid[None, :], m, l, acc, scale_log2, F32_DOT)
+            m, l, acc = attend_tile(q, tl.trans(k), v, valid[None, :], m, l, acc, scale_log2, F32_DOT)
 
         has_work = l > 0.0  # false for a split without tiles and for a padded row (seq_len 0)
         result = acc / tl.where(has_work, l, 1.0)[:, None]

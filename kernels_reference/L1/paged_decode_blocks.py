@@ -40,6 +40,8 @@ from .paged_decode import _gdc_launch_dependents, _gdc_wait, triton
 if triton is not None:
     import triton.language as tl
 
+    from .paged_decode import attend_tile
+
 
 def blocks_num_splits(num_seqs: int, max_blocks: int, num_sms: int, config) -> tuple:
     """(splits per sequence, blocks per split), from shapes only: about ``small_batch_programs_per_sm``
@@ -153,24 +155,9 @@ if triton is not None:
                         + d[None, None, :], mask=mask, other=0.0)
             nxt = block + STEP_BLOCKS
             physical = tl.load(table + nxt + block_of_token, mask=nxt + block_of_token < end, other=0)
-            k = tl.permute(k, (1, 2, 0))  # [kv heads, head_size, tokens]
+            k_t = tl.permute(k, (1, 2, 0))  # [kv heads, head_size, tokens]
             v = tl.permute(v, (1, 0, 2))  # [kv heads, tokens, head_size]
-            if F32_DOT:
-                s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
-            else:
-                s = tl.dot(q, k)
-            s = tl.where(valid[None, None, :], s * scale_log2, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=2))
-            alpha = tl.exp2(m - m_new)
-            p = tl.exp2(s - m_new[:, :, None])
-            l = l * alpha + tl.sum(p, axis=2)
-            p_low = p.to(v.dtype)
-            if F32_DOT:
-                pv = tl.dot(p_low.to(tl.float32), v.to(tl.float32), input_precision="ieee")
-            else:
-                pv = tl.dot(p_low, v)
-            acc = acc * alpha[:, :, None] + pv
-            m = m_new
+            m, l, acc = attend_tile(q, k_t, v, valid[None, None, :], m, l, acc, scale_log2, F32_DOT)
 
         has_work = l > 0.0
         result = acc / tl.where(has_work, l, 1.0)[:, :, None]
