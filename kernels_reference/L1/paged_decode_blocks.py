@@ -21,9 +21,11 @@ but slower than one tile per split there (7.7). An sm_90 compile gives 180 regis
 8 warps (one program per SM; the padded group makes the float32 accumulator [8, 16, 128]), and it
 spills at 4 warps. Runs 12 and 14 measured an earlier form (one dot of every query head against every
 row, foreign rows masked; commit c18dad7): 216 registers at 4 warps, 188 at 8, and 18.7-19.7 us.
-The kernel stays selectable (``DecodeConfig(kernel="blocks")``, not a default) as the starting point
-for a next attempt. That attempt needs far fewer registers per byte read, and fewer partials: a
-split of one or two blocks writes a partial of every head, 16 KiB per 64 KiB read.
+Programs with fewer kv heads each (1, 2 or 4: run 16, reverted) were 1.25-6x slower still, for
+a reason not found. The kernel stays selectable (``DecodeConfig(kernel="blocks")``, not a
+default) as the starting point for a next attempt. That attempt needs far fewer registers per
+byte read, and fewer partials: a split of one or two blocks writes a partial of every head, 16 KiB
+per 64 KiB read.
 
 Split-KV as in the two-pass kernel: split s owns blocks [s x P, (s + 1) x P) of the table, P a
 function of shapes (so is the grid: the CUDA-graph contract of :mod:`.paged_decode` holds), reads
