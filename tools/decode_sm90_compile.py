@@ -122,7 +122,8 @@ def compile_variant(config: "decode_mod.DecodeConfig", splits: int = 66) -> dict
         meta = dict(NUM_HEADS=NUM_KV * GROUP, GROUP_PAD=16, GROUP=GROUP, NUM_KV=NUM_KV, KV_PAD=NUM_KV,
                     HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, BLOCK_SIZE=BLOCK, STEP_BLOCKS=config.blocks_per_iter,
                     SPLIT=splits > 1, F32_DOT=False, EARLY_METADATA=config.pdl == "early-metadata",
-                    PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1)
+                    PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1,
+                    TOKEN_MAJOR=paged_decode_blocks.LOAD_ORDER == "token-major")
         split_k = _compile(paged_decode_blocks._decode_blocks_kernel, meta, options)
     else:
         split_k = _compile(decode_mod._paged_decode_kernel, _two_pass_meta(config, splits, gdc, split_pdl), options)

@@ -180,19 +180,25 @@ ONE_TILE = {
 BLOCKS_BASE = dict(kernel="blocks", blocks_per_iter=1, num_warps=4, num_stages=1, pdl="early-metadata",
                    small_batch_programs_per_sm=4, programs_per_sm=2, max_splits=512, merge_programs_per_head=4)
 BLOCKS_SWEEP = {
-    # Session 7, run 15: the batched math (a dot per kv head; sm_90 compile: 180 registers at 8 warps,
-    # 1 program per SM; at 4 warps it spills). Runs 12/14's block-diagonal rows: commit c18dad7.
-    "blk batched s1 w8 st1 ppsm4": dict(num_warps=8),
-    "blk batched s1 w8 st1 ppsm2 (2 steps)": dict(num_warps=8, small_batch_programs_per_sm=2),
-    "blk batched s1 w8 st2 ppsm2 (2 steps)": dict(num_warps=8, num_stages=2, small_batch_programs_per_sm=2),
-    "blk batched s1 w4 st1 ppsm2 (2 steps)": dict(small_batch_programs_per_sm=2),
-    "blk batched s1 w8 st1 ppsm4 merge x8": dict(num_warps=8, merge_programs_per_head=8),
+    # Session 7, run 17: K/V loaded token-major (whole rows per warp load, then permuted) against
+    # head-major (one kv head's rows per warp load, no permute), 8 warps; ppsm 1 = 128 splits of 4
+    # one-block steps, pipelined 2 or 3 deep through shared memory. Run 15's rows: commit 3e53198.
+    "blk tok-major w8 st1 ppsm2": dict(num_warps=8, small_batch_programs_per_sm=2),
+    "blk head-major w8 st1 ppsm2": dict(num_warps=8, small_batch_programs_per_sm=2, _order="head-major"),
+    "blk tok-major w8 st1 ppsm4": dict(num_warps=8),
+    "blk head-major w8 st1 ppsm4": dict(num_warps=8, _order="head-major"),
+    "blk tok-major w8 st3 ppsm1": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1),
+    "blk head-major w8 st3 ppsm1": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, _order="head-major"),
+    "blk head-major w8 st2 ppsm1": dict(num_warps=8, num_stages=2, small_batch_programs_per_sm=1, _order="head-major"),
 }
-BLOCKS_EVERY_CASE = ("blk batched s1 w8 st1 ppsm4", "blk batched s1 w8 st1 ppsm2 (2 steps)")
+BLOCKS_EVERY_CASE = ("blk tok-major w8 st1 ppsm2", "blk head-major w8 st1 ppsm2")
 
 
 def blocks_config(label):
-    return dataclasses.replace(OLD, **{**BLOCKS_BASE, **BLOCKS_SWEEP[label]})
+    change = dict(BLOCKS_SWEEP[label])
+    order = change.pop("_order", "token-major")
+    config = dataclasses.replace(OLD, **{**BLOCKS_BASE, **change})
+    return config if order == "token-major" else BlocksLoadOrder(config, order)
 
 
 ONE_TILE_EVERY_CASE = ("1t bpi4 w4 st1", "1t bpi4 w4 st1 merge x4")  # also at B32 / B128 (regressions)
@@ -244,8 +250,30 @@ def errors(got, want):
     return {"rel_l2": rel, "max_abs": float((got - want).abs().max()), "finite": bool(torch.isfinite(got).all())}
 
 
+@dataclasses.dataclass(frozen=True)
+class BlocksLoadOrder:
+    """A kernel-"blocks" config with the module's K/V load order (paged_decode_blocks.LOAD_ORDER,
+    read at launch, so set around every call: a captured graph keeps the order it was captured with)."""
+    config: object
+    order: str
+
+
 def decode_call(config):
+    if isinstance(config, BlocksLoadOrder):
+        from kernels_reference.L1 import paged_decode_blocks
+
+        def call(s, config=config):
+            before, paged_decode_blocks.LOAD_ORDER = paged_decode_blocks.LOAD_ORDER, config.order
+            try:
+                return decode_call(config.config)(s)
+            finally:
+                paged_decode_blocks.LOAD_ORDER = before
+        return call
     return lambda s: decode_mod.paged_decode(s["q"], s["k"], s["v"], s["bt"], s["sl"], HD ** -0.5, config=config)
+
+
+def plain_config(config):
+    return config.config if isinstance(config, BlocksLoadOrder) else config
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -385,11 +413,13 @@ def run_case(batch, context, flush, result):
     want = reference_f32(probe[0])
     rows = {}
     for name, cfg in impls.items():  # correctness first (compiles every kernel once)
-        row = rows[name] = {"case": f"B{batch} C{context}", "impl": name, "config": dataclasses.asdict(cfg)}
+        row = rows[name] = {"case": f"B{batch} C{context}", "impl": name,
+                            "config": {**dataclasses.asdict(plain_config(cfg)),
+                                       **({"load_order": cfg.order} if isinstance(cfg, BlocksLoadOrder) else {})}}
         t = time.time()
         try:
             got = decode_call(cfg)(probe[0])
-            row.update(errors(got, want), **plan(cfg, probe[0]))
+            row.update(errors(got, want), **plan(plain_config(cfg), probe[0]))
         except decode_mod.VariantUnavailable as exc:  # this Triton / GPU lacks a feature: not a failure
             row["unavailable"] = str(exc)
         except Exception as exc:  # noqa: BLE001 - a variant that fails is recorded, not fatal
@@ -498,6 +528,24 @@ def _read_blocks_kernel(k_ptr, v_ptr, bt_ptr, out_ptr, seq_len, s_block,
 
 
 @triton.jit
+def _read_blocks_head_major_kernel(k_ptr, v_ptr, bt_ptr, out_ptr, seq_len, s_block, s_tok,
+                                   BLOCK_SIZE: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr):
+    """One whole cache block per program, read as [kv heads, tokens, head_size] (a warp's load covers
+    one kv head's rows of two tokens, 256-byte pieces): the same bytes as _read_blocks_kernel with
+    BLOCKS 1, another load order."""
+    pid = tl.program_id(0)
+    h = tl.arange(0, NKV)[:, None, None]
+    t = tl.arange(0, BLOCK_SIZE)[None, :, None]
+    d = tl.arange(0, D)[None, None, :]
+    row = tl.load(bt_ptr + pid).to(tl.int64)
+    valid = (pid * BLOCK_SIZE + t < seq_len) & (h >= 0) & (d >= 0)
+    off = row * s_block + t * s_tok + h * D + d
+    k = tl.load(k_ptr + off, mask=valid, other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + off, mask=valid, other=0.0).to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(tl.sum(tl.sum(k + v, axis=2), axis=1), axis=0))
+
+
+@triton.jit
 def _read_flat_kernel(x_ptr, y_ptr, out_ptr, n, per_program, BLOCK: tl.constexpr, STAGES: tl.constexpr):
     """Both caches' storage read contiguously, each program its own range, BLOCK elements of
     each per step (the split kernel's 32 KiB per step)."""
@@ -521,6 +569,14 @@ def read_paged(s, splits, seq_len, tile=None, stages=None, warps=None):
     _read_paged_kernel[(NK, splits)](k, s["v"], s["bt"], out, seq_len, k.stride(0), k.stride(1), k.stride(2),
                                      BLOCK_SIZE=BLOCK, TILE=tile or OLD.blocks_per_iter * BLOCK, D=HD,
                                      num_warps=warps or OLD.num_warps, **extra)
+    return out
+
+
+def read_blocks_head_major(s, seq_len, warps=8):
+    programs = -(-seq_len // BLOCK)
+    out = torch.empty(programs, dtype=torch.float32, device=DEVICE)
+    _read_blocks_head_major_kernel[(programs,)](s["k"], s["v"], s["bt"], out, seq_len, s["k"].stride(0),
+                                                s["k"].stride(1), BLOCK_SIZE=BLOCK, NKV=NK, D=HD, num_warps=warps)
     return out
 
 
@@ -587,6 +643,8 @@ def time_ceilings(context, flush, result):
            "read only: the gather, whole blocks (all 8 kv heads), 1 per program": lambda s: read_blocks(s, context),
            "read only: the gather, whole blocks (all 8 kv heads), 2 per program": lambda s: read_blocks(
                s, context, blocks=2),
+           "read only: the gather, whole blocks, 1 per program, loaded head-major": lambda s: read_blocks_head_major(
+               s, context),
            "torch copy_ of K and V (read + write)": copy_kv}
     if ARGS.blocks:
         for label in BLOCKS_EVERY_CASE:

@@ -45,6 +45,11 @@ if triton is not None:
     from .paged_decode import attend_tile
 
 
+# How the split kernel loads K/V (an experiment switch, read at launch: "token-major" or
+# "head-major"; a CUDA graph keeps what it was captured with).
+LOAD_ORDER = "token-major"
+
+
 def blocks_num_splits(num_seqs: int, max_blocks: int, num_sms: int, config) -> tuple:
     """(splits per sequence, blocks per split), from shapes only: about ``small_batch_programs_per_sm``
     (or, once the sequences alone fill the SMs, ``programs_per_sm``) programs per SM, each split a
@@ -85,6 +90,7 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
         NUM_KV=num_kv_heads, KV_PAD=kv_pad, HEAD_DIM=head_dim, DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_SIZE=block_size, STEP_BLOCKS=config.blocks_per_iter, SPLIT=splits > 1, F32_DOT=pd._f32_dot(query),
         EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1,
+        TOKEN_MAJOR=LOAD_ORDER == "token-major",
         num_warps=config.num_warps, num_stages=config.num_stages, **pd._launch_options(split_pdl),
     )
     if splits > 1:
@@ -108,7 +114,7 @@ if triton is not None:
         NUM_HEADS: tl.constexpr, GROUP_PAD: tl.constexpr, GROUP: tl.constexpr, NUM_KV: tl.constexpr,
         KV_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
         STEP_BLOCKS: tl.constexpr, SPLIT: tl.constexpr, F32_DOT: tl.constexpr,
-        EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr, PDL_TRIGGER: tl.constexpr,
+        EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr, PDL_TRIGGER: tl.constexpr, TOKEN_MAJOR: tl.constexpr,
     ):
         """Split ``split`` of sequence ``seq``: blocks [split x per_split, + per_split) of its
         table, STEP_BLOCKS whole blocks per step; the math one batched dot per step with the kv
@@ -141,24 +147,35 @@ if triton is not None:
         head_ok = (kv < NUM_KV)[:, None] & (g < GROUP)[None, :]
         q_mask = head_ok[:, :, None] & (d < HEAD_DIM)[None, None, :]
         q = tl.load(q_ptr + seq * q_s_seq + head[:, :, None] * q_s_head + d[None, None, :], mask=q_mask, other=0.0)
-        # K/V are loaded token-major ([tokens, kv heads, head_size], the cache's own order: a warp's
-        # load covers whole rows of kv heads) and permuted to [kv heads, tokens, head_size].
+        # TOKEN_MAJOR: K/V loaded as [tokens, kv heads, head_size] (the cache's own order: a warp's
+        # load covers whole rows of kv heads) and permuted to [kv heads, tokens, head_size]; else
+        # loaded in that order directly (a warp's load covers one kv head's rows of two tokens).
         kv_ok = (kv < NUM_KV)[None, :, None] & (d < HEAD_DIM)[None, None, :]
         m = tl.full([KV_PAD, GROUP_PAD], float("-inf"), tl.float32)
         l = tl.zeros([KV_PAD, GROUP_PAD], tl.float32)
         acc = tl.zeros([KV_PAD, GROUP_PAD, DIM_PAD], tl.float32)
         for block in range(first, end, STEP_BLOCKS):
             valid = block * BLOCK_SIZE + t < seq_len
-            rows = physical.to(tl.int64)[:, None, None]
-            mask = valid[:, None, None] & kv_ok
-            k = tl.load(k_cache_ptr + rows * k_s_block + in_block * k_s_tok + kv[None, :, None] * k_s_head
-                        + d[None, None, :], mask=mask, other=0.0)
-            v = tl.load(v_cache_ptr + rows * v_s_block + in_block * v_s_tok + kv[None, :, None] * v_s_head
-                        + d[None, None, :], mask=mask, other=0.0)
+            if TOKEN_MAJOR:
+                rows = physical.to(tl.int64)[:, None, None]
+                mask = valid[:, None, None] & kv_ok
+                k = tl.load(k_cache_ptr + rows * k_s_block + in_block * k_s_tok + kv[None, :, None] * k_s_head
+                            + d[None, None, :], mask=mask, other=0.0)
+                v = tl.load(v_cache_ptr + rows * v_s_block + in_block * v_s_tok + kv[None, :, None] * v_s_head
+                            + d[None, None, :], mask=mask, other=0.0)
+                k_t = tl.permute(k, (1, 2, 0))  # [kv heads, head_size, tokens]
+                v = tl.permute(v, (1, 0, 2))  # [kv heads, tokens, head_size]
+            else:
+                rows = physical.to(tl.int64)[None, :, None]
+                tok_in_block = (t % BLOCK_SIZE)[None, :, None]
+                mask = valid[None, :, None] & (kv < NUM_KV)[:, None, None] & (d < HEAD_DIM)[None, None, :]
+                k = tl.load(k_cache_ptr + rows * k_s_block + tok_in_block * k_s_tok + kv[:, None, None] * k_s_head
+                            + d[None, None, :], mask=mask, other=0.0)
+                v = tl.load(v_cache_ptr + rows * v_s_block + tok_in_block * v_s_tok + kv[:, None, None] * v_s_head
+                            + d[None, None, :], mask=mask, other=0.0)
+                k_t = tl.permute(k, (0, 2, 1))
             nxt = block + STEP_BLOCKS
             physical = tl.load(table + nxt + block_of_token, mask=nxt + block_of_token < end, other=0)
-            k_t = tl.permute(k, (1, 2, 0))  # [kv heads, head_size, tokens]
-            v = tl.permute(v, (1, 0, 2))  # [kv heads, tokens, head_size]
             m, l, acc = attend_tile(q, k_t, v, valid[None, None, :], m, l, acc, scale_log2, F32_DOT)
 
         has_work = l > 0.0
