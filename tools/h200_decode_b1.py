@@ -180,18 +180,30 @@ ONE_TILE = {
 BLOCKS_BASE = dict(kernel="blocks", blocks_per_iter=1, num_warps=4, num_stages=1, pdl="early-metadata",
                    small_batch_programs_per_sm=4, programs_per_sm=2, max_splits=512, merge_programs_per_head=4)
 BLOCKS_SWEEP = {
-    # Session 7, run 17: K/V loaded token-major (whole rows per warp load, then permuted) against
-    # head-major (one kv head's rows per warp load, no permute), 8 warps; ppsm 1 = 128 splits of 4
-    # one-block steps, pipelined 2 or 3 deep through shared memory. Run 15's rows: commit 3e53198.
-    "blk tok-major w8 st1 ppsm2": dict(num_warps=8, small_batch_programs_per_sm=2),
-    "blk head-major w8 st1 ppsm2": dict(num_warps=8, small_batch_programs_per_sm=2, _order="head-major"),
-    "blk tok-major w8 st1 ppsm4": dict(num_warps=8),
-    "blk head-major w8 st1 ppsm4": dict(num_warps=8, _order="head-major"),
+    # Session 7, run 18: head-major loads pipelined through shared memory (run 17: head-major, 3
+    # stages, 128 splits of 4 one-block steps was the only form at the two-pass kernel's speed).
+    # ppsm 1 = 128 splits at B1 C8192; max_splits 64 = 8 steps each. sm_90 compile: 8 warps 166
+    # registers, 160 KiB shared memory at 3 stages, 224 KiB at 4; 16 warps 97 registers.
+    # Runs 15-17's rows: commits 3e53198 and b33bf8e.
+    "blk hm w8 st3 ppsm1": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, _order="head-major"),
+    "blk hm w8 st4 ppsm1": dict(num_warps=8, num_stages=4, small_batch_programs_per_sm=1, _order="head-major"),
+    "blk hm w8 st3 64 splits": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, max_splits=64,
+                                    _order="head-major"),
+    "blk hm w8 st4 64 splits": dict(num_warps=8, num_stages=4, small_batch_programs_per_sm=1, max_splits=64,
+                                    _order="head-major"),
+    "blk hm w16 st3 ppsm1": dict(num_warps=16, num_stages=3, small_batch_programs_per_sm=1, _order="head-major"),
+    "blk hm w8 st3 ppsm1 merge x1": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1,
+                                         merge_programs_per_head=1, _order="head-major"),
+    "blk hm w8 st3 ppsm1 pdl all": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, pdl="all",
+                                        _order="head-major"),
+    "blk hm w8 st3 ppsm1 no PDL": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, pdl="off",
+                                       _order="head-major"),
+    "blk hm w8 st3 ppsm2": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=2, _order="head-major"),
+    "blk hm bpi2 w16 st2 ppsm1": dict(blocks_per_iter=2, num_warps=16, num_stages=2, small_batch_programs_per_sm=1,
+                                      _order="head-major"),
     "blk tok-major w8 st3 ppsm1": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1),
-    "blk head-major w8 st3 ppsm1": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, _order="head-major"),
-    "blk head-major w8 st2 ppsm1": dict(num_warps=8, num_stages=2, small_batch_programs_per_sm=1, _order="head-major"),
 }
-BLOCKS_EVERY_CASE = ("blk tok-major w8 st1 ppsm2", "blk head-major w8 st1 ppsm2")
+BLOCKS_EVERY_CASE = ("blk hm w8 st3 ppsm1", "blk hm w8 st4 64 splits")
 
 
 def blocks_config(label):
