@@ -120,17 +120,14 @@ def test_one_pass_every_gqa_group(group, monkeypatch):
     _check_fast_path(group, 1, 64, [70, 17, 40], [1, 1, 1], torch.bfloat16, seed=group)
 
 
-@pytest.mark.parametrize("order", ["token-major", "head-major"])
 @pytest.mark.parametrize("group", [1, 3, 4, 8])
 @pytest.mark.parametrize("num_kv", [1, 3, 8])
-def test_blocks_kernel_every_head_layout(group, num_kv, order, monkeypatch):
+def test_blocks_kernel_every_head_layout(group, num_kv, monkeypatch):
     """Kernel "blocks" computes each query head from its own kv head's rows of a whole-block tile
     (a batched dot per kv head); kv head counts that are not powers of two pad the dot's batch,
     groups pad the query rows. Two steps of two blocks per split."""
-    from kernels_reference.L1 import paged_decode_blocks
     config = dataclasses.replace(BLOCKS_SMALL, blocks_per_iter=2, small_batch_programs_per_sm=1)
     monkeypatch.setattr(decode_module, "DECODE_CONFIG", config)
-    monkeypatch.setattr(paged_decode_blocks, "LOAD_ORDER", order)
     _check_fast_path(group * num_kv, num_kv, 32, [150, 17, 5], [1, 1, 1], torch.bfloat16, seed=group + num_kv,
                      padded_rows=1)
 
@@ -202,6 +199,7 @@ SPLIT_VARIANTS = {
                                                               pdl="early-metadata"),
     "blocks": BLOCKS_SMALL,
     "blocks-early-metadata": dataclasses.replace(BLOCKS_SMALL, pdl="early-metadata"),
+    "blocks-shipped-config": decode_module.BLOCKS_CONFIG,
     # The merge spread over 4 programs per head, each merging 8 of head_dim 32.
     "two-pass-merge-4-per-head": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
                                                      interleaved=True, merge_programs_per_head=4),

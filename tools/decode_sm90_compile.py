@@ -122,8 +122,7 @@ def compile_variant(config: "decode_mod.DecodeConfig", splits: int = 66) -> dict
         meta = dict(NUM_HEADS=NUM_KV * GROUP, GROUP_PAD=16, GROUP=GROUP, NUM_KV=NUM_KV, KV_PAD=NUM_KV,
                     HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, BLOCK_SIZE=BLOCK, STEP_BLOCKS=config.blocks_per_iter,
                     SPLIT=splits > 1, F32_DOT=False, EARLY_METADATA=config.pdl == "early-metadata",
-                    PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1,
-                    TOKEN_MAJOR=paged_decode_blocks.LOAD_ORDER == "token-major")
+                    PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1)
         split_k = _compile(paged_decode_blocks._decode_blocks_kernel, meta, options)
     else:
         split_k = _compile(decode_mod._paged_decode_kernel, _two_pass_meta(config, splits, gdc, split_pdl), options)
@@ -163,9 +162,8 @@ def structural_variants() -> dict:
                                                                            num_stages=2)}
 
 
-# Kernel "blocks" as the H200 sweep's first row runs it (tools/h200_decode_b1.py, BLOCKS_SWEEP).
-BLOCKS_KERNEL = decode_mod.DecodeConfig(kernel="blocks", blocks_per_iter=1, num_warps=8, num_stages=1,
-                                        merge_programs_per_head=4)
+# Kernel "blocks" in its shipped form (paged_decode.BLOCKS_CONFIG).
+BLOCKS_KERNEL = decode_mod.BLOCKS_CONFIG
 
 
 def main():

@@ -180,37 +180,27 @@ ONE_TILE = {
 BLOCKS_BASE = dict(kernel="blocks", blocks_per_iter=1, num_warps=4, num_stages=1, pdl="early-metadata",
                    small_batch_programs_per_sm=4, programs_per_sm=2, max_splits=512, merge_programs_per_head=4)
 BLOCKS_SWEEP = {
-    # Session 7, run 18: head-major loads pipelined through shared memory (run 17: head-major, 3
-    # stages, 128 splits of 4 one-block steps was the only form at the two-pass kernel's speed).
-    # ppsm 1 = 128 splits at B1 C8192; max_splits 64 = 8 steps each. sm_90 compile: 8 warps 166
-    # registers, 160 KiB shared memory at 3 stages, 224 KiB at 4; 16 warps 97 registers.
-    # Runs 15-17's rows: commits 3e53198 and b33bf8e.
-    "blk hm w8 st3 ppsm1": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, _order="head-major"),
-    "blk hm w8 st4 ppsm1": dict(num_warps=8, num_stages=4, small_batch_programs_per_sm=1, _order="head-major"),
-    "blk hm w8 st3 64 splits": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, max_splits=64,
-                                    _order="head-major"),
-    "blk hm w8 st4 64 splits": dict(num_warps=8, num_stages=4, small_batch_programs_per_sm=1, max_splits=64,
-                                    _order="head-major"),
-    "blk hm w16 st3 ppsm1": dict(num_warps=16, num_stages=3, small_batch_programs_per_sm=1, _order="head-major"),
+    # Session 7, run 18 (K/V loads head-major since run 17; the token-major + permute rows of runs
+    # 17-18: commit cfac1aa): pipelined through shared memory. ppsm 1 = 128 splits at B1 C8192;
+    # max_splits 64 = 8 steps each. sm_90 compile: 8 warps 166 registers, 160 KiB shared memory at 3
+    # stages, 224 KiB at 4; 16 warps 97 registers. Runs 15-16's rows: commits 3e53198, 3178a68.
+    "blk hm w8 st3 ppsm1": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1),
+    "blk hm w8 st4 ppsm1": dict(num_warps=8, num_stages=4, small_batch_programs_per_sm=1),
+    "blk hm w8 st3 64 splits": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, max_splits=64),
+    "blk hm w8 st4 64 splits": dict(num_warps=8, num_stages=4, small_batch_programs_per_sm=1, max_splits=64),
+    "blk hm w16 st3 ppsm1": dict(num_warps=16, num_stages=3, small_batch_programs_per_sm=1),
     "blk hm w8 st3 ppsm1 merge x1": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1,
-                                         merge_programs_per_head=1, _order="head-major"),
-    "blk hm w8 st3 ppsm1 pdl all": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, pdl="all",
-                                        _order="head-major"),
-    "blk hm w8 st3 ppsm1 no PDL": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, pdl="off",
-                                       _order="head-major"),
-    "blk hm w8 st3 ppsm2": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=2, _order="head-major"),
-    "blk hm bpi2 w16 st2 ppsm1": dict(blocks_per_iter=2, num_warps=16, num_stages=2, small_batch_programs_per_sm=1,
-                                      _order="head-major"),
-    "blk tok-major w8 st3 ppsm1": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1),
+                                         merge_programs_per_head=1),
+    "blk hm w8 st3 ppsm1 pdl all": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, pdl="all"),
+    "blk hm w8 st3 ppsm1 no PDL": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=1, pdl="off"),
+    "blk hm w8 st3 ppsm2": dict(num_warps=8, num_stages=3, small_batch_programs_per_sm=2),
+    "blk hm w8 st1 ppsm2": dict(num_warps=8, small_batch_programs_per_sm=2),
 }
 BLOCKS_EVERY_CASE = ("blk hm w8 st3 ppsm1", "blk hm w8 st4 64 splits")
 
 
 def blocks_config(label):
-    change = dict(BLOCKS_SWEEP[label])
-    order = change.pop("_order", "token-major")
-    config = dataclasses.replace(OLD, **{**BLOCKS_BASE, **change})
-    return config if order == "token-major" else BlocksLoadOrder(config, order)
+    return dataclasses.replace(OLD, **{**BLOCKS_BASE, **BLOCKS_SWEEP[label]})
 
 
 ONE_TILE_EVERY_CASE = ("1t bpi4 w4 st1", "1t bpi4 w4 st1 merge x4")  # also at B32 / B128 (regressions)
@@ -262,30 +252,8 @@ def errors(got, want):
     return {"rel_l2": rel, "max_abs": float((got - want).abs().max()), "finite": bool(torch.isfinite(got).all())}
 
 
-@dataclasses.dataclass(frozen=True)
-class BlocksLoadOrder:
-    """A kernel-"blocks" config with the module's K/V load order (paged_decode_blocks.LOAD_ORDER,
-    read at launch, so set around every call: a captured graph keeps the order it was captured with)."""
-    config: object
-    order: str
-
-
 def decode_call(config):
-    if isinstance(config, BlocksLoadOrder):
-        from kernels_reference.L1 import paged_decode_blocks
-
-        def call(s, config=config):
-            before, paged_decode_blocks.LOAD_ORDER = paged_decode_blocks.LOAD_ORDER, config.order
-            try:
-                return decode_call(config.config)(s)
-            finally:
-                paged_decode_blocks.LOAD_ORDER = before
-        return call
     return lambda s: decode_mod.paged_decode(s["q"], s["k"], s["v"], s["bt"], s["sl"], HD ** -0.5, config=config)
-
-
-def plain_config(config):
-    return config.config if isinstance(config, BlocksLoadOrder) else config
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -425,13 +393,11 @@ def run_case(batch, context, flush, result):
     want = reference_f32(probe[0])
     rows = {}
     for name, cfg in impls.items():  # correctness first (compiles every kernel once)
-        row = rows[name] = {"case": f"B{batch} C{context}", "impl": name,
-                            "config": {**dataclasses.asdict(plain_config(cfg)),
-                                       **({"load_order": cfg.order} if isinstance(cfg, BlocksLoadOrder) else {})}}
+        row = rows[name] = {"case": f"B{batch} C{context}", "impl": name, "config": dataclasses.asdict(cfg)}
         t = time.time()
         try:
             got = decode_call(cfg)(probe[0])
-            row.update(errors(got, want), **plan(plain_config(cfg), probe[0]))
+            row.update(errors(got, want), **plan(cfg, probe[0]))
         except decode_mod.VariantUnavailable as exc:  # this Triton / GPU lacks a feature: not a failure
             row["unavailable"] = str(exc)
         except Exception as exc:  # noqa: BLE001 - a variant that fails is recorded, not fatal

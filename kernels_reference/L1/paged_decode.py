@@ -140,6 +140,11 @@ class DecodeConfig:
 TWO_PASS_CONFIG = DecodeConfig(kernel="two-pass", blocks_per_iter=4, num_warps=4, num_stages=2, programs_per_sm=2,
                                small_batch_programs_per_sm=4, max_splits=128, fused_merge=False)
 ONE_PASS_CONFIG = DecodeConfig()
+# Kernel "blocks" (paged_decode_blocks.py) in its best measured form, without PDL (a safe default:
+# the PDL modes assume what the kernel before it writes); the H200 numbers quoted there are with
+# pdl="early-metadata" (without PDL: B1 C8192 15.8 us, run 18).
+BLOCKS_CONFIG = DecodeConfig(kernel="blocks", blocks_per_iter=1, num_warps=8, num_stages=3, programs_per_sm=2,
+                             small_batch_programs_per_sm=1, max_splits=512, merge_programs_per_head=4)
 DECODE_CONFIG = TWO_PASS_CONFIG
 KERNELS = ("one-pass", "two-pass", "blocks")  # "blocks": paged_decode_blocks.py
 PDL_MODES = ("off", "merge", "all", "early-metadata", "small-batch")

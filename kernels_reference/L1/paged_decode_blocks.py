@@ -9,23 +9,23 @@ same table (every kv head of 16 tokens: 32 KiB contiguous per block) reached 0.6
 program) and 0.70 (two): docs/perf/h200-decode-b1.md, runs 10-11.
 
 So here a program owns whole cache blocks of one sequence and computes every query head from
-them. K and V are loaded token-major, [tokens, kv heads, head_size] (the cache's own order, so a
-warp's load covers whole rows of kv heads), permuted to [kv heads, tokens, head_size], and the
-math is a batched dot per step with the kv heads as the batch. The query tile is [kv heads, group,
-head_size], the group padded to the 16 rows a dot needs.
+them. K and V are loaded as [kv heads, tokens, head_size] and the math is a batched dot per step
+with the kv heads as the batch. The query tile is [kv heads, group, head_size], the group padded to
+the 16 rows a dot needs.
 
-Measured on the H200 (docs/perf/h200-decode-b1.md, runs 12, 14, 15): it lost. At B1 C8192 its best
-was 18.7 us against 13.9-14.3 for the two-pass kernel with early-metadata PDL; at C32768 and at
-batch 32-128 it loses too. At B1 C2048 it is faster than the two-pass kernel (8.7 against 9.4-9.7 us)
-but slower than one tile per split there (7.7). An sm_90 compile gives 180 registers per thread at
-8 warps (one program per SM; the padded group makes the float32 accumulator [8, 16, 128]), and it
-spills at 4 warps. Runs 12 and 14 measured an earlier form (one dot of every query head against every
-row, foreign rows masked; commit c18dad7): 216 registers at 4 warps, 188 at 8, and 18.7-19.7 us.
-Programs with fewer kv heads each (1, 2 or 4: run 16, reverted) were 1.25-6x slower still, for
-a reason not found. The kernel stays selectable (``DecodeConfig(kernel="blocks")``, not a
-default) as the starting point for a next attempt. That attempt needs far fewer registers per
-byte read, and fewer partials: a split of one or two blocks writes a partial of every head, 16 KiB
-per 64 KiB read.
+Measured on the H200 (docs/perf/h200-decode-b1.md, runs 12-18). Its best form is ``BLOCKS_CONFIG``
+(8 warps, one block per step, pipelined 3 deep through shared memory, about one program per SM, 128
+splits of 4 steps at B1 C8192) with early-metadata PDL:
+- B1 C8192: 14.3-14.5 us, level with the two-pass kernel with the same PDL (13.9-14.3). Not the
+  0.70 of copy that issue 12 asks for.
+- B1 C32768: 36.9-37.3 us (0.85-0.86 of copy), a little faster than the two-pass kernel (37.7-38.1).
+- B1 C2048: 8.1-8.3 us against 9.3.
+- Batch 32-128: slower than the default (B32 C2048 85 against 67 us, B128 C1024 148 against 127).
+Unpipelined it is 1.5x slower. Loaded token-major and permuted, it was 1.3-1.4x slower. With fewer
+than all kv heads per program it was 1.25-6x slower (run 16, reverted). An earlier block-diagonal
+form of the math (one dot of every query head against every row; commit c18dad7) took 18.7-19.7 us.
+It stays selectable (``DecodeConfig(kernel="blocks")``; not a default: it wins only at batch 1,
+by a little, and the engine's decode was not measured with it).
 
 Split-KV as in the two-pass kernel: split s owns blocks [s x P, (s + 1) x P) of the table, P a
 function of shapes (so is the grid: the CUDA-graph contract of :mod:`.paged_decode` holds), reads
@@ -43,11 +43,6 @@ if triton is not None:
     import triton.language as tl
 
     from .paged_decode import attend_tile
-
-
-# How the split kernel loads K/V (an experiment switch, read at launch: "token-major" or
-# "head-major"; a CUDA graph keeps what it was captured with).
-LOAD_ORDER = "token-major"
 
 
 def blocks_num_splits(num_seqs: int, max_blocks: int, num_sms: int, config) -> tuple:
@@ -90,7 +85,6 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
         NUM_KV=num_kv_heads, KV_PAD=kv_pad, HEAD_DIM=head_dim, DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_SIZE=block_size, STEP_BLOCKS=config.blocks_per_iter, SPLIT=splits > 1, F32_DOT=pd._f32_dot(query),
         EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1,
-        TOKEN_MAJOR=LOAD_ORDER == "token-major",
         num_warps=config.num_warps, num_stages=config.num_stages, **pd._launch_options(split_pdl),
     )
     if splits > 1:
@@ -114,7 +108,7 @@ if triton is not None:
         NUM_HEADS: tl.constexpr, GROUP_PAD: tl.constexpr, GROUP: tl.constexpr, NUM_KV: tl.constexpr,
         KV_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
         STEP_BLOCKS: tl.constexpr, SPLIT: tl.constexpr, F32_DOT: tl.constexpr,
-        EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr, PDL_TRIGGER: tl.constexpr, TOKEN_MAJOR: tl.constexpr,
+        EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr, PDL_TRIGGER: tl.constexpr,
     ):
         """Split ``split`` of sequence ``seq``: blocks [split x per_split, + per_split) of its
         table, STEP_BLOCKS whole blocks per step; the math one batched dot per step with the kv
@@ -130,7 +124,6 @@ if triton is not None:
             _gdc_wait()
         t = tl.arange(0, TOK)
         block_of_token = t // BLOCK_SIZE
-        in_block = (t % BLOCK_SIZE)[:, None, None]
         table = block_tables_ptr + seq * bt_s_seq
         first = split * per_split
         seq_len = tl.load(seq_lens_ptr + seq)
@@ -147,36 +140,26 @@ if triton is not None:
         head_ok = (kv < NUM_KV)[:, None] & (g < GROUP)[None, :]
         q_mask = head_ok[:, :, None] & (d < HEAD_DIM)[None, None, :]
         q = tl.load(q_ptr + seq * q_s_seq + head[:, :, None] * q_s_head + d[None, None, :], mask=q_mask, other=0.0)
-        # TOKEN_MAJOR: K/V loaded as [tokens, kv heads, head_size] (the cache's own order: a warp's
-        # load covers whole rows of kv heads) and permuted to [kv heads, tokens, head_size]; else
-        # loaded in that order directly (a warp's load covers one kv head's rows of two tokens).
-        kv_ok = (kv < NUM_KV)[None, :, None] & (d < HEAD_DIM)[None, None, :]
+        # K/V loaded head-major, [kv heads, tokens, head_size]: a warp's load covers one kv head's
+        # rows of two tokens, the program's loads the whole block. Loaded token-major (the cache's
+        # order) and permuted instead, the kernel was 1.3-1.4x slower once pipelined (runs 17-18).
+        kv_ok = (kv < NUM_KV)[:, None, None] & (d < HEAD_DIM)[None, None, :]
+        tok_in_block = (t % BLOCK_SIZE)[None, :, None]
         m = tl.full([KV_PAD, GROUP_PAD], float("-inf"), tl.float32)
         l = tl.zeros([KV_PAD, GROUP_PAD], tl.float32)
         acc = tl.zeros([KV_PAD, GROUP_PAD, DIM_PAD], tl.float32)
         for block in range(first, end, STEP_BLOCKS):
             valid = block * BLOCK_SIZE + t < seq_len
-            if TOKEN_MAJOR:
-                rows = physical.to(tl.int64)[:, None, None]
-                mask = valid[:, None, None] & kv_ok
-                k = tl.load(k_cache_ptr + rows * k_s_block + in_block * k_s_tok + kv[None, :, None] * k_s_head
-                            + d[None, None, :], mask=mask, other=0.0)
-                v = tl.load(v_cache_ptr + rows * v_s_block + in_block * v_s_tok + kv[None, :, None] * v_s_head
-                            + d[None, None, :], mask=mask, other=0.0)
-                k_t = tl.permute(k, (1, 2, 0))  # [kv heads, head_size, tokens]
-                v = tl.permute(v, (1, 0, 2))  # [kv heads, tokens, head_size]
-            else:
-                rows = physical.to(tl.int64)[None, :, None]
-                tok_in_block = (t % BLOCK_SIZE)[None, :, None]
-                mask = valid[None, :, None] & (kv < NUM_KV)[:, None, None] & (d < HEAD_DIM)[None, None, :]
-                k = tl.load(k_cache_ptr + rows * k_s_block + tok_in_block * k_s_tok + kv[:, None, None] * k_s_head
-                            + d[None, None, :], mask=mask, other=0.0)
-                v = tl.load(v_cache_ptr + rows * v_s_block + tok_in_block * v_s_tok + kv[:, None, None] * v_s_head
-                            + d[None, None, :], mask=mask, other=0.0)
-                k_t = tl.permute(k, (0, 2, 1))
+            rows = physical.to(tl.int64)[None, :, None]
+            mask = valid[None, :, None] & kv_ok
+            k = tl.load(k_cache_ptr + rows * k_s_block + tok_in_block * k_s_tok + kv[:, None, None] * k_s_head
+                        + d[None, None, :], mask=mask, other=0.0)
+            v = tl.load(v_cache_ptr + rows * v_s_block + tok_in_block * v_s_tok + kv[:, None, None] * v_s_head
+                        + d[None, None, :], mask=mask, other=0.0)
             nxt = block + STEP_BLOCKS
             physical = tl.load(table + nxt + block_of_token, mask=nxt + block_of_token < end, other=0)
-            m, l, acc = attend_tile(q, k_t, v, valid[None, None, :], m, l, acc, scale_log2, F32_DOT)
+            m, l, acc = attend_tile(q, tl.permute(k, (0, 2, 1)), v, valid[None, None, :], m, l, acc, scale_log2,
+                                    F32_DOT)
 
         has_work = l > 0.0
         result = acc / tl.where(has_work, l, 1.0)[:, :, None]
