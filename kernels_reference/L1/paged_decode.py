@@ -7,7 +7,8 @@ Decode is bound by reading the KV cache once, so the kernels are organised aroun
 * an online softmax in float32 over tiles of several blocks, K and V requested together.
 
 Three kernels, chosen by ``DecodeConfig.kernel`` (the third, ``"blocks"``, reads whole cache blocks
-for every head; it lives in paged_decode_blocks.py and lost on the H200, see there):
+for every head; it lives in paged_decode_blocks.py, selectable as ``BLOCKS_CONFIG``: on the H200 it
+is level with the two-pass kernel at B1 C8192 and faster at other batch-1 lengths, see there):
 
 * ``"one-pass"`` (selectable, not the default). Split s takes tiles s, s+S, s+2S, ... of its sequence (balanced to one
   tile whatever the length); every split with work writes a partial and counts itself on an
