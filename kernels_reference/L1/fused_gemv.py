@@ -270,8 +270,8 @@ def norm_gemv_rope_kv_reference(x, residual, norm_weight, eps, qkv_weight, cos_s
 if triton is not None:
     from .paged_decode import _gdc_launch_dependents, _gdc_wait  # grid dependency control (or stand-ins)
 
-    # ---- pieces both kernels share: the norm prologue, a chunk of the GEMV input, the rows of a
-    # group and the epilogues --------------------------------------------------------------------
+    # ---- the kernel's pieces: the norm prologue, a chunk of the GEMV input, the rows of a group and
+    # the epilogues ------------------------------------------------------------------------------
 
     @triton.jit
     def _row_rstd(x_ptr, res_ptr, res_out_ptr, K, eps, pid, HAS_RES: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -368,7 +368,7 @@ if triton is not None:
             tl.store(v_row + col, oa.to(kv_ty), mask=stored & is_v)
             tl.store(v_row + HEAD_DIM // 2 + col, ob.to(kv_ty), mask=stored & is_v)
 
-    # ---- the register kernel: each program multiplies its weight tiles in registers ----------------
+    # ---- the kernel: each program multiplies its weight tiles in registers --------------------------
 
     @triton.jit
     def _norm_gemv_kernel(

@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from .paged_decode import LOG2E, _merge_splits_kernel, sm_count
+from .paged_decode import LOG2E, merge_meta, run_merge, sm_count, split_workspace
 
 try:
     import triton
@@ -144,11 +144,7 @@ def mla_decode(query: torch.Tensor, cache: torch.Tensor, block_tables: torch.Ten
     splits = num_splits or mla_num_splits(num_seqs, head_blocks, block_tables.shape[1], block_size,
                                           sm_count(q_lat.device), config)
     rank_pad, rope_pad = triton.next_power_of_2(rank), max(16, triton.next_power_of_2(rope))
-    if splits > 1:
-        part_out = torch.empty(num_seqs, num_heads, splits, rank, dtype=torch.float32, device=q_lat.device)
-        part_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=q_lat.device)
-    else:
-        part_out = part_lse = out
+    part_out, part_lse = split_workspace(out, splits)
     _mla_decode_kernel[(num_seqs, head_blocks, splits)](
         q_lat, q_pe, cache, block_tables, seq_lens, out, part_out, part_lse, scale * LOG2E,
         q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), cache.stride(0), cache.stride(1),
@@ -165,10 +161,7 @@ def mla_decode(query: torch.Tensor, cache: torch.Tensor, block_tables: torch.Ten
         # splits' columns in chunks with a running max (a whole [splits, 512] tile would spill).
         # The paged decode's merge kernel (same [seq, head, split] partial rows), the latent rank
         # as its head size.
-        _merge_splits_kernel[(num_seqs, num_heads, triton.cdiv(rank, rank_block))](
-            part_out, part_lse, out, out.stride(0), out.stride(1), splits,
-            HEAD_DIM=rank, DIM_CHUNK=rank_block, SPLIT_CHUNK=MERGE_SPLITS_CHUNK,
-            ONE_STEP=MERGE_SPLITS_CHUNK >= splits, PDL=False, num_warps=4)
+        run_merge(part_out, part_lse, out, splits, *merge_meta(splits, rank, rank_block, MERGE_SPLITS_CHUNK, False))
     return out
 
 

@@ -339,11 +339,7 @@ def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
     group_pad = max(16, triton.next_power_of_2(group))
     dim_pad = max(16, triton.next_power_of_2(head_dim))
     fused_merge = splits > 1 and config.fused_merge
-    if splits > 1:
-        part_out = torch.empty(num_seqs, num_heads, splits, head_dim, dtype=torch.float32, device=query.device)
-        part_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=query.device)
-    else:  # one split writes the final output directly; the workspace pointers are unused
-        part_out = part_lse = out
+    part_out, part_lse = split_workspace(out, splits)
     counters = _split_counters(query.device, num_seqs * num_kv_heads) if fused_merge else seq_lens
     # PDL: the grid-dependency instructions exist only in compiled code (paged_decode has refused
     # a CUDA device without them); the interpreter runs the same load order without them.
@@ -369,11 +365,19 @@ def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
         **_launch_options(split_pdl, config.max_registers if query.is_cuda else None),
     )
     if merge_kernel:
-        chunks, meta = merge_launch(splits, head_dim, dim_pad, config.merge_programs_per_head, gdc)
-        _merge_splits_kernel[(num_seqs, num_heads, chunks)](
-            part_out, part_lse, out, out.stride(0), out.stride(1), splits, **meta,
-            num_warps=4, **_launch_options(gdc),
-        )
+        run_merge(part_out, part_lse, out, splits, *merge_launch(splits, head_dim, dim_pad,
+                                                                 config.merge_programs_per_head, gdc))
+
+
+def split_workspace(out: torch.Tensor, splits: int):
+    """(partial outputs [seq, head, split, width] float32, their log-sum-exps [seq, head, split])
+    for ``out`` [seq, head, width]: the rows the merge kernel reads. One split writes ``out``
+    directly, so both are then ``out`` itself (the pointers are unused)."""
+    if splits <= 1:
+        return out, out
+    num_seqs, num_heads, width = out.shape
+    return (torch.empty(num_seqs, num_heads, splits, width, dtype=torch.float32, device=out.device),
+            torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=out.device))
 
 
 MERGE_STEP_FLOATS = 16384  # partial floats a merge program loads per step
@@ -385,9 +389,21 @@ def merge_launch(splits: int, head_dim: int, dim_pad: int, programs_per_head: in
     thread of 4 warps: one step, one round trip, up to 128 splits of head size 128)."""
     dim_chunk = max(1, dim_pad // programs_per_head)  # more programs than padded head_dim: one element each
     split_chunk = min(triton.next_power_of_2(splits), max(1, MERGE_STEP_FLOATS // dim_chunk))
-    chunks = -(-head_dim // dim_chunk)  # a chunk wholly past a non-power-of-two head_dim is not launched
-    return chunks, dict(HEAD_DIM=head_dim, DIM_CHUNK=dim_chunk, SPLIT_CHUNK=split_chunk,
-                        ONE_STEP=split_chunk >= splits, PDL=pdl)
+    return merge_meta(splits, head_dim, dim_chunk, split_chunk, pdl)
+
+
+def merge_meta(splits: int, head_dim: int, dim_chunk: int, split_chunk: int, pdl: bool):
+    """(programs per head, the merge kernel's constants) for slices of ``dim_chunk`` and steps of
+    ``split_chunk`` splits; a slice wholly past a non-power-of-two head_dim is not launched."""
+    return -(-head_dim // dim_chunk), dict(HEAD_DIM=head_dim, DIM_CHUNK=dim_chunk, SPLIT_CHUNK=split_chunk,
+                                           ONE_STEP=split_chunk >= splits, PDL=pdl)
+
+
+def run_merge(part_out, part_lse, out, splits: int, chunks: int, meta: dict):
+    """The merge kernel over ``split_workspace``'s rows into ``out`` [seq, head, width]."""
+    _merge_splits_kernel[(out.shape[0], out.shape[1], chunks)](
+        part_out, part_lse, out, out.stride(0), out.stride(1), splits, **meta,
+        num_warps=4, **_launch_options(meta["PDL"]))
 
 
 def _launch_options(pdl: bool, max_registers: Optional[int] = None) -> dict:

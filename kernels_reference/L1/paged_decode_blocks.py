@@ -51,10 +51,13 @@ def blocks_num_splits(num_seqs: int, max_blocks: int, num_sms: int, config) -> t
     whole number of loop steps of ``blocks_per_iter`` blocks, no split without table entries."""
     per_sm = config.small_batch_programs_per_sm if num_seqs < num_sms else config.programs_per_sm
     wanted = max(1, min(-(-per_sm * num_sms // max(num_seqs, 1)), config.max_splits))
-    step = config.blocks_per_iter
-    per_split = -(-max(max_blocks, 1) // wanted)
-    per_split = -(-per_split // step) * step
+    per_split = _blocks_per_split(max_blocks, wanted, config.blocks_per_iter)
     return -(-max(max_blocks, 1) // per_split), per_split
+
+
+def _blocks_per_split(max_blocks: int, splits: int, step: int) -> int:
+    """The table's blocks shared out over ``splits``, rounded up to whole loop steps."""
+    return -(-(-(-max(max_blocks, 1) // splits)) // step) * step
 
 
 def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits):
@@ -63,14 +66,10 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
     width = block_tables.shape[1]
     splits, per_split = blocks_num_splits(num_seqs, width, pd.sm_count(query.device), config)
     if num_splits:  # forced (tests): that many splits, blocks shared out in whole steps
-        per_split = -(-(-(-max(width, 1) // num_splits)) // config.blocks_per_iter) * config.blocks_per_iter
+        per_split = _blocks_per_split(width, num_splits, config.blocks_per_iter)
         splits = num_splits
     kv_pad = triton.next_power_of_2(num_kv_heads)  # the dot's batch: any power of two
-    if splits > 1:
-        part_out = torch.empty(num_seqs, num_heads, splits, head_dim, dtype=torch.float32, device=query.device)
-        part_lse = torch.empty(num_seqs, num_heads, splits, dtype=torch.float32, device=query.device)
-    else:
-        part_out = part_lse = out
+    part_out, part_lse = pd.split_workspace(out, splits)
     gdc = config.pdl != "off" and query.is_cuda
     split_pdl = gdc and config.pdl in ("all", "early-metadata")
     _decode_blocks_kernel[(num_seqs, splits)](
@@ -89,10 +88,8 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
     )
     if splits > 1:
         dim_pad = max(16, triton.next_power_of_2(head_dim))
-        chunks, meta = pd.merge_launch(splits, head_dim, dim_pad, config.merge_programs_per_head, gdc)
-        pd._merge_splits_kernel[(num_seqs, num_heads, chunks)](
-            part_out, part_lse, out, out.stride(0), out.stride(1), splits, **meta,
-            num_warps=4, **pd._launch_options(gdc))
+        pd.run_merge(part_out, part_lse, out, splits,
+                     *pd.merge_launch(splits, head_dim, dim_pad, config.merge_programs_per_head, gdc))
 
 
 if triton is not None:
