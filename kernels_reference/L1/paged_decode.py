@@ -525,6 +525,29 @@ def decode_workspace_bytes(num_seqs: int, num_heads: int, head_dim: int, splits:
 if triton is not None:
 
     @triton.jit
+    def _split_start(PDL_TRIGGER: tl.constexpr, PDL_WAIT: tl.constexpr, EARLY_METADATA: tl.constexpr):
+        """A split kernel's first instructions (two-pass and blocks kernels). PDL_TRIGGER: the merge
+        kernel may be launched now; its programs become resident and wait (at their gdc_wait) for
+        this whole grid, instead of being launched after it drains. PDL_WAIT: launched as a
+        dependent of whatever kernel came before, so nothing is read (or written) before that kernel
+        has finished and its writes are visible, except, with EARLY_METADATA, seq_len and the first
+        table entries (then ``_metadata_read`` waits after them)."""
+        if PDL_TRIGGER:
+            _gdc_launch_dependents()
+        if PDL_WAIT and not EARLY_METADATA:
+            _gdc_wait()
+
+    @triton.jit
+    def _metadata_read(PDL_WAIT: tl.constexpr, EARLY_METADATA: tl.constexpr):
+        """After a split kernel's seq_len and first table reads. EARLY_METADATA: they were requested
+        before the wait, overlapping the previous kernel's tail; valid only when that kernel does
+        not write seq_lens or the block table (an engine uploads them before the step's first
+        kernel). Now the wait, before q and K/V are read."""
+        if EARLY_METADATA:
+            if PDL_WAIT:
+                _gdc_wait()
+
+    @triton.jit
     def attend_tile(q, k_t, v, score_mask, m, l, acc, scale_log2, F32_DOT: tl.constexpr):
         """One online-softmax step of a split over a K/V tile: scores q k^T in log2 units (masked
         by ``score_mask`` to -inf), the running max ``m``, sum ``l`` and output ``acc`` rescaled
@@ -567,14 +590,7 @@ if triton is not None:
         split = tl.program_id(2)
         num_splits = tl.num_programs(2)
         TILE: tl.constexpr = BLOCKS_PER_ITER * BLOCK_SIZE
-        if PDL_TRIGGER:
-            # The merge kernel may be launched now: its programs become resident and wait (at
-            # their gdc_wait) for this whole grid, instead of being launched after it drains.
-            _gdc_launch_dependents()
-        if PDL_WAIT and not EARLY_METADATA:
-            # Launched as a dependent of whatever kernel came before: nothing is read (or written)
-            # before that kernel has finished and its writes are visible.
-            _gdc_wait()
+        _split_start(PDL_TRIGGER, PDL_WAIT, EARLY_METADATA)
 
         t = tl.arange(0, TILE)
         block_of_token = t // BLOCK_SIZE
@@ -600,12 +616,7 @@ if triton is not None:
             block_start = split * per_split
             block_end = tl.minimum(block_start + per_split, num_blocks)
             block_step = BLOCKS_PER_ITER
-        if EARLY_METADATA:
-            # seq_len and the first table entries were requested before the wait, overlapping the
-            # previous kernel's tail. Valid only when that kernel does not write seq_lens or the
-            # block table (an engine uploads them before the step's first kernel).
-            if PDL_WAIT:
-                _gdc_wait()
+        _metadata_read(PDL_WAIT, EARLY_METADATA)
 
         g = tl.arange(0, GROUP_PAD)
         d = tl.arange(0, DIM_PAD)

@@ -37,12 +37,12 @@ from __future__ import annotations
 import torch
 
 from . import paged_decode as pd
-from .paged_decode import _gdc_launch_dependents, _gdc_wait, triton
+from .paged_decode import triton
 
 if triton is not None:
     import triton.language as tl
 
-    from .paged_decode import attend_tile
+    from .paged_decode import _metadata_read, _split_start, attend_tile
 
 
 def blocks_num_splits(num_seqs: int, max_blocks: int, num_sms: int, config) -> tuple:
@@ -115,19 +115,14 @@ if triton is not None:
         split = tl.program_id(1)
         num_splits = tl.num_programs(1)
         TOK: tl.constexpr = STEP_BLOCKS * BLOCK_SIZE
-        if PDL_TRIGGER:
-            _gdc_launch_dependents()
-        if PDL_WAIT and not EARLY_METADATA:
-            _gdc_wait()
+        _split_start(PDL_TRIGGER, PDL_WAIT, EARLY_METADATA)
         t = tl.arange(0, TOK)
         block_of_token = t // BLOCK_SIZE
         table = block_tables_ptr + seq * bt_s_seq
         first = split * per_split
         seq_len = tl.load(seq_lens_ptr + seq)
         physical = tl.load(table + first + block_of_token, mask=first + block_of_token < table_width, other=0)
-        if EARLY_METADATA:
-            if PDL_WAIT:
-                _gdc_wait()
+        _metadata_read(PDL_WAIT, EARLY_METADATA)
         end = tl.minimum(first + per_split, tl.cdiv(seq_len, BLOCK_SIZE))
 
         kv = tl.arange(0, KV_PAD)
