@@ -95,8 +95,10 @@ def _check_fast_path(nq, nk, d, context, query, dtype, **kw):
 # on the interpreter's 4-SM stand-in a split runs several steps.
 BLOCKS_SMALL = decode_module.DecodeConfig(kernel="blocks", blocks_per_iter=1, num_warps=4, num_stages=1,
                                           merge_programs_per_head=2)
+# The same with K/V brought in by tensor-descriptor (TMA) loads; the interpreter runs them as gathers.
+BLOCKS_TMA = dataclasses.replace(BLOCKS_SMALL, kv_loads="tma")
 KERNEL_CONFIGS = {"one-pass": decode_module.ONE_PASS_CONFIG, "two-pass": decode_module.TWO_PASS_CONFIG,
-                  "blocks": BLOCKS_SMALL}
+                  "blocks": BLOCKS_SMALL, "blocks-tma": BLOCKS_TMA}
 
 
 @pytest.mark.parametrize("kernel", list(KERNEL_CONFIGS))
@@ -200,6 +202,8 @@ SPLIT_VARIANTS = {
     "blocks": BLOCKS_SMALL,
     "blocks-early-metadata": dataclasses.replace(BLOCKS_SMALL, pdl="early-metadata"),
     "blocks-shipped-config": decode_module.BLOCKS_CONFIG,
+    "blocks-tma": BLOCKS_TMA,
+    "blocks-tma-early-metadata": dataclasses.replace(BLOCKS_TMA, pdl="early-metadata"),
     # The merge spread over 4 programs per head, each merging 8 of head_dim 32.
     "two-pass-merge-4-per-head": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
                                                      interleaved=True, merge_programs_per_head=4),
@@ -259,6 +263,50 @@ def test_merge_in_steps_and_slices_of_head_dim(programs_per_head, monkeypatch):
     torch.testing.assert_close(split, ones, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("variant", ["blocks", "blocks-tma", "two-pass-merge-kernel"])
+def test_cache_past_seq_len_never_reaches_the_output(variant):
+    """A cache block's slots past seq_len hold whatever was there (NaN here): the kernels mask the
+    scores and never multiply those V rows in, even TMA, which copies whole blocks unmasked."""
+    gen = _gen(9)
+    nq, nk, d, lens = 8, 2, 32, [37, 16, 5]
+    tables = torch.randperm(12, generator=gen)[:3 * 3].view(3, 3).to(DEVICE, torch.int32)
+    k_cache, v_cache = (torch.randn(12, BLOCK, nk, d, generator=gen).to(DEVICE) for _ in "kv")
+    for i, n in enumerate(lens):  # poison every slot past each sequence's end in its last block
+        last, used = tables[i, (n - 1) // BLOCK].long(), n % BLOCK
+        if used:
+            k_cache[last, used:] = float("nan")
+            v_cache[last, used:] = float("nan")
+    q = torch.randn(3, nq, d, generator=gen).to(DEVICE)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    got = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, config=SPLIT_VARIANTS[variant],
+                                     num_splits=2)
+    assert torch.isfinite(got).all()
+    for i, n in enumerate(lens):
+        blocks = tables[i, : -(-n // BLOCK)].long()
+        ks = k_cache[blocks].flatten(0, 1)[:n].double().repeat_interleave(nq // nk, 1)
+        vs = v_cache[blocks].flatten(0, 1)[:n].double().repeat_interleave(nq // nk, 1)
+        probs = torch.softmax(torch.einsum("hd,khd->hk", q[i].double(), ks) * 0.3, -1)
+        torch.testing.assert_close(got[i].double(), torch.einsum("hk,khd->hd", probs, vs), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("nk, d, change, reason", [
+    (3, 32, {}, "num_kv_heads 3 is not a power of two"),
+    (2, 40, {}, "head_size 40 is not a power of two"),
+    (2, 32, {"blocks_per_iter": 2}, "blocks_per_iter is 2, TMA loads one block per step"),
+])
+def test_tma_loads_refuse_shapes_they_cannot_copy(nk, d, change, reason):
+    q = torch.zeros(1, 2 * nk, d, device=DEVICE)
+    cache = torch.zeros(2, BLOCK, nk, d, device=DEVICE)
+    with pytest.raises(ValueError, match=reason):
+        decode_module.paged_decode(q, cache, cache, torch.zeros(1, 2, dtype=torch.int32, device=DEVICE),
+                                   torch.ones(1, dtype=torch.int32, device=DEVICE), 0.1,
+                                   config=dataclasses.replace(BLOCKS_TMA, **change))
+    with pytest.raises(ValueError, match="kv_loads='tma' is an option of kernel 'blocks'"):
+        decode_module.paged_decode(q, cache, cache, torch.zeros(1, 2, dtype=torch.int32, device=DEVICE),
+                                   torch.ones(1, dtype=torch.int32, device=DEVICE), 0.1,
+                                   config=dataclasses.replace(decode_module.TWO_PASS_CONFIG, kv_loads="tma"))
+
+
 def test_merge_programs_per_head_is_validated():
     q = torch.zeros(1, 4, 32)
     cache = torch.zeros(2, BLOCK, 1, 32)
@@ -303,7 +351,7 @@ def test_fixed_cost_variants_match_native(variant, monkeypatch):
 
 
 @pytest.mark.parametrize("variant", ["two-pass-interleaved", "two-pass-interleaved-early-metadata",
-                                     "blocks", "blocks-early-metadata"])
+                                     "blocks", "blocks-early-metadata", "blocks-tma"])
 @pytest.mark.parametrize("splits", [None, 2, 13])
 def test_interleaved_splits_with_a_table_wider_than_the_sequences(variant, splits):
     """The interleaved (and "blocks") first table read is bounded by the table's width only, so it reads entries
@@ -402,8 +450,8 @@ def test_decode_launch_depends_on_shapes_not_metadata_values(monkeypatch, kernel
     """The CUDA-graph contract: same shapes, different seq_lens -> the same grid and workspace."""
     from kernels_reference.L1 import paged_decode_blocks
     grids = []
-    module = paged_decode_blocks if kernel == "blocks" else decode_module
-    name = {"one-pass": "_decode_one_pass_kernel", "blocks": "_decode_blocks_kernel"}.get(kernel, "_paged_decode_kernel")
+    module = paged_decode_blocks if kernel.startswith("blocks") else decode_module
+    name = {"one-pass": "_decode_one_pass_kernel", "two-pass": "_paged_decode_kernel"}.get(kernel, "_decode_blocks_kernel")
     real = getattr(module, name)
 
     class Recorder:

@@ -62,13 +62,16 @@ def _check_signature(fn, constexprs):
                                 f"kernel constexprs not passed here {missing}")
 
 
-def _compile(kernel, constexprs, options):
+def _compile(kernel, constexprs, options, descriptors=None):
+    """``descriptors``: tensor-descriptor parameters and their signature type (kv_loads="tma")."""
     fn = kernel
     _check_signature(fn, constexprs)
     signature, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in constexprs:
             signature[name] = "constexpr"
+        elif descriptors and name in descriptors:
+            signature[name] = descriptors[name]
         elif name in POINTERS:
             signature[name] = POINTERS[name]
             attrs[(i,)] = [["tt.divisibility", 16]]
@@ -122,8 +125,12 @@ def compile_variant(config: "decode_mod.DecodeConfig", splits: int = 66) -> dict
         meta = dict(NUM_HEADS=NUM_KV * GROUP, GROUP_PAD=16, GROUP=GROUP, NUM_KV=NUM_KV, KV_PAD=NUM_KV,
                     HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, BLOCK_SIZE=BLOCK, STEP_BLOCKS=config.blocks_per_iter,
                     SPLIT=splits > 1, F32_DOT=False, EARLY_METADATA=config.pdl == "early-metadata",
-                    PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1)
-        split_k = _compile(paged_decode_blocks._decode_blocks_kernel, meta, options)
+                    PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1, TMA=config.kv_loads == "tma")
+        box = f"tensordesc<bf16[1,{NUM_KV},{BLOCK},{HEAD_DIM}]>"
+        descriptors = {"k_desc": box, "v_desc": box} if meta["TMA"] else None
+        if not descriptors:  # the launch passes None: a constexpr
+            meta.update(k_desc=None, v_desc=None)
+        split_k = _compile(paged_decode_blocks._decode_blocks_kernel, meta, options, descriptors)
     else:
         split_k = _compile(decode_mod._paged_decode_kernel, _two_pass_meta(config, splits, gdc, split_pdl), options)
     out = {"split": {**ptx_order(split_k.asm["ptx"]), **(_registers(split_k) or {}),
@@ -159,7 +166,8 @@ def structural_variants() -> dict:
             "interleaved pdl all maxnreg 128": dataclasses.replace(base, interleaved=True, pdl="all", max_registers=128),
             "blocks early-metadata": dataclasses.replace(BLOCKS_KERNEL, pdl="early-metadata"),
             "blocks 2-block steps, 8 warps, 2 stages": dataclasses.replace(BLOCKS_KERNEL, blocks_per_iter=2,
-                                                                           num_stages=2)}
+                                                                           num_stages=2),
+            "blocks tma early-metadata": dataclasses.replace(BLOCKS_KERNEL, kv_loads="tma", pdl="early-metadata")}
 
 
 # Kernel "blocks" in its shipped form (paged_decode.BLOCKS_CONFIG).

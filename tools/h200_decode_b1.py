@@ -62,6 +62,8 @@ def parse_args():
                    help="also the one-tile-per-split configurations (ONE_TILE) at every batch-1 case")
     p.add_argument("--blocks", action="store_true",
                    help="also kernel 'blocks' (BLOCKS_SWEEP) at every case, and its first row in the ceilings")
+    p.add_argument("--tma", action="store_true",
+                   help="also kernel 'blocks' with TMA loads (TMA_SWEEP) at every case, and TMA reads in the ceilings")
     p.add_argument("--one-pass-sweep", action="store_true", help="also the one-pass knob sweep (it lost last time)")
     return p.parse_args()
 
@@ -197,10 +199,34 @@ BLOCKS_SWEEP = {
     "blk hm w8 st1 ppsm2": dict(num_warps=8, small_batch_programs_per_sm=2),
 }
 BLOCKS_EVERY_CASE = ("blk hm w8 st3 ppsm1", "blk hm w8 st4 64 splits")
+# Session 8: kernel "blocks" with K/V brought in by TMA bulk copies (kv_loads="tma"), one whole block
+# of K and one of V per copy, head-major through a permuted-stride descriptor. sm_90 compile (Triton
+# 3.9): 8 warps 184-200 registers; shared memory 96 KiB at 2 stages (one K/V buffer), 160 at 3, 224
+# at 4. 4 warps spill. Changes to BLOCKS_BASE; "blk hm w8 st3 ppsm1" above is the same kernel with
+# Triton loads.
+TMA_SWEEP = {
+    "tma w8 st3 ppsm1": dict(kv_loads="tma", num_warps=8, num_stages=3, small_batch_programs_per_sm=1),
+    "tma w8 st4 ppsm1": dict(kv_loads="tma", num_warps=8, num_stages=4, small_batch_programs_per_sm=1),
+    "tma w8 st2 ppsm1": dict(kv_loads="tma", num_warps=8, num_stages=2, small_batch_programs_per_sm=1),
+    "tma w8 st3 64 splits": dict(kv_loads="tma", num_warps=8, num_stages=3, small_batch_programs_per_sm=1,
+                                 max_splits=64),
+    "tma w8 st4 64 splits": dict(kv_loads="tma", num_warps=8, num_stages=4, small_batch_programs_per_sm=1,
+                                 max_splits=64),
+    "tma w8 st4 32 splits": dict(kv_loads="tma", num_warps=8, num_stages=4, small_batch_programs_per_sm=1,
+                                 max_splits=32),
+    "tma w8 st3 ppsm2": dict(kv_loads="tma", num_warps=8, num_stages=3, small_batch_programs_per_sm=2),
+    "tma w8 st3 ppsm1 pdl all": dict(kv_loads="tma", num_warps=8, num_stages=3, small_batch_programs_per_sm=1,
+                                     pdl="all"),
+    "tma w8 st3 ppsm1 no PDL": dict(kv_loads="tma", num_warps=8, num_stages=3, small_batch_programs_per_sm=1,
+                                    pdl="off"),
+    "tma w8 st4 ppsm1 merge x1": dict(kv_loads="tma", num_warps=8, num_stages=4, small_batch_programs_per_sm=1,
+                                      merge_programs_per_head=1),
+}
+TMA_EVERY_CASE = ("tma w8 st3 ppsm1", "tma w8 st4 64 splits")
 
 
 def blocks_config(label):
-    return dataclasses.replace(OLD, **{**BLOCKS_BASE, **BLOCKS_SWEEP[label]})
+    return dataclasses.replace(OLD, **{**BLOCKS_BASE, **{**BLOCKS_SWEEP, **TMA_SWEEP}[label]})
 
 
 ONE_TILE_EVERY_CASE = ("1t bpi4 w4 st1", "1t bpi4 w4 st1 merge x4")  # also at B32 / B128 (regressions)
@@ -352,6 +378,12 @@ def implementations(batch, context):
         impls.setdefault("2p early-md", dataclasses.replace(OLD, **VARIANTS["2p early-md"]))
         for label in BLOCKS_SWEEP:
             if batch == 1 or label in BLOCKS_EVERY_CASE:
+                impls[label] = blocks_config(label)
+    if ARGS.tma:
+        impls.setdefault("2p early-md", dataclasses.replace(OLD, **VARIANTS["2p early-md"]))
+        impls.setdefault("blk hm w8 st3 ppsm1", blocks_config("blk hm w8 st3 ppsm1"))
+        for label in TMA_SWEEP:
+            if batch == 1 or label in TMA_EVERY_CASE:
                 impls[label] = blocks_config(label)
     if ARGS.no_sweep:
         return impls
@@ -538,6 +570,40 @@ def _read_flat_kernel(x_ptr, y_ptr, out_ptr, n, per_program, BLOCK: tl.constexpr
     tl.store(out_ptr + pid, tl.sum(acc, axis=0))
 
 
+@triton.jit
+def _read_blocks_tma_kernel(k_desc, v_desc, bt_ptr, out_ptr, seq_len, per_program,
+                            NKV: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr, STAGES: tl.constexpr):
+    """Whole cache blocks through the table by TMA bulk copies (the descriptors of kernel "blocks"
+    with kv_loads="tma": one block of K and one of V per copy, head-major), ``per_program`` blocks
+    per program pipelined STAGES deep, no arithmetic but a sum; a partial last block masked."""
+    pid = tl.program_id(0)
+    first = pid * per_program
+    end = tl.minimum(first + per_program, tl.cdiv(seq_len, BLOCK_SIZE))
+    acc = tl.zeros([D], tl.float32)
+    row = tl.load(bt_ptr + first, mask=first < end, other=0)
+    tok = tl.arange(0, NKV * BLOCK_SIZE) % BLOCK_SIZE
+    for i in tl.range(first, end, num_stages=STAGES):
+        k = k_desc.load([row, 0, 0, 0]).reshape(NKV * BLOCK_SIZE, D)
+        v = v_desc.load([row, 0, 0, 0]).reshape(NKV * BLOCK_SIZE, D)
+        row = tl.load(bt_ptr + i + 1, mask=i + 1 < end, other=0)
+        both = k.to(tl.float32) + v.to(tl.float32)
+        if (i + 1) * BLOCK_SIZE > seq_len:  # the last, partial block
+            both = tl.where((i * BLOCK_SIZE + tok < seq_len)[:, None], both, 0.0)
+        acc += tl.sum(both, axis=0)
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+def read_blocks_tma(s, seq_len, per_program=1, stages=3, warps=4):
+    from kernels_reference.L1.paged_decode_blocks import _tma_descriptors
+    programs = -(-(-(-seq_len // BLOCK)) // per_program)
+    out = torch.empty(programs, dtype=torch.float32, device=DEVICE)
+    config = dataclasses.replace(OLD, kernel="blocks", kv_loads="tma", blocks_per_iter=1)
+    k_desc, v_desc = _tma_descriptors(s["k"], s["v"], config)
+    _read_blocks_tma_kernel[(programs,)](k_desc, v_desc, s["bt"], out, seq_len, per_program, NKV=NK,
+                                         BLOCK_SIZE=BLOCK, D=HD, STAGES=stages, num_warps=warps)
+    return out
+
+
 def read_paged(s, splits, seq_len, tile=None, stages=None, warps=None):
     """``seq_len``: a host int (every set of a case has the same length; reading it from the
     device would synchronise, which graph capture forbids). ``stages`` None: Triton's default (3)."""
@@ -627,6 +693,13 @@ def time_ceilings(context, flush, result):
     if ARGS.blocks:
         for label in BLOCKS_EVERY_CASE:
             fns[f"decode: {label}"] = decode_call(blocks_config(label))
+    if ARGS.tma:
+        fns["decode: blk hm w8 st3 ppsm1"] = decode_call(blocks_config("blk hm w8 st3 ppsm1"))
+        for label in TMA_EVERY_CASE:
+            fns[f"decode: {label}"] = decode_call(blocks_config(label))
+        for per, stages, warps in ((1, 1, 4), (2, 3, 4), (4, 3, 4), (4, 4, 4), (8, 3, 4), (8, 4, 4), (4, 3, 8)):
+            fns[f"read only: the gather, whole blocks by TMA, {per} per program, {stages} stages, {warps} warps"] = (
+                lambda s, per=per, stages=stages, warps=warps: read_blocks_tma(s, context, per, stages, warps))
     rows = []
     s0 = sets0[0]
     used = s0["bt"][0, : -(-context // BLOCK)].long()

@@ -134,6 +134,10 @@ class DecodeConfig:
     # program reads a head's every partial; more spread a many-split merge (one cache tile per
     # split at batch 1) over more SMs.
     merge_programs_per_head: int = 1
+    # Kernel "blocks" only: how K/V reach shared memory. "pointers": Triton loads (cp.async when
+    # pipelined); "tma": Hopper's tensor memory accelerator, one bulk copy per cache block through a
+    # tensor descriptor (sm_90+, power-of-two kv heads and head size, one block per loop step).
+    kv_loads: str = "pointers"
 
 
 # The two-pass kernel's configuration (its H200 numbers: docs/perf/h200-attention.md and
@@ -279,6 +283,10 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
     if config.kernel == "blocks" and (config.interleaved or config.fused_merge or config.max_registers is not None):
         raise ValueError("interleaved, fused_merge and max_registers are options of the two-pass kernel, "
                          "not of kernel 'blocks'")
+    if config.kv_loads not in ("pointers", "tma"):
+        raise ValueError(f"unknown kv_loads {config.kv_loads!r}; expected 'pointers' or 'tma'")
+    if config.kv_loads == "tma" and config.kernel != "blocks":
+        raise ValueError("kv_loads='tma' is an option of kernel 'blocks'")
     if config.pdl == "small-batch":
         usable = query.is_cuda and not torch.compiler.is_compiling() and pdl_unavailable_reason(query.device) is None
         config = small_batch_pdl(config, query.shape[0] * key_cache.shape[2], sm_count(query.device), usable)

@@ -60,9 +60,50 @@ def _blocks_per_split(max_blocks: int, splits: int, step: int) -> int:
     return -(-(-(-max(max_blocks, 1) // splits)) // step) * step
 
 
+def tma_unavailable_reason(device: torch.device):
+    """None when ``kv_loads="tma"`` can run on ``device``; else why not. The interpreter runs the
+    descriptor loads as plain gathers (the tests' path); on a GPU, TMA needs sm_90+ and a Triton
+    with host-side tensor descriptors."""
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means the same: no descriptors
+        return f"triton {triton.__version__} has no host-side tensor descriptors"
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (9, 0):
+        return f"TMA needs sm_90 or newer, {torch.cuda.get_device_name(device)} is sm_{''.join(map(str, torch.cuda.get_device_capability(device)))}"
+    return None
+
+
+def _tma_descriptors(key_cache, value_cache, config):
+    """One descriptor per cache over [blocks, kv heads, tokens, head_size], a permuted view of the
+    cache's [blocks, tokens, kv heads, head_size] (a tensor map takes any 16-byte-aligned strides), so
+    one bulk copy brings a whole block into shared memory head-major, the order the batched dot reads."""
+    reason = tma_unavailable_reason(key_cache.device)
+    if reason:
+        raise pd.VariantUnavailable(f"DecodeConfig(kv_loads='tma'): {reason}")
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    num_blocks, block_size, num_kv, head_dim = key_cache.shape
+    problems = [f"{name} {n} is not a power of two" for name, n in
+                (("num_kv_heads", num_kv), ("head_size", head_dim), ("block_size", block_size)) if n & (n - 1)]
+    if config.blocks_per_iter != 1:
+        problems.append(f"blocks_per_iter is {config.blocks_per_iter}, TMA loads one block per step")
+    descriptors = []
+    for cache in (key_cache, value_cache):
+        itemsize = cache.element_size()
+        if cache.data_ptr() % 16 or any(st * itemsize % 16 for st in cache.stride()[:3]):
+            problems.append(f"a cache's base or strides {tuple(cache.stride())} are not 16-byte aligned")
+        descriptors.append(lambda c=cache: TensorDescriptor(
+            c, [num_blocks, num_kv, block_size, head_dim], [c.stride(0), c.stride(2), c.stride(1), 1],
+            [1, num_kv, block_size, head_dim]))
+    if problems:
+        raise ValueError("kv_loads='tma': " + "; ".join(problems))
+    return [make() for make in descriptors]
+
+
 def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits):
     num_seqs, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
+    tma = config.kv_loads == "tma"
+    k_desc, v_desc = _tma_descriptors(key_cache, value_cache, config) if tma else (None, None)
     width = block_tables.shape[1]
     splits, per_split = blocks_num_splits(num_seqs, width, pd.sm_count(query.device), config)
     if num_splits:  # forced (tests): that many splits, blocks shared out in whole steps
@@ -73,7 +114,7 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
     gdc = config.pdl != "off" and query.is_cuda
     split_pdl = gdc and config.pdl in ("all", "early-metadata")
     _decode_blocks_kernel[(num_seqs, splits)](
-        query, key_cache, value_cache, block_tables, seq_lens, out, part_out, part_lse,
+        query, key_cache, value_cache, k_desc, v_desc, block_tables, seq_lens, out, part_out, part_lse,
         scale * pd.LOG2E, per_split,
         query.stride(0), query.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
@@ -83,7 +124,7 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
         GROUP_PAD=max(16, triton.next_power_of_2(num_heads // num_kv_heads)),
         NUM_KV=num_kv_heads, KV_PAD=kv_pad, HEAD_DIM=head_dim, DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_SIZE=block_size, STEP_BLOCKS=config.blocks_per_iter, SPLIT=splits > 1, F32_DOT=pd._f32_dot(query),
-        EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1,
+        EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1, TMA=tma,
         num_warps=config.num_warps, num_stages=config.num_stages, **pd._launch_options(split_pdl),
     )
     if splits > 1:
@@ -96,7 +137,8 @@ if triton is not None:
 
     @triton.jit
     def _decode_blocks_kernel(
-        q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr,
+        q_ptr, k_cache_ptr, v_cache_ptr, k_desc, v_desc, block_tables_ptr, seq_lens_ptr, out_ptr, part_out_ptr,
+        part_lse_ptr,
         scale_log2, per_split,
         q_s_seq, q_s_head,
         k_s_block, k_s_tok, k_s_head,
@@ -105,7 +147,7 @@ if triton is not None:
         NUM_HEADS: tl.constexpr, GROUP_PAD: tl.constexpr, GROUP: tl.constexpr, NUM_KV: tl.constexpr,
         KV_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
         STEP_BLOCKS: tl.constexpr, SPLIT: tl.constexpr, F32_DOT: tl.constexpr,
-        EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr, PDL_TRIGGER: tl.constexpr,
+        EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr, PDL_TRIGGER: tl.constexpr, TMA: tl.constexpr,
     ):
         """Split ``split`` of sequence ``seq``: blocks [split x per_split, + per_split) of its
         table, STEP_BLOCKS whole blocks per step; the math one batched dot per step with the kv
@@ -140,18 +182,41 @@ if triton is not None:
         m = tl.full([KV_PAD, GROUP_PAD], float("-inf"), tl.float32)
         l = tl.zeros([KV_PAD, GROUP_PAD], tl.float32)
         acc = tl.zeros([KV_PAD, GROUP_PAD, DIM_PAD], tl.float32)
-        for block in range(first, end, STEP_BLOCKS):
-            valid = block * BLOCK_SIZE + t < seq_len
-            rows = physical.to(tl.int64)[None, :, None]
-            mask = valid[None, :, None] & kv_ok
-            k = tl.load(k_cache_ptr + rows * k_s_block + tok_in_block * k_s_tok + kv[:, None, None] * k_s_head
-                        + d[None, None, :], mask=mask, other=0.0)
-            v = tl.load(v_cache_ptr + rows * v_s_block + tok_in_block * v_s_tok + kv[:, None, None] * v_s_head
-                        + d[None, None, :], mask=mask, other=0.0)
-            nxt = block + STEP_BLOCKS
-            physical = tl.load(table + nxt + block_of_token, mask=nxt + block_of_token < end, other=0)
-            m, l, acc = attend_tile(q, tl.permute(k, (0, 2, 1)), v, valid[None, None, :], m, l, acc, scale_log2,
-                                    F32_DOT)
+        if TMA:
+            # Full blocks by bulk copies, unmasked; a last, partial block apart (the cache past
+            # seq_len may hold anything, NaN included: its V rows are zeroed, its scores masked).
+            full_end = tl.maximum(first, tl.minimum(end, seq_len // BLOCK_SIZE))  # past end: no partial block here
+            # The next table entry is read one step ahead (a loop-carried value, as in the pointer
+            # loop): a copy whose coordinates come from a load of the same step is pipelined only
+            # one block deep by Triton (3.9, sm_90: one K/V buffer), carried it gets num_stages - 1.
+            phys = tl.load(table + first, mask=first < full_end, other=0)
+            for block in range(first, full_end):
+                k = k_desc.load([phys, 0, 0, 0]).reshape(KV_PAD, BLOCK_SIZE, DIM_PAD)
+                v = v_desc.load([phys, 0, 0, 0]).reshape(KV_PAD, BLOCK_SIZE, DIM_PAD)
+                phys = tl.load(table + block + 1, mask=block + 1 < full_end, other=0)
+                m, l, acc = attend_tile(q, tl.permute(k, (0, 2, 1)), v, (t >= 0)[None, None, :], m, l, acc,
+                                        scale_log2, F32_DOT)
+            if full_end < end:
+                phys = tl.load(table + full_end)
+                valid = full_end * BLOCK_SIZE + t < seq_len
+                k = k_desc.load([phys, 0, 0, 0]).reshape(KV_PAD, BLOCK_SIZE, DIM_PAD)
+                v = v_desc.load([phys, 0, 0, 0]).reshape(KV_PAD, BLOCK_SIZE, DIM_PAD)
+                v = tl.where(valid[None, :, None], v, tl.zeros_like(v))
+                m, l, acc = attend_tile(q, tl.permute(k, (0, 2, 1)), v, valid[None, None, :], m, l, acc,
+                                        scale_log2, F32_DOT)
+        else:
+            for block in range(first, end, STEP_BLOCKS):
+                valid = block * BLOCK_SIZE + t < seq_len
+                rows = physical.to(tl.int64)[None, :, None]
+                mask = valid[None, :, None] & kv_ok
+                k = tl.load(k_cache_ptr + rows * k_s_block + tok_in_block * k_s_tok + kv[:, None, None] * k_s_head
+                            + d[None, None, :], mask=mask, other=0.0)
+                v = tl.load(v_cache_ptr + rows * v_s_block + tok_in_block * v_s_tok + kv[:, None, None] * v_s_head
+                            + d[None, None, :], mask=mask, other=0.0)
+                nxt = block + STEP_BLOCKS
+                physical = tl.load(table + nxt + block_of_token, mask=nxt + block_of_token < end, other=0)
+                m, l, acc = attend_tile(q, tl.permute(k, (0, 2, 1)), v, valid[None, None, :], m, l, acc, scale_log2,
+                                        F32_DOT)
 
         has_work = l > 0.0
         result = acc / tl.where(has_work, l, 1.0)[:, :, None]
