@@ -707,8 +707,14 @@ def time_ceilings(context, flush, result):
                       + s0["v"][used].flatten(0, 1)[:context].double().sum())
     want = {"read only: the split kernel's gather": paged_sum, "read only: the gather": paged_sum,
             "read only: contiguous": float(s0["k"].double().sum() + s0["v"].double().sum())}
-    for name, fn in fns.items():
-        got = fn(s0)  # compiles; a read kernel must have read every byte it is credited with
+    for name, fn in list(fns.items()):
+        try:
+            got = fn(s0)  # compiles; a read kernel must have read every byte it is credited with
+        except Exception as exc:  # noqa: BLE001 - one that cannot run here is recorded, the rest timed
+            traceback.print_exc()
+            del fns[name]
+            rows.append({"case": f"B1 C{context}", "impl": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
+            continue
         expect = next((v for prefix, v in want.items() if name.startswith(prefix)), None)
         if name.startswith("read only") and expect is None:
             raise AssertionError(f"{name}: no expected sum to check it against")
@@ -849,7 +855,7 @@ def main():
     if result.get("ceilings"):
         print("\n| case | what | us | bytes / time, of 4.24 TB/s |\n|---|---|---|---|")
         for r in result["ceilings"]:
-            print(f"| {r['case']} | {r.get('impl', r.get('error'))} | {fmt(r.get('us'))} | {fmt(r.get('frac_4.24'))} |")
+            print(f"| {r['case']} | {r.get('impl', '')}{' ERROR ' + r['error'][:120] if 'error' in r else ''} | {fmt(r.get('us'))} | {fmt(r.get('frac_4.24'))} |")
     print(f"\nwall {result['wall_s']:.0f} s")
     failed = [r for r in result["rows"] + result["checks"] if r.get("ok") is False]
     if failed:
