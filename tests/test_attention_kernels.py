@@ -532,11 +532,11 @@ def test_packed_prefill_without_a_cache():
 def test_store_skips_negative_slots_and_reads_strided_rows(dtype):
     gen = _gen(3)
     nk, d = 2, 64
-    qkv = torch.randn(5, (4 + 2 * nk) * d, generator=gen).to(dtype)
+    qkv = torch.randn(5, (4 + 2 * nk) * d, generator=gen).to(DEVICE, dtype)
     k, v = qkv[:, 4 * d: (4 + nk) * d], qkv[:, (4 + nk) * d:]
-    caches = [torch.randn(6, BLOCK, nk, d, generator=gen).to(dtype) for _ in range(2)]
+    caches = [torch.randn(6, BLOCK, nk, d, generator=gen).to(DEVICE, dtype) for _ in range(2)]
     caches += [c.clone() for c in caches]
-    slots = torch.tensor([3, 17, -1, 95, 40])
+    slots = torch.tensor([3, 17, -1, 95, 40], device=DEVICE)
     store_kv_cache(k, v, caches[0], caches[1], slots)
     store_kv_cache_triton(k, v, caches[2], caches[3], slots)
     assert torch.equal(caches[2], caches[0]) and torch.equal(caches[3], caches[1])

@@ -64,6 +64,9 @@ def parse_args():
                    help="also kernel 'blocks' (BLOCKS_SWEEP) at every case, and its first row in the ceilings")
     p.add_argument("--tma", action="store_true",
                    help="also kernel 'blocks' with TMA loads (TMA_SWEEP) at every case, and TMA reads in the ceilings")
+    p.add_argument("--contiguous-peers", action="store_true",
+                   help="also, in the ceilings, production attention kernels on the same K/V stored contiguously "
+                        "(SDPA flash / cuDNN / efficient, compiled flex_attention): what they reach without paging")
     p.add_argument("--one-pass-sweep", action="store_true", help="also the one-pass knob sweep (it lost last time)")
     return p.parse_args()
 
@@ -645,6 +648,37 @@ def read_flat(s, programs=None, block=None, warps=None, stages=1):
     return out
 
 
+def contiguous_kv(s):
+    """The set's K/V gathered once into [1, kv heads, tokens, head_size] contiguous tensors (SDPA's
+    preferred layout; made before capture, so the timed call reads them and nothing else)."""
+    if "k_bhsd" not in s:
+        used = s["bt"][0].long()
+        for name in "kv":
+            s[f"{name}_bhsd"] = s[name][used].flatten(0, 1)[: int(s["sl"][0])].transpose(0, 1).unsqueeze(0).contiguous()
+    return s["k_bhsd"], s["v_bhsd"]
+
+
+def sdpa_contiguous(backend_name):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    def call(s):
+        k, v = s["k_bhsd"], s["v_bhsd"]  # contiguous_kv ran before (a KeyError here is a bug, not a peer failure)
+        with sdpa_kernel([getattr(SDPBackend, backend_name)]):
+            out = F.scaled_dot_product_attention(s["q"].unsqueeze(2), k, v, scale=HD ** -0.5, enable_gqa=True)
+        return out.squeeze(2)
+    return call
+
+
+def flex_contiguous():
+    from torch.nn.attention.flex_attention import flex_attention
+    flex = torch.compile(flex_attention, dynamic=False)
+
+    def call(s):
+        return flex(s["q"].unsqueeze(2), s["k_bhsd"], s["v_bhsd"], scale=HD ** -0.5, enable_gqa=True).squeeze(2)
+    return call
+
+
 def copy_kv(s):
     """torch's own copy of both caches (reads and writes the bytes: counted twice)."""
     s.setdefault("k_copy", torch.empty_like(s["k"])).copy_(s["k"])
@@ -700,8 +734,15 @@ def time_ceilings(context, flush, result):
         for per, stages, warps in ((1, 1, 4), (2, 3, 4), (4, 3, 4), (4, 4, 4), (8, 3, 4), (8, 4, 4), (4, 3, 8)):
             fns[f"read only: the gather, whole blocks by TMA, {per} per program, {stages} stages, {warps} warps"] = (
                 lambda s, per=per, stages=stages, warps=warps: read_blocks_tma(s, context, per, stages, warps))
+    if ARGS.contiguous_peers:
+        for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
+            fns[f"peer, unpaged K/V: SDPA {backend.split('_')[0].lower()}"] = sdpa_contiguous(backend)
+        fns["peer, unpaged K/V: flex_attention (compiled)"] = flex_contiguous()
     rows = []
     s0 = sets0[0]
+    if ARGS.contiguous_peers:
+        contiguous_kv(s0)
+        want_out = reference_f32(s0)
     used = s0["bt"][0, : -(-context // BLOCK)].long()
     paged_sum = float(s0["k"][used].flatten(0, 1)[:context].double().sum()
                       + s0["v"][used].flatten(0, 1)[:context].double().sum())
@@ -715,6 +756,12 @@ def time_ceilings(context, flush, result):
             del fns[name]
             rows.append({"case": f"B1 C{context}", "impl": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
             continue
+        if name.startswith("peer"):  # a production kernel: it must compute the same attention
+            err = errors(got, want_out)
+            if not (err["finite"] and err["rel_l2"] < 1e-2):
+                del fns[name]
+                rows.append({"case": f"B1 C{context}", "impl": name, "error": f"wrong output: {err}"})
+            continue
         expect = next((v for prefix, v in want.items() if name.startswith(prefix)), None)
         if name.startswith("read only") and expect is None:
             raise AssertionError(f"{name}: no expected sum to check it against")
@@ -725,10 +772,19 @@ def time_ceilings(context, flush, result):
         return
     calls = calls_per_graph(fns["decode: default (two-pass)"], sets0, flush)
     sets = make_sets(1, context, calls)
-    runners = {n: over_sets(fn, sets, calls) for n, fn in fns.items()}
+    if ARGS.contiguous_peers:
+        for s in sets:
+            contiguous_kv(s)
+    runners = {}
+    for n, fn in fns.items():
+        try:
+            runners[n] = over_sets(fn, sets, calls)
+        except Exception as exc:  # noqa: BLE001 - e.g. a peer that cannot be captured: recorded, the rest timed
+            traceback.print_exc()
+            rows.append({"case": f"B1 C{context}", "impl": n, "error": f"capture: {type(exc).__name__}: {exc}"[:300]})
     flat_bytes = 2 * sets[0]["k"].numel() * sets[0]["k"].element_size()
     for name, t in time_amortised(runners, flush, ROUNDS).items():
-        nbytes = (2 * flat_bytes if "copy_" in name else flat_bytes if "contiguous" in name
+        nbytes = (2 * flat_bytes if "copy_" in name else flat_bytes if name.startswith("read only: contiguous")
                   else decode_bytes(1, context))
         rows.append({"case": f"B1 C{context}", "impl": name, "us": t["us"], "spread": t.get("spread"), "calls": calls,
                      "bytes": nbytes, "frac_4.24": nbytes / (t["us"] * 1e-6) / 1e12 / COPY_TBPS, "splits": splits})
