@@ -30,7 +30,10 @@ block tables shuffled. Cases: B1 C8192 (the target), B1 C2048, B1 C32768, B32 C2
    Caveat for PDL "all" / "early-metadata": here the kernel before a call's split kernel is the
    previous call's merge kernel, which signals its dependents early; in an engine it is the KV
    store kernel, which does not, so only the launch latency would overlap there.
-5. ``--tiny-cpu`` also compiles the structural variants for sm_90 (tools/decode_sm90_compile.py,
+5. ``--blocks`` / ``--tma`` add kernel "blocks" (Triton loads / TMA bulk copies) at every case and
+   their reads to the ceilings; ``--contiguous-peers`` adds production kernels (SDPA cuDNN / flash /
+   efficient, compiled flex_attention) on the same K/V unpaged to the ceilings.
+6. ``--tiny-cpu`` also compiles the structural variants for sm_90 (tools/decode_sm90_compile.py,
    Triton's compiler without a GPU) and checks the PDL instruction order in their PTX.
 
 Prints markdown tables last; writes $OUT/h200_decode_b1.json when OUT is set.

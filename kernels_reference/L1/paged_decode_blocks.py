@@ -27,6 +27,12 @@ form of the math (one dot of every query head against every row; commit c18dad7)
 It stays selectable (``DecodeConfig(kernel="blocks")``; not a default: it wins only at batch 1,
 by a little, and the engine's decode was not measured with it).
 
+``kv_loads="tma"`` (session 8, run 20) copies each block of K and of V into shared memory with one
+Hopper bulk copy, head-major through a permuted-stride tensor descriptor. It reads no faster than
+Triton's loads (0.63 of copy read-only, against 0.71) and decodes B1 C8192 level with them (14.7 us
+against 14.4); it is the fastest measured at B1 C32768 (35.9 us, 0.88) and beats the pointer form at
+B32 C2048 (79.7 against 85.2, still behind the default's 66.5). Selectable, not a default.
+
 Split-KV as in the two-pass kernel: split s owns blocks [s x P, (s + 1) x P) of the table, P a
 function of shapes (so is the grid: the CUDA-graph contract of :mod:`.paged_decode` holds), reads
 them STEP blocks per loop step, and writes a partial (output and log-sum-exp per query head) that
