@@ -19,6 +19,7 @@ step_cmd() {
     decode-blocks) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --blocks --ceilings" ;;
     decode-tma) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --tma --ceilings" ;;
     decode-peers) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --only-ceilings --contiguous-peers" ;;
+    decode-cuda-reads) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --only-ceilings --cuda-reads" ;;
     decode-defaults) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --ceilings" ;;
     moe) echo "python3 tools/h200_moe.py" ;;
     mla) echo "python3 tools/h200_mla.py" ;;

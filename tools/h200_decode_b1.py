@@ -32,7 +32,8 @@ block tables shuffled. Cases: B1 C8192 (the target), B1 C2048, B1 C32768, B32 C2
    store kernel, which does not, so only the launch latency would overlap there.
 5. ``--blocks`` / ``--tma`` add kernel "blocks" (Triton loads / TMA bulk copies) at every case and
    their reads to the ceilings; ``--contiguous-peers`` adds production kernels (SDPA cuDNN / flash /
-   efficient, compiled flex_attention) on the same K/V unpaged to the ceilings.
+   efficient, compiled flex_attention) on the same K/V unpaged to the ceilings; ``--cuda-reads``
+   adds reads of the same bytes by CUDA C++ kernels (tools/cuda_reads.py).
 6. ``--tiny-cpu`` also compiles the structural variants for sm_90 (tools/decode_sm90_compile.py,
    Triton's compiler without a GPU) and checks the PDL instruction order in their PTX.
 
@@ -70,6 +71,8 @@ def parse_args():
     p.add_argument("--contiguous-peers", action="store_true",
                    help="also, in the ceilings, production attention kernels on the same K/V stored contiguously "
                         "(SDPA flash / cuDNN / efficient, compiled flex_attention): what they reach without paging")
+    p.add_argument("--cuda-reads", action="store_true",
+                   help="also, in the ceilings, reads of the same bytes by CUDA C++ kernels (tools/cuda_reads.py, NVRTC)")
     p.add_argument("--one-pass-sweep", action="store_true", help="also the one-pass knob sweep (it lost last time)")
     return p.parse_args()
 
@@ -741,6 +744,25 @@ def time_ceilings(context, flush, result):
         for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
             fns[f"peer, unpaged K/V: SDPA {backend.split('_')[0].lower()}"] = sdpa_contiguous(backend)
         fns["peer, unpaged K/V: flex_attention (compiled)"] = flex_contiguous()
+    if ARGS.cuda_reads and GPU:
+        import cuda_reads as cr
+        paged = {  # label -> read_paged_blocks keywords
+            "whole blocks, 1 per CTA, 256 threads": dict(),
+            "whole blocks, 1 per CTA, 512 threads": dict(threads=512),
+            "whole blocks, 2 per CTA, both in flight, 256 threads": dict(per_cta=2, unroll=2),
+            "whole blocks, 4 per CTA, 2 in flight, 256 threads": dict(per_cta=4, unroll=2),
+            "half blocks per CTA, 256 threads": dict(parts=2),
+            "half blocks per CTA, 128 threads": dict(parts=2, threads=128),
+            "quarter blocks per CTA, 256 threads": dict(parts=4),
+            "half blocks per CTA, 256 threads, streaming loads": dict(parts=2, load="ldcs"),
+            "half blocks per CTA, 256 threads, 8 CTAs/SM register cap": dict(parts=2, min_ctas=8),
+        }
+        for label, kw in paged.items():
+            fns[f"read only: the gather, CUDA, {label}"] = (
+                lambda s, kw=kw: cr.read_paged_blocks(s["k"], s["v"], s["bt"], context, **kw))
+        for items in (4, 8):
+            fns[f"read only: contiguous, CUDA, {items} words per thread, 256 threads"] = (
+                lambda s, items=items: cr.read_flat(s["k"], s["v"], items=items))
     rows = []
     s0 = sets0[0]
     if ARGS.contiguous_peers:
