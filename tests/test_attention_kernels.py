@@ -203,10 +203,6 @@ SPLIT_VARIANTS = {
     "blocks-early-metadata": dataclasses.replace(BLOCKS_SMALL, pdl="early-metadata"),
     "blocks-shipped-config": decode_module.BLOCKS_CONFIG,
     "blocks-tma": BLOCKS_TMA,
-    # K/V loads hinted evict-first (an L2 policy on the GPU; the interpreter ignores it)
-    "two-pass-evict-first": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
-                                                kv_eviction="evict_first"),
-    "blocks-evict-first": dataclasses.replace(BLOCKS_SMALL, kv_eviction="evict_first"),
     "blocks-tma-early-metadata": dataclasses.replace(BLOCKS_TMA, pdl="early-metadata"),
     # The merge spread over 4 programs per head, each merging 8 of head_dim 32.
     "two-pass-merge-4-per-head": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
@@ -309,18 +305,6 @@ def test_tma_loads_refuse_shapes_they_cannot_copy(nk, d, change, reason):
         decode_module.paged_decode(q, cache, cache, torch.zeros(1, 2, dtype=torch.int32, device=DEVICE),
                                    torch.ones(1, dtype=torch.int32, device=DEVICE), 0.1,
                                    config=dataclasses.replace(decode_module.TWO_PASS_CONFIG, kv_loads="tma"))
-
-
-def test_kv_eviction_is_validated():
-    q = torch.zeros(1, 4, 32, device=DEVICE)
-    cache = torch.zeros(2, BLOCK, 1, 32, device=DEVICE)
-    args = (q, cache, cache, torch.zeros(1, 2, dtype=torch.int32, device=DEVICE),
-            torch.ones(1, dtype=torch.int32, device=DEVICE), 0.1)
-    with pytest.raises(ValueError, match="unknown kv_eviction 'evict_all'"):
-        decode_module.paged_decode(*args, config=dataclasses.replace(BLOCKS_SMALL, kv_eviction="evict_all"))
-    with pytest.raises(ValueError, match="kv_eviction is an option of the two-pass and 'blocks' kernels"):
-        decode_module.paged_decode(*args, config=dataclasses.replace(decode_module.ONE_PASS_CONFIG,
-                                                                     kv_eviction="evict_first"))
 
 
 def test_merge_programs_per_head_is_validated():

@@ -125,8 +125,7 @@ def compile_variant(config: "decode_mod.DecodeConfig", splits: int = 66) -> dict
         meta = dict(NUM_HEADS=NUM_KV * GROUP, GROUP_PAD=16, GROUP=GROUP, NUM_KV=NUM_KV, KV_PAD=NUM_KV,
                     HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, BLOCK_SIZE=BLOCK, STEP_BLOCKS=config.blocks_per_iter,
                     SPLIT=splits > 1, F32_DOT=False, EARLY_METADATA=config.pdl == "early-metadata",
-                    PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1, TMA=config.kv_loads == "tma",
-                    KV_EVICTION=config.kv_eviction)
+                    PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1, TMA=config.kv_loads == "tma")
         box = f"tensordesc<bf16[1,{NUM_KV},{BLOCK},{HEAD_DIM}]>"
         descriptors = {"k_desc": box, "v_desc": box} if meta["TMA"] else None
         if not descriptors:  # the launch passes None: a constexpr
@@ -151,8 +150,7 @@ def _two_pass_meta(config, splits, gdc, split_pdl) -> dict:
                 GROUP_POW2=triton.next_power_of_2(GROUP) if config.fused_merge else 1,
                 MERGE_CHUNK=decode_mod._merge_chunk(GROUP, HEAD_DIM, config.num_warps) if config.fused_merge else 1,
                 F32_DOT=False, INTERLEAVED=config.interleaved,
-                EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel,
-                KV_EVICTION=config.kv_eviction)
+                EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel)
 
 
 def structural_variants() -> dict:
@@ -169,11 +167,7 @@ def structural_variants() -> dict:
             "blocks early-metadata": dataclasses.replace(BLOCKS_KERNEL, pdl="early-metadata"),
             "blocks 2-block steps, 8 warps, 2 stages": dataclasses.replace(BLOCKS_KERNEL, blocks_per_iter=2,
                                                                            num_stages=2),
-            "blocks tma early-metadata": dataclasses.replace(BLOCKS_KERNEL, kv_loads="tma", pdl="early-metadata"),
-            "contiguous pdl early-metadata evict_first": dataclasses.replace(base, pdl="early-metadata",
-                                                                             kv_eviction="evict_first"),
-            "blocks early-metadata evict_first": dataclasses.replace(BLOCKS_KERNEL, pdl="early-metadata",
-                                                                     kv_eviction="evict_first")}
+            "blocks tma early-metadata": dataclasses.replace(BLOCKS_KERNEL, kv_loads="tma", pdl="early-metadata")}
 
 
 # Kernel "blocks" in its shipped form (paged_decode.BLOCKS_CONFIG).

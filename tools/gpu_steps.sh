@@ -20,7 +20,6 @@ step_cmd() {
     decode-tma) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --tma --ceilings" ;;
     decode-peers) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --only-ceilings --contiguous-peers" ;;
     decode-cuda-reads) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --only-ceilings --cuda-reads" ;;
-    decode-eviction) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --eviction" ;;
     decode-defaults) echo "env OUT=$OUT/$1 python3 tools/h200_decode_b1.py --no-sweep --ceilings" ;;
     moe) echo "python3 tools/h200_moe.py" ;;
     mla) echo "python3 tools/h200_mla.py" ;;
@@ -41,7 +40,7 @@ step_cmd() {
     engine-fused|engine-variants|engine-experiments) extra=; [ "$1" = engine-fused ] && extra=--gemv-sweep; [ "$1" = engine-experiments ] && extra=--experiments; echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --no-compile --no-hf --variants $extra --eager-tokens 32" ;;
     ncu) echo "\$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1) --clock-control none -c 12 -k regex:'_norm_gemv|nvjet|_paged_decode|_merge_splits' --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis python3 tools/h200_ncu_probe.py" ;;
     fused-tests) echo "python3 -m pytest -q -p no:cacheprovider -rA tests/test_fused_decode.py" ;;
-    decode-tests) echo "python3 -m pytest -q -p no:cacheprovider -rA tests/test_attention_kernels.py -k 'fixed_cost or splits_agree or interleaved or merge or blocks or launch_depends or tma or past_seq_len or evict'" ;;
+    decode-tests) echo "python3 -m pytest -q -p no:cacheprovider -rA tests/test_attention_kernels.py -k 'fixed_cost or splits_agree or interleaved or merge or blocks or launch_depends or tma or past_seq_len'" ;;
     fused-gemv) echo "env OUT=$OUT/$1 python3 tools/h200_fused_gemv.py" ;;
     engine-compile) echo "env OUT=$OUT/$1 python3 tools/h200_engine.py --budget 540 --eager-tokens 32 --hf-tokens 32 --hf-batch-tokens 32" ;;
     timing-test) echo "$PYTEST -s -rA tests/test_timing_gpu.py" ;;

@@ -71,8 +71,6 @@ def parse_args():
     p.add_argument("--contiguous-peers", action="store_true",
                    help="also, in the ceilings, production attention kernels on the same K/V stored contiguously "
                         "(SDPA flash / cuDNN / efficient, compiled flex_attention): what they reach without paging")
-    p.add_argument("--eviction", action="store_true",
-                   help="also the two-pass and 'blocks' kernels with evict-first K/V loads (kv_eviction) at every case")
     p.add_argument("--cuda-reads", action="store_true",
                    help="also, in the ceilings, reads of the same bytes by CUDA C++ kernels (tools/cuda_reads.py, NVRTC)")
     p.add_argument("--one-pass-sweep", action="store_true", help="also the one-pass knob sweep (it lost last time)")
@@ -396,11 +394,6 @@ def implementations(batch, context):
         for label in TMA_SWEEP:
             if batch == 1 or label in TMA_EVERY_CASE:
                 impls[label] = blocks_config(label)
-    if ARGS.eviction:  # session 8: the K/V loads hinted evict-first, beside the same kernels without
-        for label, config in (("old", OLD), ("2p early-md", dataclasses.replace(OLD, **VARIANTS["2p early-md"])),
-                              ("blk hm w8 st3 ppsm1", blocks_config("blk hm w8 st3 ppsm1"))):
-            impls.setdefault(label, config)
-            impls[f"{label} evict_first"] = dataclasses.replace(config, kv_eviction="evict_first")
     if ARGS.no_sweep:
         return impls
     sweep = (batch, context) in SWEEP_CASES

@@ -138,10 +138,6 @@ class DecodeConfig:
     # pipelined); "tma": Hopper's tensor memory accelerator, one bulk copy per cache block through a
     # tensor descriptor (sm_90+, power-of-two kv heads and head size, one block per loop step).
     kv_loads: str = "pointers"
-    # Two-pass and "blocks" kernels (pointer loads): Triton's eviction_policy for the K/V loads, "" for
-    # none or "evict_first" (every byte is read once per step). A CUDA read of these bytes with
-    # streaming loads was 3-13% faster than without (docs/perf/h200-decode-b1.md, run 22).
-    kv_eviction: str = ""
 
 
 # The two-pass kernel's configuration (its H200 numbers: docs/perf/h200-attention.md and
@@ -291,10 +287,6 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
         raise ValueError(f"unknown kv_loads {config.kv_loads!r}; expected 'pointers' or 'tma'")
     if config.kv_loads == "tma" and config.kernel != "blocks":
         raise ValueError("kv_loads='tma' is an option of kernel 'blocks'")
-    if config.kv_eviction not in ("", "evict_first", "evict_last"):
-        raise ValueError(f"unknown kv_eviction {config.kv_eviction!r}; expected '', 'evict_first' or 'evict_last'")
-    if config.kv_eviction and config.kernel == "one-pass":
-        raise ValueError("kv_eviction is an option of the two-pass and 'blocks' kernels")
     if config.pdl == "small-batch":
         usable = query.is_cuda and not torch.compiler.is_compiling() and pdl_unavailable_reason(query.device) is None
         config = small_batch_pdl(config, query.shape[0] * key_cache.shape[2], sm_count(query.device), usable)
@@ -376,7 +368,7 @@ def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
         FUSED_MERGE=fused_merge, GROUP_POW2=triton.next_power_of_2(group) if fused_merge else 1,
         MERGE_CHUNK=_merge_chunk(group, dim_pad, config.num_warps) if fused_merge else 1,
         F32_DOT=_f32_dot(query), INTERLEAVED=config.interleaved, EARLY_METADATA=config.pdl == "early-metadata",
-        PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel, KV_EVICTION=config.kv_eviction,
+        PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel,
         num_warps=config.num_warps, num_stages=config.num_stages,
         **_launch_options(split_pdl, config.max_registers if query.is_cuda else None),
     )
@@ -599,7 +591,7 @@ if triton is not None:
         BLOCK_SIZE: tl.constexpr, BLOCKS_PER_ITER: tl.constexpr, SPLIT: tl.constexpr,
         FUSED_MERGE: tl.constexpr, GROUP_POW2: tl.constexpr, MERGE_CHUNK: tl.constexpr, F32_DOT: tl.constexpr,
         INTERLEAVED: tl.constexpr, EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr,
-        PDL_TRIGGER: tl.constexpr, KV_EVICTION: tl.constexpr,
+        PDL_TRIGGER: tl.constexpr,
     ):
         seq = tl.program_id(0).to(tl.int64)
         kv_head = tl.program_id(1)
@@ -655,9 +647,9 @@ if triton is not None:
             rows = physical.to(tl.int64)[:, None]
             # K and V requested together: both reads are in flight while the QK dot waits on K.
             k = tl.load(k_cache_ptr + rows * k_s_block + offset_in_block[:, None] * k_s_tok
-                        + kv_head * k_s_head + d[None, :], mask=kv_mask, other=0.0, eviction_policy=KV_EVICTION)
+                        + kv_head * k_s_head + d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(v_cache_ptr + rows * v_s_block + offset_in_block[:, None] * v_s_tok
-                        + kv_head * v_s_head + d[None, :], mask=kv_mask, other=0.0, eviction_policy=KV_EVICTION)
+                        + kv_head * v_s_head + d[None, :], mask=kv_mask, other=0.0)
             next_block = block + block_step
             physical = tl.load(table + next_block + block_of_token,
                                mask=next_block * BLOCK_SIZE + t < tl.minimum(seq_len, block_end * BLOCK_SIZE), other=0)

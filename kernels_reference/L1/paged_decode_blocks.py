@@ -131,7 +131,6 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
         NUM_KV=num_kv_heads, KV_PAD=kv_pad, HEAD_DIM=head_dim, DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_SIZE=block_size, STEP_BLOCKS=config.blocks_per_iter, SPLIT=splits > 1, F32_DOT=pd._f32_dot(query),
         EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1, TMA=tma,
-        KV_EVICTION=config.kv_eviction,
         num_warps=config.num_warps, num_stages=config.num_stages, **pd._launch_options(split_pdl),
     )
     if splits > 1:
@@ -155,7 +154,6 @@ if triton is not None:
         KV_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
         STEP_BLOCKS: tl.constexpr, SPLIT: tl.constexpr, F32_DOT: tl.constexpr,
         EARLY_METADATA: tl.constexpr, PDL_WAIT: tl.constexpr, PDL_TRIGGER: tl.constexpr, TMA: tl.constexpr,
-        KV_EVICTION: tl.constexpr,
     ):
         """Split ``split`` of sequence ``seq``: blocks [split x per_split, + per_split) of its
         table, STEP_BLOCKS whole blocks per step; the math one batched dot per step with the kv
@@ -218,9 +216,9 @@ if triton is not None:
                 rows = physical.to(tl.int64)[None, :, None]
                 mask = valid[None, :, None] & kv_ok
                 k = tl.load(k_cache_ptr + rows * k_s_block + tok_in_block * k_s_tok + kv[:, None, None] * k_s_head
-                            + d[None, None, :], mask=mask, other=0.0, eviction_policy=KV_EVICTION)
+                            + d[None, None, :], mask=mask, other=0.0)
                 v = tl.load(v_cache_ptr + rows * v_s_block + tok_in_block * v_s_tok + kv[:, None, None] * v_s_head
-                            + d[None, None, :], mask=mask, other=0.0, eviction_policy=KV_EVICTION)
+                            + d[None, None, :], mask=mask, other=0.0)
                 nxt = block + STEP_BLOCKS
                 physical = tl.load(table + nxt + block_of_token, mask=nxt + block_of_token < end, other=0)
                 m, l, acc = attend_tile(q, tl.permute(k, (0, 2, 1)), v, valid[None, None, :], m, l, acc, scale_log2,
