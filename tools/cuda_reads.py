@@ -1,6 +1,7 @@
 """Read ceilings in CUDA C++ (compiled at run time with NVRTC through ``torch.cuda._compile_kernel``):
 how fast can *any* kernel read the K/V bytes of a batch-1 paged decode, beside the Triton reads of
-tools/h200_decode_b1.py's ceilings section (which reach 0.70-0.73 of copy at B1 C8192).
+tools/h200_decode_b1.py's ceilings section (which reach 0.70-0.73 of copy at B1 C8192). On the H200
+these reads took 10.81-11.37 us at B1 C8192 (0.70-0.73), the same as Triton's: docs/perf/h200-decode-b1.md, run 22.
 
 Each kernel sums what it reads (so no load is dead) and writes one float per CTA; the caller checks
 the total against a float64 sum of the same bytes. The cache must be contiguous
@@ -19,9 +20,11 @@ import functools
 import torch
 
 _COMMON = r"""
-// Loads as volatile PTX, then one empty volatile statement per loaded word after the last load:
-// volatile statements keep their order, so every load of a step is issued before the first one's
-// data is waited for (with plain C++ loads ptxas interleaved loads and sums, 4 loads in flight).
+// Loads as inline PTX (the cache operator chosen by name), then one empty statement per loaded word
+// after a step's last load. What made ptxas issue a step's loads before the first sum was
+// __launch_bounds__(THREADS, 1) (MIN_CTAS 1: 80-100 registers, 16-18 loads first in the sm_90 SASS);
+// with the default bounds it chose 32 registers and interleaved loads and sums, about 4 in flight,
+// these statements notwithstanding.
 #define LD_V4(name, op) __device__ __forceinline__ uint4 name(const uint4* p) { uint4 r; \
     asm volatile(op " {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p)); return r; }
 LD_V4(LOAD_ldg, "ld.global.nc.v4.u32")
