@@ -383,17 +383,14 @@ def implementations(batch, context):
         for label, change in ONE_TILE.items():
             if batch == 1 or label in ONE_TILE_EVERY_CASE:
                 impls[label] = dataclasses.replace(OLD, **{**ONE_TILE_BASE, **change})
-    if ARGS.blocks:
-        impls.setdefault("2p early-md", dataclasses.replace(OLD, **VARIANTS["2p early-md"]))
-        for label in BLOCKS_SWEEP:
-            if batch == 1 or label in BLOCKS_EVERY_CASE:
-                impls[label] = blocks_config(label)
-    if ARGS.tma:
-        impls.setdefault("2p early-md", dataclasses.replace(OLD, **VARIANTS["2p early-md"]))
-        impls.setdefault("blk hm w8 st3 ppsm1", blocks_config("blk hm w8 st3 ppsm1"))
-        for label in TMA_SWEEP:
-            if batch == 1 or label in TMA_EVERY_CASE:
-                impls[label] = blocks_config(label)
+    # kernel "blocks" (--blocks; --tma beside its Triton-loads form), with the best two-pass form
+    for flag, sweep, every_case in ((ARGS.blocks, BLOCKS_SWEEP, BLOCKS_EVERY_CASE),
+                                    (ARGS.tma, {"blk hm w8 st3 ppsm1": None, **TMA_SWEEP}, TMA_EVERY_CASE)):
+        if flag:
+            impls.setdefault("2p early-md", dataclasses.replace(OLD, **VARIANTS["2p early-md"]))
+            for label in sweep:
+                if batch == 1 or label in every_case or sweep[label] is None:
+                    impls[label] = blocks_config(label)
     if ARGS.no_sweep:
         return impls
     sweep = (batch, context) in SWEEP_CASES

@@ -74,8 +74,10 @@ def tma_unavailable_reason(device: torch.device):
         from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
     except Exception:  # noqa: BLE001 - any import failure means the same: no descriptors
         return f"triton {triton.__version__} has no host-side tensor descriptors"
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (9, 0):
-        return f"TMA needs sm_90 or newer, {torch.cuda.get_device_name(device)} is sm_{''.join(map(str, torch.cuda.get_device_capability(device)))}"
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        if major < 9:
+            return f"TMA needs sm_90 or newer, {torch.cuda.get_device_name(device)} is sm_{major}{minor}"
     return None
 
 
@@ -88,21 +90,17 @@ def _tma_descriptors(key_cache, value_cache, config):
         raise pd.VariantUnavailable(f"DecodeConfig(kv_loads='tma'): {reason}")
     from triton.tools.tensor_descriptor import TensorDescriptor
     num_blocks, block_size, num_kv, head_dim = key_cache.shape
+    caches = (key_cache, value_cache)
     problems = [f"{name} {n} is not a power of two" for name, n in
                 (("num_kv_heads", num_kv), ("head_size", head_dim), ("block_size", block_size)) if n & (n - 1)]
     if config.blocks_per_iter != 1:
         problems.append(f"blocks_per_iter is {config.blocks_per_iter}, TMA loads one block per step")
-    descriptors = []
-    for cache in (key_cache, value_cache):
-        itemsize = cache.element_size()
-        if cache.data_ptr() % 16 or any(st * itemsize % 16 for st in cache.stride()[:3]):
-            problems.append(f"a cache's base or strides {tuple(cache.stride())} are not 16-byte aligned")
-        descriptors.append(lambda c=cache: TensorDescriptor(
-            c, [num_blocks, num_kv, block_size, head_dim], [c.stride(0), c.stride(2), c.stride(1), 1],
-            [1, num_kv, block_size, head_dim]))
+    problems += [f"a cache's base or strides {tuple(c.stride())} are not 16-byte aligned" for c in caches
+                 if c.data_ptr() % 16 or any(st * c.element_size() % 16 for st in c.stride()[:3])]
     if problems:
         raise ValueError("kv_loads='tma': " + "; ".join(problems))
-    return [make() for make in descriptors]
+    return [TensorDescriptor(c, [num_blocks, num_kv, block_size, head_dim], [c.stride(0), c.stride(2), c.stride(1), 1],
+                             [1, num_kv, block_size, head_dim]) for c in caches]
 
 
 def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, out, config, num_splits):
@@ -140,6 +138,13 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
 
 
 if triton is not None:
+
+    @triton.jit
+    def _tma_block(k_desc, v_desc, phys, KV_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, DIM_PAD: tl.constexpr):
+        """Cache block ``phys`` of K and of V, one bulk copy each, as [kv heads, tokens, head_size]."""
+        k = k_desc.load([phys, 0, 0, 0]).reshape(KV_PAD, BLOCK_SIZE, DIM_PAD)
+        v = v_desc.load([phys, 0, 0, 0]).reshape(KV_PAD, BLOCK_SIZE, DIM_PAD)
+        return k, v
 
     @triton.jit
     def _decode_blocks_kernel(
@@ -197,16 +202,14 @@ if triton is not None:
             # one block deep by Triton (3.9, sm_90: one K/V buffer), carried it gets num_stages - 1.
             phys = tl.load(table + first, mask=first < full_end, other=0)
             for block in range(first, full_end):
-                k = k_desc.load([phys, 0, 0, 0]).reshape(KV_PAD, BLOCK_SIZE, DIM_PAD)
-                v = v_desc.load([phys, 0, 0, 0]).reshape(KV_PAD, BLOCK_SIZE, DIM_PAD)
+                k, v = _tma_block(k_desc, v_desc, phys, KV_PAD, BLOCK_SIZE, DIM_PAD)
                 phys = tl.load(table + block + 1, mask=block + 1 < full_end, other=0)
                 m, l, acc = attend_tile(q, tl.permute(k, (0, 2, 1)), v, (t >= 0)[None, None, :], m, l, acc,
                                         scale_log2, F32_DOT)
             if full_end < end:
                 phys = tl.load(table + full_end)
                 valid = full_end * BLOCK_SIZE + t < seq_len
-                k = k_desc.load([phys, 0, 0, 0]).reshape(KV_PAD, BLOCK_SIZE, DIM_PAD)
-                v = v_desc.load([phys, 0, 0, 0]).reshape(KV_PAD, BLOCK_SIZE, DIM_PAD)
+                k, v = _tma_block(k_desc, v_desc, phys, KV_PAD, BLOCK_SIZE, DIM_PAD)
                 v = tl.where(valid[None, :, None], v, tl.zeros_like(v))
                 m, l, acc = attend_tile(q, tl.permute(k, (0, 2, 1)), v, valid[None, None, :], m, l, acc,
                                         scale_log2, F32_DOT)
