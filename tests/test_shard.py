@@ -10,7 +10,7 @@ from fk_pytest.report import main as fk_report
 from fk_pytest.shard import assign, parse_shard
 
 SELECT = "(rms_norm or silu_and_mul or rotary_emb) and not deepseek and correctness and decode-T1-"
-TIMING_KEYS = {"seconds", "speed", "informational_cpu_speedup"}  # wall-clock: differs run to run
+TIMING_KEYS = {"seconds", "phases", "speed", "informational_cpu_speedup"}  # wall-clock: differs run to run
 
 
 def test_parse_shard_names_what_is_wrong():
@@ -50,6 +50,7 @@ def test_merged_shards_equal_one_run(suite_run, tmp_path):
     assert parts[0] | parts[1] == {t["name"] for t in single["tasks"]} and len(single["tasks"]) == 3
     assert _strip(merged) == _strip(single)
     assert merged["macro"] == single["macro"] and merged["complete"]
+    assert set(merged["phases"]) >= {"build", "truth", "reference", "candidate", "compare"}
     assert merged["run"]["merged_from"] == ["1/2", "2/2"]
 
 

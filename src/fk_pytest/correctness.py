@@ -21,6 +21,7 @@ from .build import (SENTINEL, clone_inputs, draw_inputs, instantiate, instantiat
 from .compare import OutputError, check_discriminating, output_error, triton_interpreter_active
 from .errors import CandidateError, TaskDefinitionError, short_traceback
 from .guards import ReferenceTracer, new_threads, tampered
+from .phases import phase
 from .task import Case, Task
 
 
@@ -37,6 +38,7 @@ class CaseResult:
     swapped: List[str] = dataclasses.field(default_factory=list)  # candidate classes in the module
     failed: Dict[str, str] = dataclasses.field(default_factory=dict)  # candidate class -> why it failed
     excluded: Dict[str, float] = dataclasses.field(default_factory=dict)  # output -> share of rows left out
+    phases: Dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per phase (fk_pytest.phases)
 
     @property
     def passed(self) -> bool:
@@ -90,13 +92,15 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
                         case=dict(case.params, dtype=str(case.dtype)) if kind == "fuzz" else None)
     with torch.no_grad():
         try:  # everything before the candidate runs is the task's doing, not the candidate's
-            state = master_state(task, case, seed, device)
+            with phase("build", device):
+                state = master_state(task, case, seed, device)
             inputs, truths, excluded = _truth_run(task, case, seed, state, device, names, written)
             result.excluded = {n: float(m.float().mean()) for n, m in excluded.items()}
             for name, t in zip(names + written, truths):
                 check_discriminating(name, t)
-            reference = instantiate(task.reference, task, case, state, device, case.dtype)
-            with poisoned_allocations():
+            with phase("build", device):
+                reference = instantiate(task.reference, task, case, state, device, case.dtype)
+            with phase("reference", device), poisoned_allocations():
                 ref_inputs = clone_inputs(inputs)
                 refs = [as_outputs(task.call(reference, ref_inputs), names, "reference")
                         + [ref_inputs[w] for w in written]]
@@ -109,17 +113,19 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
         threads_before = {t.ident for t in threading.enumerate()}
         tracer = ReferenceTracer(trace_reference, task.module_path)
         try:
-            candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype, compose)
+            with phase("build", device):
+                candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype, compose)
             result.swapped = list(candidate.fk_composition.swapped)
             cand_inputs = clone_inputs(inputs)
-            with poisoned_allocations(), interpreted_launches(candidate) as launches, tracer:
+            with phase("candidate"), poisoned_allocations(), interpreted_launches(candidate) as launches, tracer:
                 raw = task.call(candidate, cand_inputs)
                 # Snapshot in stream order, before any synchronisation: work the candidate left
                 # running elsewhere (another stream, a thread) has not landed in it yet.
                 snapshot = [o.clone() if isinstance(o, torch.Tensor) else o
                             for o in ([raw] if isinstance(raw, torch.Tensor) else
                                       raw if isinstance(raw, (tuple, list)) else [])]
-            synchronize(device)
+            with phase("candidate"):
+                synchronize(device)
         except CandidateError as exc:
             composition = getattr(exc, "composition", None)
             if composition is not None:
@@ -141,50 +147,58 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
         except CandidateError as exc:
             return dataclasses.replace(result, status=exc.status, message=exc.message)
 
-        names = names + written
-        problem = _structural_problem(task.mutable_inputs(case), names, inputs, cand_inputs, refs[0], cands)
-        if problem is None:
-            problem = _nonfinite_problem(task, case, names, cands, truths, candidate, inputs, device)
-        if problem is None:
-            problem = _constant_problem(names, cands, truths)
-        if problem is not None:
-            result.status, result.message = problem
-            return result
+        with phase("compare", device):
+            return _compare(task, case, seed, device, result, names + written, inputs, cand_inputs, refs,
+                            cands, truths, excluded, candidate, reference, launches, history)
 
-        interpreted = bool(launches["n"]) and _interpreted_bf16(case, device)
-        if interpreted:
-            # The reference with the classes whose candidate modules launched interpreted kernels
-            # on their own Triton paths (the task's class itself at L1, children at L2..L4): the
-            # error the interpreter's truncating conversions cause there is the candidate's bar.
-            twin = with_paths(reference, "forward_triton", sorted(launches["by_class"]), include_root=True)
-            if any(m.__dict__.get("forward") is not None for m in twin.modules()):
-                with poisoned_allocations():
-                    triton_inputs = clone_inputs(inputs)
-                    refs.append(as_outputs(task.call(twin, triton_inputs), task.output_names(case), "reference")
-                                + [triton_inputs[w] for w in written])
-        kept = [excluded.get(n) for n in names]  # routing-aware: undetermined rows left out
-        result.errors = [output_error(n, _kept(truths[i], kept[i]), [_kept(r[i], kept[i]) for r in refs],
-                                      _kept(cands[i], kept[i]), case.dtype, interpreted)
-                         for i, n in enumerate(names)]
-        digest, label = _digest(cands), f"[{case.id}, seed {seed}]"
-        bad = [e for e in result.errors if not e.passed(task.limit)]
-        earlier = history.get(digest) if history is not None else None
-        # Inputs are a function of (case, seed): the same label again (hypothesis may draw one
-        # example twice) is the same inputs, so the same output is no replay.
-        if bad and earlier is not None and earlier != label:
-            result.status = status.REPLAYED_OUTPUT
-            result.message = (f"returned exactly the output it gave for {earlier} although the "
-                              "inputs are new: outputs are replayed, not computed")
-        elif bad:
-            e = bad[0]
-            result.status = status.WRONG_RESULT
-            result.message = (
-                f"output {e.name!r}: relative L2 error {e.e_cand:.3g} is {e.ratio:.2f}x the bar "
-                f"max(reference {e.e_ref:.3g}, floor {e.floor:.3g}) (limit {task.limit}); "
-                f"max element error {e.elem_cand:.3g} is {e.elem_ratio:.2f}x its bar"
-                + _exclusion_note(result.excluded))
-        if history is not None:
-            history.setdefault(digest, label)
+
+def _compare(task, case, seed, device, result, names, inputs, cand_inputs, refs, cands, truths, excluded,
+             candidate, reference, launches, history) -> CaseResult:
+    """The checks after the candidate ran, in order; the first failure names the status."""
+    written = task.inplace_outputs(case)
+    problem = _structural_problem(task.mutable_inputs(case), names, inputs, cand_inputs, refs[0], cands)
+    if problem is None:
+        problem = _nonfinite_problem(task, case, names, cands, truths, candidate, inputs, device)
+    if problem is None:
+        problem = _constant_problem(names, cands, truths)
+    if problem is not None:
+        result.status, result.message = problem
+        return result
+
+    interpreted = bool(launches["n"]) and _interpreted_bf16(case, device)
+    if interpreted:
+        # The reference with the classes whose candidate modules launched interpreted kernels
+        # on their own Triton paths (the task's class itself at L1, children at L2..L4): the
+        # error the interpreter's truncating conversions cause there is the candidate's bar.
+        twin = with_paths(reference, "forward_triton", sorted(launches["by_class"]), include_root=True)
+        if any(m.__dict__.get("forward") is not None for m in twin.modules()):
+            with poisoned_allocations():
+                triton_inputs = clone_inputs(inputs)
+                refs.append(as_outputs(task.call(twin, triton_inputs), task.output_names(case), "reference")
+                            + [triton_inputs[w] for w in written])
+    kept = [excluded.get(n) for n in names]  # routing-aware: undetermined rows left out
+    result.errors = [output_error(n, _kept(truths[i], kept[i]), [_kept(r[i], kept[i]) for r in refs],
+                                  _kept(cands[i], kept[i]), case.dtype, interpreted)
+                     for i, n in enumerate(names)]
+    digest, label = _digest(cands), f"[{case.id}, seed {seed}]"
+    bad = [e for e in result.errors if not e.passed(task.limit)]
+    earlier = history.get(digest) if history is not None else None
+    # Inputs are a function of (case, seed): the same label again (hypothesis may draw one
+    # example twice) is the same inputs, so the same output is no replay.
+    if bad and earlier is not None and earlier != label:
+        result.status = status.REPLAYED_OUTPUT
+        result.message = (f"returned exactly the output it gave for {earlier} although the "
+                          "inputs are new: outputs are replayed, not computed")
+    elif bad:
+        e = bad[0]
+        result.status = status.WRONG_RESULT
+        result.message = (
+            f"output {e.name!r}: relative L2 error {e.e_cand:.3g} is {e.ratio:.2f}x the bar "
+            f"max(reference {e.e_ref:.3g}, floor {e.floor:.3g}) (limit {task.limit}); "
+            f"max element error {e.elem_cand:.3g} is {e.elem_ratio:.2f}x its bar"
+            + _exclusion_note(result.excluded))
+    if history is not None:
+        history.setdefault(digest, label)
     return result
 
 
@@ -199,13 +213,15 @@ def _truth_run(task, case, seed, state, device, names, written):
     """
     shares = []
     for attempt in range(task.exclusion_redraws + 1):
-        inputs = draw_inputs(task, case, device, [seed + attempt * EXCLUSION_SEED_STEP])[0]
-        truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
-        truth_inputs = upcast_inputs(inputs)
-        observed = task.undetermined_rows(case, truth_inputs, truth_module)
-        truths = as_outputs(task.call(truth_module, truth_inputs, "forward_native"), names, "truth") \
-            + [truth_inputs[w] for w in written]
-        masks = {n: m for n, m in (observed() if observed is not None else {}).items() if m is not None}
+        with phase("inputs", device):
+            inputs = draw_inputs(task, case, device, [seed + attempt * EXCLUSION_SEED_STEP])[0]
+        with phase("truth", device):
+            truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
+            truth_inputs = upcast_inputs(inputs)
+            observed = task.undetermined_rows(case, truth_inputs, truth_module)
+            truths = as_outputs(task.call(truth_module, truth_inputs, "forward_native"), names, "truth") \
+                + [truth_inputs[w] for w in written]
+            masks = {n: m for n, m in (observed() if observed is not None else {}).items() if m is not None}
         worst = max((float(m.float().mean()) for m in masks.values()), default=0.0)
         if worst <= task.max_excluded_share and worst < 1.0:  # something must be left to score
             return inputs, truths, masks

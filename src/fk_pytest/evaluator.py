@@ -12,7 +12,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from . import status
+from . import phases, status
 from .candidates import CandidateSource
 from .build import release_memory
 from .compose import candidate_lookup
@@ -101,6 +101,7 @@ class Evaluator:
         result = evaluate_case(task, case, seed, cls, self.device, kind,
                                history=self._history.setdefault(task.name, {}), trace_reference=trace,
                                compose=self._lookup)
+        result.phases = phases.take()
         if self.source is not None and not own and not result.swapped and not result.failed:
             # Composed mode found no candidate class anywhere inside this task's module (a class
             # that is there but failed to load or build is that class's failure, not this).
@@ -133,4 +134,5 @@ class Evaluator:
                 self._flusher = L2Flusher(torch.device("cuda"))
         result = measure_speed(task, case, self._class(task), self.device, seed,
                                roofline=self.roofline, flusher=self._flusher, compose=self._lookup)
+        result.phases = phases.take()
         return result, self.roofline

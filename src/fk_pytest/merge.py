@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import List
 
 from .macro import e2e_macro_eval, macro_eval
+from .phases import total
 
 # What must be equal in every shard for the union to be one run (run settings and environment).
 SAME_RUN = ("device", "mode", "profile", "seed", "isolation", "e2e_scale", "candidate")
@@ -73,6 +74,7 @@ def merge_reports(reports: List[dict], names: List[str]) -> dict:
     merged = dict(first, tasks=ordered, macro=macro_eval([_TaskView(t) for t in ordered]),
                   complete=all(r.get("complete", False) for r in reports),
                   run=dict(first["run"], shard=None, merged_from=[s for s in shards]))
+    merged["phases"] = total(t.get("phases") for t in ordered)
     merged.pop("e2e", None)
     if cases:
         e2e = sorted(cases.values(), key=lambda c: (c["family"], c["model"], c["scenario"]))

@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 
 from . import plots
 from .macro import e2e_macro_eval, macro_eval
+from .phases import total
 from .results import TaskRecord
 
 SCHEMA = "fastkernels.report/1"
@@ -66,6 +67,7 @@ def build_report(records: Iterable[TaskRecord], *, run: dict, env: dict, complet
     records = sorted(records, key=lambda r: (r.level, r.family, r.name))
     report = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "complete": complete, "run": run,
               "environment": env, "tasks": [r.as_json() for r in records], "macro": macro_eval(records)}
+    report["phases"] = total(t["phases"] for t in report["tasks"])
     e2e = sorted(e2e, key=lambda r: (r.family, r.model, r.scenario))
     if e2e:
         report["e2e"] = {"cases": [r.as_json() for r in e2e], "macro": e2e_macro_eval(e2e)}
@@ -131,6 +133,8 @@ def _kernel_lines(report: dict) -> list:
         lines.append(f"cost: {sum(t.get('seconds') or 0 for t in costly):.0f} s of tests over "
                      f"{len(costly)} tasks; the most: " + ", ".join(
                          f"{t['name']} {t['seconds']:.0f} s" for t in costly[:3]))
+    if report.get("phases"):
+        lines.append("evaluation phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in report["phases"].items()))
     for t in report["tasks"]:
         if t["status"] not in ("PASSED",) and t["message"]:
             lines.append(f"{t['name']}: {t['status']}: {t['message'][:300]}")

@@ -7,6 +7,7 @@ from typing import Dict, List, Optional, Tuple
 
 from . import status
 from .correctness import CaseResult
+from .phases import total
 from .speed import SpeedResult
 
 
@@ -120,6 +121,7 @@ class TaskRecord:
             "informational_cpu_speedup": self.informational_speedup,
             "swapped_modules": self.swapped, "failed_classes": self.failed_classes,
             "delegated": self.delegated, "seconds": round(self.seconds, 3),
+            "phases": total([c.phases for c in self.cases.values()] + [s.phases for s in self.speed.values()]),
             "cases": [c.as_json() for c in self.cases.values()],
             "speed": [s.as_json() for s in self.speed.values()],
         }

@@ -12,6 +12,7 @@ from .compare import output_error
 from .correctness import as_outputs
 from .errors import CandidateError, short_traceback
 from .guards import tampered
+from .phases import phase
 from .signatures import remove_call_checks
 from .task import Case, Task
 from .timing import L2Flusher, Timing, make_runners, time_pair_cpu, time_pair_cuda
@@ -43,6 +44,7 @@ class SpeedResult:
     calls: int = 1  # calls per timed replay (amortised timing; 1: one call per replay)
     cand_single_us: Optional[float] = None  # one call per replay (the launch floor included)
     ref_single_us: Optional[float] = None
+    phases: Dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per phase (fk_pytest.phases)
 
     def as_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -62,19 +64,24 @@ def measure_speed(task: Task, case: Case, candidate_cls: type, device, seed: int
 
 
 def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_sets, compose) -> SpeedResult:
-    state = master_state(task, case, seed, device)
-    reference = instantiate(task.reference, task, case, state, device, case.dtype)
-    candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype, compose)
-    sets = draw_inputs(task, case, device, range(seed, seed + (input_sets if device.type == "cuda" else 2)))
-    runners = make_runners(candidate, reference, sets, device, task.call)
-    if device.type == "cuda":
-        remove_call_checks(candidate)  # calls were checked while warming up and capturing: no hook when timed
-        more = seed + input_sets  # the amortised timing's extra sets, after the rotated ones
-        timings = time_pair_cuda(runners, flusher or L2Flusher(device), l2_hot=task.l2_hot(case),
-                                 more_sets=lambda n: draw_inputs(task, case, device, range(more, more + n)))
-    else:
-        timings = time_pair_cpu(runners)
-    _check_after_timing(task, case, state, runners, sets, device)
+    with phase("build", device):
+        state = master_state(task, case, seed, device)
+        reference = instantiate(task.reference, task, case, state, device, case.dtype)
+        candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype, compose)
+    with phase("inputs", device):
+        sets = draw_inputs(task, case, device, range(seed, seed + (input_sets if device.type == "cuda" else 2)))
+    with phase("capture", device):  # warm-up (compilation, autotuning) and graph capture
+        runners = make_runners(candidate, reference, sets, device, task.call)
+    with phase("timing", device):
+        if device.type == "cuda":
+            remove_call_checks(candidate)  # calls were checked while warming up and capturing: no hook when timed
+            more = seed + input_sets  # the amortised timing's extra sets, after the rotated ones
+            timings = time_pair_cuda(runners, flusher or L2Flusher(device), l2_hot=task.l2_hot(case),
+                                     more_sets=lambda n: draw_inputs(task, case, device, range(more, more + n)))
+        else:
+            timings = time_pair_cpu(runners)
+    with phase("timed_check", device):
+        _check_after_timing(task, case, state, runners, sets, device)
     return _result(task, case, timings["candidate"], timings["reference"], roofline)
 
 

@@ -54,13 +54,14 @@ class WorkerClient:
     def _start(self) -> None:
         parent_sock, child_sock = socket.socketpair()
         fd = child_sock.fileno()
+        spawned_at = time.time()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", f"from fk_pytest.worker import serve; serve({fd})"], pass_fds=(fd,),
             env={**os.environ, **self.env} if self.env else None)
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
         self.conn.send({"sys_path": list(sys.path), "candidate": self.candidate, "device": self.device,
-                        "mode": self.mode})
+                        "mode": self.mode, "spawned_at": spawned_at})
 
     def close(self) -> None:
         if self.conn is not None:
@@ -151,6 +152,8 @@ def serve(fd: int) -> None:
         share_cpu_threads()
     ev = evaluator.Evaluator(init["candidate"], init["device"], init["mode"],
                              progress=lambda text: conn.send(("progress", text, False)))
+    from . import phases  # the start-up is billed to the first result after it
+    phases.add("worker_start", time.time() - init.get("spawned_at", time.time()))
     while True:
         try:
             op, args = conn.recv()

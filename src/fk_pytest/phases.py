@@ -1,0 +1,52 @@
+"""Where the time of a run goes: wall seconds per phase of the evaluations.
+
+The process that runs candidate code (the worker, or the pytest process with --fk-isolation=none)
+accumulates seconds per phase as it works; each case or timing result takes what accumulated
+since the last one (so a worker's start-up lands on the first result after it), the task record
+adds them up, and the report shows them per task and for the run. On a GPU each phase ends with a
+synchronisation, so work queued in one phase is not billed to the next.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from typing import Dict
+
+# In the order a case meets them; "worker_start" is the interpreter, imports and the evaluator.
+PHASES = ("worker_start", "build", "inputs", "truth", "reference", "candidate", "compare",
+          "capture", "timing", "timed_check")
+
+_seconds: Dict[str, float] = defaultdict(float)
+
+
+def add(name: str, seconds: float) -> None:
+    _seconds[name] += seconds
+
+
+@contextlib.contextmanager
+def phase(name: str, device=None):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if device is not None and getattr(device, "type", device) == "cuda":
+            import torch
+            torch.cuda.synchronize()
+        _seconds[name] += time.perf_counter() - start
+
+
+def take() -> Dict[str, float]:
+    """What accumulated since the last take, and start again."""
+    out = {k: round(v, 4) for k, v in _seconds.items()}
+    _seconds.clear()
+    return out
+
+
+def total(parts) -> Dict[str, float]:
+    """Sum of several phase dicts, in PHASES order."""
+    summed: Dict[str, float] = defaultdict(float)
+    for p in parts:
+        for k, v in (p or {}).items():
+            summed[k] += v
+    return {k: round(summed[k], 3) for k in sorted(summed, key=lambda k: (PHASES + (k,)).index(k))}
