@@ -24,7 +24,7 @@ before the sort, not tuned). Decode sizes (a few rows per expert) are a weight s
 16-row tiles, and enough programs that every SM keeps loads in flight; the down GEMM splits K when
 the tiles alone leave SMs idle (Mixtral T1: 2 experts x 64 N tiles = 128 programs for 132 SMs, each
 streaming 1.8 MB). Timing equals against each other would pick one at random (see ``triton_rows``),
-so decode configs are fixed (``tools/h200_moe.py --sweep`` compares candidates); prefill sizes
+so decode configs are fixed (``benchmarks/moe.py --sweep`` compares candidates); prefill sizes
 autotune the N/K tiles, GROUP_M swizzle, warps and stages.
 
 The small-batch path (up to ``GEMV_MAX_TOKENS`` tokens; ``FusedMoE.forward_triton``): with one row
@@ -37,6 +37,12 @@ weights each expert's float32 sum by its routing weight and adds them in float32
 numerics of the split-K decode path, float64 throughout for float64). Four launches instead of six,
 and every weight byte read is a useful one. Their launch configs are fixed too (see GEMV_GATE_UP);
 ``override_configs(path=...)`` forces either path for the sweep and the tests.
+
+This file is long because its kernels are one unit of launch plumbing: every launch goes through the
+one ``_launch`` hook (the tests and the recording of which path ran replace that one name), reads
+the one config table that ``override_configs`` swaps, and the align / GEMM / sum / GEMV steps are
+chosen together by ``use_gemv``. Split into files, each would hold its own copy of those names and a
+patch of one would miss the others.
 """
 from __future__ import annotations
 
@@ -47,7 +53,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..triton_rows import autotune_here, size_class
+from ...triton_rows import autotune_here, size_class
 
 try:
     import triton
@@ -235,7 +241,7 @@ def override_configs(block_m: int = None, gate_up: GemmConfig = None, down: Gemm
                      align: str = None, path: str = None, gemv_gate_up: "GemvConfig" = None,
                      gemv_down: "GemvConfig" = None):
     """Force the launch configs of every FusedMoE fast-path call inside the block (the config sweep
-    of ``tools/h200_moe.py``; tests of split-K on the CPU). Launch parameters are baked into a CUDA
+    of ``benchmarks/moe.py``; tests of split-K on the CPU). Launch parameters are baked into a CUDA
     graph at capture, so capturing inside the block is what fixes a graph's config. ``align="torch"``
     aligns with the torch-op chain (the previous fast path) to measure what the kernels save.
     ``path="gemv"`` / ``"grouped"`` forces the small-batch GEMV path / the grouped GEMMs at any token
@@ -404,7 +410,7 @@ class GemvConfig:
 # three models' shapes): both kernels' bf16 tiles are cp.async-pipelined (3 / 5 tiles in flight),
 # 16-byte vectors, 46 / 30 registers, no spills, the K sums within a warp. A K that is not a
 # multiple of 16 (not one of the models) loses the vector loads and the pipelining, not correctness.
-# ``tools/h200_moe.py --sweep`` times these against neighbours; no autotune (capture, stability).
+# ``benchmarks/moe.py --sweep`` times these against neighbours; no autotune (capture, stability).
 GEMV_GATE_UP = GemvConfig(block_n=16, block_k=256, num_warps=4, num_stages=4)
 # Measured on the H200 (docs/perf/h200-moe.md, sweep): 2 warps for the down kernel's [4, 256] tiles
 # beat 4 at every decode case (Qwen3 T1 28.6 vs 30.8 us, DeepSeek T1 35.7 vs 38.5, Mixtral T1 166 vs

@@ -7,7 +7,7 @@ head (MLA is MQA in latent space). Decode works on *absorbed* queries (``MLAAtte
     score(h, t) = q_lat[h] · latent[t] + q_pe[h] · k_pe[t]        (times the softmax scale)
     out_lat[h]  = sum_t softmax(score)[h, t] · latent[t]           (W_UV is applied afterwards)
 
-The kernel follows :mod:`.paged_decode` (read the cache once, online softmax in float32, splits of
+The kernel follows :mod:`kernels_reference.ops.paged_decode` (read the cache once, online softmax in float32, splits of
 a sequence divided on the device from its seq_len, partial outputs merged by that module's merge
 kernel), with two MLA specifics:
 
@@ -17,7 +17,7 @@ kernel), with two MLA specifics:
 * the row is split into its latent part (a power of two, 512) and its rope part (64), two tiles and
   two dots, instead of one 576-wide tile padded to 1024.
 
-CUDA-graph contract as in :mod:`.paged_decode`: launch shapes depend on tensor shapes only.
+CUDA-graph contract as in :mod:`kernels_reference.ops.paged_decode`: launch shapes depend on tensor shapes only.
 """
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ from typing import Optional
 
 import torch
 
-from .paged_decode import LOG2E, merge_meta, run_merge, sm_count, split_workspace
+from ..paged_decode.config import LOG2E
+from ..paged_decode.device import sm_count
+from ..paged_decode.merge import merge_meta, run_merge, split_workspace
 
 try:
     import triton
@@ -39,7 +41,7 @@ HEAD_BLOCK = 16  # heads per program (tl.dot's minimum tile side)
 
 @dataclasses.dataclass(frozen=True)
 class MLADecodeConfig:
-    """Knobs of the latent decode (tools/h200_mla.py --sweep times them side by side on the H200)."""
+    """Knobs of the latent decode (benchmarks/mla.py --sweep times them side by side on the H200)."""
 
     # Tokens per loop iteration: the [tokens, 512] latent tile and the [16, 512] float32 accumulator
     # are what a program holds; 32 tokens keep both in registers at 8 warps.
@@ -57,7 +59,7 @@ class MLADecodeConfig:
 
 
 MLA_DECODE_CONFIG = MLADecodeConfig()
-# The launch before tools/h200_mla.py's sweep: 32 tokens per iteration, 8 warps, 2 stages and the
+# The launch before benchmarks/mla.py's sweep: 32 tokens per iteration, 8 warps, 2 stages and the
 # paged-decode planner (4 programs per SM, at most 32 splits: B1 C8192 ran 32 programs on 132 SMs).
 PREVIOUS_CONFIG = MLADecodeConfig(tokens_per_iter=32, num_warps=8, num_stages=2, programs_per_sm=4, max_splits=32)
 MERGE_SPLITS_CHUNK = 16  # the merge reads [16 splits, 128 latent columns] float32 per step

@@ -1,5 +1,6 @@
 """The production-speed path of ``Attention`` on CUDA: Triton KV store, Triton split-K decode,
-SDPA prefill. Same semantics as ``Attention.forward_native``; see that module for the contract.
+SDPA prefill. Same semantics as ``Attention.forward_native`` (:mod:`.native`); see
+kernels_reference/L1/attention.py for the contract.
 
 Planning reads only the metadata's host tuples and shapes (never ``.tolist()`` of a device tensor),
 so a decode step has no host sync and can be captured in a CUDA graph.
@@ -10,10 +11,10 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..forward_context import AttentionMetadata
-from .attention import sequence_kv, split_heads
-from .kv_store import store_kv_cache_triton
-from .paged_decode import paged_decode
+from ...forward_context import AttentionMetadata
+from ..kv_store.store import store_kv_cache_triton
+from ..paged_decode import paged_decode
+from .native import sequence_kv, split_heads
 from .sdpa_prefill import sdpa_causal
 
 

@@ -1,6 +1,6 @@
 """Paged decode that reads whole cache blocks: ``DecodeConfig(kernel="blocks")``.
 
-Why a third kernel. At batch 1 the split kernels of :mod:`.paged_decode` give each program one kv
+Why a third kernel. At batch 1 the split kernels of :mod:`.two_pass` give each program one kv
 head, so a program reads 256-byte rows (one head's K or V of one token) at the cache's token stride
 (num_kv_heads x head_size elements). On the H200, reading the bytes of B1 C8192 that way reached
 0.32-0.48 of copy bandwidth however the work was cut (one cache block, 32, 64 or 128 tokens per
@@ -27,28 +27,29 @@ form of the math (one dot of every query head against every row; commit c18dad7)
 It stays selectable (``DecodeConfig(kernel="blocks")``; not a default: it wins only at batch 1,
 by a little, and the engine's decode was not measured with it).
 
-``kv_loads="tma"`` (session 8, run 20) copies each block of K and of V into shared memory with one
+``kv_loads="tma"`` (2026-12-01, commits acf7a40..5f2d7ae, run 20) copies each block of K and of V into shared memory with one
 Hopper bulk copy, head-major through a permuted-stride tensor descriptor. It reads no faster than
 Triton's loads (0.63 of copy read-only, against 0.71) and decodes B1 C8192 level with them (14.7 us
 against 14.4); it is the fastest measured at B1 C32768 (35.9 us, 0.88) and beats the pointer form at
 B32 C2048 (79.7 against 85.2, still behind the default's 66.5). Selectable, not a default.
 
 Split-KV as in the two-pass kernel: split s owns blocks [s x P, (s + 1) x P) of the table, P a
-function of shapes (so is the grid: the CUDA-graph contract of :mod:`.paged_decode` holds), reads
+function of shapes (so is the grid: the CUDA-graph contract of :mod:`kernels_reference.ops.paged_decode` holds), reads
 them STEP blocks per loop step, and writes a partial (output and log-sum-exp per query head) that
-the merge kernel of :mod:`.paged_decode` combines. The PDL modes are those of the two-pass kernel.
+the merge kernel of :mod:`.merge` combines. The PDL modes are those of the two-pass kernel.
 """
 from __future__ import annotations
 
 import torch
 
-from . import paged_decode as pd
-from .paged_decode import triton
+from .config import LOG2E
+from .device import VariantUnavailable, _f32_dot, _launch_options, sm_count, triton
+from .merge import merge_launch, run_merge, split_workspace
 
 if triton is not None:
     import triton.language as tl
 
-    from .paged_decode import _metadata_read, _split_start, attend_tile
+    from .two_pass import _metadata_read, _split_start, attend_tile
 
 
 def blocks_num_splits(num_seqs: int, max_blocks: int, num_sms: int, config) -> tuple:
@@ -87,7 +88,7 @@ def _tma_descriptors(key_cache, value_cache, config):
     one bulk copy brings a whole block into shared memory head-major, the order the batched dot reads."""
     reason = tma_unavailable_reason(key_cache.device)
     if reason:
-        raise pd.VariantUnavailable(f"DecodeConfig(kv_loads='tma'): {reason}")
+        raise VariantUnavailable(f"DecodeConfig(kv_loads='tma'): {reason}")
     from triton.tools.tensor_descriptor import TensorDescriptor
     num_blocks, block_size, num_kv, head_dim = key_cache.shape
     caches = (key_cache, value_cache)
@@ -109,17 +110,17 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
     tma = config.kv_loads == "tma"
     k_desc, v_desc = _tma_descriptors(key_cache, value_cache, config) if tma else (None, None)
     width = block_tables.shape[1]
-    splits, per_split = blocks_num_splits(num_seqs, width, pd.sm_count(query.device), config)
+    splits, per_split = blocks_num_splits(num_seqs, width, sm_count(query.device), config)
     if num_splits:  # forced (tests): that many splits, blocks shared out in whole steps
         per_split = _blocks_per_split(width, num_splits, config.blocks_per_iter)
         splits = num_splits
     kv_pad = triton.next_power_of_2(num_kv_heads)  # the dot's batch: any power of two
-    part_out, part_lse = pd.split_workspace(out, splits)
+    part_out, part_lse = split_workspace(out, splits)
     gdc = config.pdl != "off" and query.is_cuda
     split_pdl = gdc and config.pdl in ("all", "early-metadata")
     _decode_blocks_kernel[(num_seqs, splits)](
         query, key_cache, value_cache, k_desc, v_desc, block_tables, seq_lens, out, part_out, part_lse,
-        scale * pd.LOG2E, per_split,
+        scale * LOG2E, per_split,
         query.stride(0), query.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
@@ -127,14 +128,14 @@ def launch_blocks(query, key_cache, value_cache, block_tables, seq_lens, scale, 
         NUM_HEADS=num_heads, GROUP=num_heads // num_kv_heads,
         GROUP_PAD=max(16, triton.next_power_of_2(num_heads // num_kv_heads)),
         NUM_KV=num_kv_heads, KV_PAD=kv_pad, HEAD_DIM=head_dim, DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
-        BLOCK_SIZE=block_size, STEP_BLOCKS=config.blocks_per_iter, SPLIT=splits > 1, F32_DOT=pd._f32_dot(query),
+        BLOCK_SIZE=block_size, STEP_BLOCKS=config.blocks_per_iter, SPLIT=splits > 1, F32_DOT=_f32_dot(query),
         EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and splits > 1, TMA=tma,
-        num_warps=config.num_warps, num_stages=config.num_stages, **pd._launch_options(split_pdl),
+        num_warps=config.num_warps, num_stages=config.num_stages, **_launch_options(split_pdl),
     )
     if splits > 1:
         dim_pad = max(16, triton.next_power_of_2(head_dim))
-        pd.run_merge(part_out, part_lse, out, splits,
-                     *pd.merge_launch(splits, head_dim, dim_pad, config.merge_programs_per_head, gdc))
+        run_merge(part_out, part_lse, out, splits,
+                  *merge_launch(splits, head_dim, dim_pad, config.merge_programs_per_head, gdc))
 
 
 if triton is not None:

@@ -49,9 +49,9 @@ MIN_HALF_ROWS = 4  # used instead where HALF_ROWS would leave fewer than 3 progr
 # iteration). Optional: "HALF" fixes the rows per half (default: _half_rows); "PER_SM" makes the
 # grid persistent; "STAGES" > 1 pipelines the loop's loads through shared memory (cp.async);
 # "NORM_BLOCK" sets the columns per step of the norm statistics (default: the whole row).
-# tools/h200_fused_gemv.py times alternatives on the H200 side by side. Tried there and removed
+# benchmarks/fused_gemv.py times alternatives on the H200 side by side. Tried there and removed
 # (docs/perf/h200-engine.md): tensor-core loops, both the token as row 0 of a 16-row A operand
-# (session 5, 1.1-3x slower) and the weights as A (session 6 run o, 1.2-1.7x slower); weight
+# (2026-12-01, commits b7902d5..49a26cf, 1.1-3x slower) and the weights as A (commits 149a3b4..921bd58 (2026-12-01) run o, 1.2-1.7x slower); weight
 # prefetching, into registers a tile ahead (never faster) and into L2 before the PDL wait
 # (0.16-0.32 ms slower in the engine, run p).
 # Defaults: the fastest per kind in the engine (runs k, p, q): tiles that keep their weights in
@@ -89,7 +89,7 @@ def _half_rows(pairs: int, device: torch.device) -> int:
     """Rows per program and half: HALF_ROWS, or MIN_HALF_ROWS where that many would give fewer than
     three programs per SM (Llama-3.1-8B's q/k/v, o and down projections on an H200): a program
     streams its rows alone, so an SM needs several to keep enough loads in flight."""
-    from .paged_decode import sm_count
+    from ..paged_decode.device import sm_count
 
     if pairs % HALF_ROWS == 0 and pairs // HALF_ROWS >= 3 * sm_count(device):
         return HALF_ROWS
@@ -190,14 +190,14 @@ def _launch(x, res, res_out, norm_weight, eps, weight, out, has_res, epilogue, p
         cos_sin, row, slot, kc, vc, nq, nk, d = out, x, x, out.view(1, 1, 1, -1), out.view(1, 1, 1, -1), 1, 1, 1
     else:
         cos_sin, row, slot, kc, vc, nq, nk, d = rope
-    from .paged_decode import sm_count
+    from ..paged_decode.device import sm_count
 
     config = _config(weight.shape[1], x.is_cuda, epilogue)
     half = config.pop("HALF", None) or _half_rows(pairs, x.device)
     if pairs % half or (epilogue == ROPE_KV and (d // 2) % half):
         half = HALF_ROWS  # every caller has checked that this one divides
     if pdl and x.is_cuda:
-        from .paged_decode import VariantUnavailable, pdl_unavailable_reason
+        from ..paged_decode.device import VariantUnavailable, pdl_unavailable_reason
 
         reason = pdl_unavailable_reason(x.device)
         if reason:
@@ -268,7 +268,7 @@ def norm_gemv_rope_kv_reference(x, residual, norm_weight, eps, qkv_weight, cos_s
 
 
 if triton is not None:
-    from .paged_decode import _gdc_launch_dependents, _gdc_wait  # grid dependency control (or stand-ins)
+    from ..paged_decode.device import _gdc_launch_dependents, _gdc_wait  # grid dependency control (or stand-ins)
 
     # ---- the kernel's pieces: the norm prologue, a chunk of the GEMV input, the rows of a group and
     # the epilogues ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ memory-efficient), so the reference uses the library rather than a hand-written 
 GQA: ``enable_gqa=True`` lets the backends that support it (FlashAttention; memory-efficient on
 recent torch; math) read the shared K/V heads directly. ``PrefillConfig.expand_kv`` instead
 repeats K/V to one head per query head, which every backend accepts (cuDNN included) at the cost
-of the copy; tools/gpu_attention.py measures both so the default can follow the numbers.
+of the copy; benchmarks/attention.py measures both so the default can follow the numbers.
 """
 from __future__ import annotations
 
