@@ -1,7 +1,7 @@
 """Attention fast path on a GPU in one go: correctness checks, then timings and knob sweeps.
 
-    python3 tools/gpu_attention.py                 # on the H200, from the repo root (about 1-2 minutes)
-    python3 tools/gpu_attention.py --cpu-smoke     # tiny shapes, Triton interpreter, CPU wall times
+    python3 -m benchmarks attention                 # on the H200, from the repo root (about 1-2 minutes)
+    python3 -m benchmarks attention --cpu-smoke     # tiny shapes, Triton interpreter, CPU wall times
 
 1. Checks (float32, and bfloat16 calibrated against a float64 truth): decode (with splits and a
    padded row), prefill, chunked prefill, a mixed batch; decode replayed from a CUDA graph after the
@@ -72,10 +72,13 @@ import torch  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from fk_pytest.compare import output_error  # noqa: E402
-from kernels_reference.L1 import paged_decode as decode_mod  # noqa: E402
+from kernels_reference.ops.paged_decode import config as pd_config  # noqa: E402
+from kernels_reference.ops.paged_decode import decode as pd_decode  # noqa: E402
+from kernels_reference.ops.paged_decode import device as pd_device  # noqa: E402
+from kernels_reference.ops.paged_decode import merge as pd_merge  # noqa: E402
 from kernels_reference.L1.attention import Attention  # noqa: E402
-from kernels_reference.L1.kv_store import store_kv_cache_triton  # noqa: E402
-from kernels_reference.L1.sdpa_prefill import PrefillConfig, sdpa_causal  # noqa: E402
+from kernels_reference.ops.kv_store.store import store_kv_cache_triton  # noqa: E402
+from kernels_reference.ops.attention.sdpa_prefill import PrefillConfig, sdpa_causal  # noqa: E402
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context  # noqa: E402
 
 DEVICE = torch.device("cpu" if ARGS.cpu_smoke else "cuda")
@@ -304,21 +307,21 @@ def check_fused_merge_graph():
     batch, context = (2, 3000) if DEVICE.type == "cuda" else (2, 90)
     q, (kc, vc), bt, seq_lens = decode_inputs(batch, context, seed=5)
     seq_lens[1] = context // 3  # uneven: some splits of row 1 are empty
-    fused = dataclasses.replace(decode_mod.DECODE_CONFIG, fused_merge=True)
-    want = decode_mod.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, num_splits=8)
+    fused = dataclasses.replace(pd_decode.DECODE_CONFIG, fused_merge=True)
+    want = pd_decode.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, num_splits=8)
     out = torch.zeros_like(want)
-    decode_mod.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, out=out, config=fused, num_splits=8)
+    pd_decode.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, out=out, config=fused, num_splits=8)
     if DEVICE.type == "cuda":
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            decode_mod.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, out=out, config=fused, num_splits=8)
+            pd_decode.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, out=out, config=fused, num_splits=8)
         for _ in range(3):
             out.zero_()
             graph.replay()
         torch.cuda.synchronize()
     err = float((out.float() - want.float()).abs().max())
-    counters_zero = all(int(torch.count_nonzero(c)) == 0 for c in decode_mod._COUNTERS.values())
+    counters_zero = all(int(torch.count_nonzero(c)) == 0 for c in pd_merge._COUNTERS.values())
     return {"check": "decode-fused-merge-graph-replays", "ok": err < 2e-2 and counters_zero,
             "max_abs_fast_vs_native": err}
 
@@ -369,7 +372,7 @@ def decode_bytes(batch, context):
 
 def decode_configs():
     """(label, config): the default, the previous default, single-knob changes, then the sweep."""
-    base = decode_mod.DECODE_CONFIG
+    base = pd_decode.DECODE_CONFIG
     out = [("default", base), ("previous-default", dataclasses.replace(base, **PREVIOUS_DEFAULT))]
     if not ARGS.no_sweep:
         out += [("default+" + ",".join(f"{k}={v}" for k, v in change.items()), dataclasses.replace(base, **change))
@@ -389,19 +392,19 @@ def time_decode(timer, copy_tbps, floor_us):
     rows = []
     for batch, context in DECODE_SHAPES:
         q, (kc, vc), bt, seq_lens = decode_inputs(batch, context)
-        baseline = decode_mod.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5)
+        baseline = pd_decode.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5)
         nbytes = decode_bytes(batch, context)
         timed = {}  # launch key -> timing, so configs that launch the same thing are timed once
         for label, cfg in decode_configs():
-            splits = decode_mod.decode_num_splits(batch, NK, bt.shape[1], decode_mod.sm_count(DEVICE), cfg)
+            splits = pd_config.decode_num_splits(batch, NK, bt.shape[1], pd_device.sm_count(DEVICE), cfg)
             key = (cfg.blocks_per_iter, cfg.num_warps, cfg.num_stages, cfg.fused_merge and splits > 1, splits)
             row = {"batch": batch, "context": context, "label": label, "config": dataclasses.asdict(cfg),
-                   "default": cfg == decode_mod.DECODE_CONFIG, "splits": splits}
+                   "default": cfg == pd_decode.DECODE_CONFIG, "splits": splits}
             if key not in timed:
                 out = torch.zeros(batch, NQ, HD, dtype=q.dtype, device=DEVICE)
 
                 def fn(cfg=cfg, out=out):
-                    return decode_mod.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, out=out, config=cfg)
+                    return pd_decode.paged_decode(q, kc, vc, bt, seq_lens, HD ** -0.5, out=out, config=cfg)
                 try:
                     t = timer(fn, budget_s=0.08)
                     t["max_abs_vs_default"] = float((out.float() - baseline.float()).abs().max())
@@ -511,7 +514,7 @@ def decode_table(result):
     if full:
         geo = {k: math.exp(math.fsum(map(math.log, v)) / len(v)) for k, v in full.items()}
         best_cfg = max(geo, key=geo.get)
-        default_key = json.dumps(dataclasses.asdict(decode_mod.DECODE_CONFIG), sort_keys=True)
+        default_key = json.dumps(dataclasses.asdict(pd_decode.DECODE_CONFIG), sort_keys=True)
         result["decode_best_config"] = json.loads(best_cfg)
         lines.append(f"best single decode config over all shapes: geomean frac {geo[best_cfg]:.3f} "
                      f"(default {geo.get(default_key, float('nan')):.3f}): {knobs(json.loads(best_cfg))}")
@@ -546,7 +549,7 @@ def main():
     import triton
     result = {"device": torch.cuda.get_device_name() if timer.cuda else "cpu (interpreter smoke)",
               "torch": torch.__version__, "triton": triton.__version__,
-              "decode_default_config": dataclasses.asdict(decode_mod.DECODE_CONFIG)}
+              "decode_default_config": dataclasses.asdict(pd_decode.DECODE_CONFIG)}
     sections = [("checks", run_checks), ("copy_tbps", lambda: copy_bandwidth_tbps(timer)),
                 ("floor_us", lambda: timing_floor_us(timer))]
     for name, fn in sections:

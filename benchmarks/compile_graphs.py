@@ -6,7 +6,7 @@ inputs; ``torch.compile(forward, fullgraph=True)`` (Inductor) runs eagerly and i
 Each must agree with eager (bf16 tolerance). Prints one line per check and a table last; writes
 ``$OUT/compile_graphs.json``.
 
-    PYTHONPATH=$PWD/src:$PWD python3 tools/gpu_compile_graphs.py [--profile full] [--budget-s 240]
+    PYTHONPATH=$PWD/src:$PWD python3 -m benchmarks compile_graphs [--profile full] [--budget-s 240]
 """
 import argparse
 import json

@@ -1,9 +1,9 @@
 """Paged decode at batch 1 (and regression shapes): the two-pass kernel's fixed-cost variants and
 knobs, and the one-pass kernel, against the default two-pass kernel.
 
-    python3 tools/h200_decode_b1.py               # on the H200, from the repo root (about 2 minutes)
-    python3 tools/h200_decode_b1.py --tiny-cpu    # tiny shapes, Triton interpreter, CPU wall times
-    python3 tools/h200_decode_b1.py --one-pass-sweep   # also the one-pass knob sweep of the last run
+    python3 -m benchmarks decode               # on the H200, from the repo root (about 2 minutes)
+    python3 -m benchmarks decode --tiny-cpu    # tiny shapes, Triton interpreter, CPU wall times
+    python3 -m benchmarks decode --one-pass-sweep   # also the one-pass knob sweep of the last run
 
 Llama-3.1-8B attention (32 q heads, 8 kv heads, d 128), paged cache [blocks, 16, 8, 128] in bfloat16,
 block tables shuffled. Cases: B1 C8192 (the target), B1 C2048, B1 C32768, B32 C2048, B128 C1024.
@@ -22,7 +22,7 @@ block tables shuffled. Cases: B1 C8192 (the target), B1 C2048, B1 C32768, B32 C2
    copy figure) and of a device-to-device copy measured here (1 GiB, events).
 4. At B1 C8192 and B1 C2048, the two-pass kernel's fixed-cost variants (``VARIANTS``: interleaved
    split tiles, PDL of the merge / of both kernels / with the metadata read before the wait, a
-   register cap for one resident wave; see kernels_reference/L1/paged_decode.py) at the default
+   register cap for one resident wave; see kernels_reference/ops/paged_decode) at the default
    knobs, and a grid of knobs (``KNOBS``: tile, warps, pipeline depth, programs per SM, register
    cap) on interleaved + PDL "all". Two of the variants also run at the other cases (regressions).
    A variant this Triton / GPU cannot run (``VariantUnavailable``) is reported as unavailable.
@@ -32,8 +32,9 @@ block tables shuffled. Cases: B1 C8192 (the target), B1 C2048, B1 C32768, B32 C2
    store kernel, which does not, so only the launch latency would overlap there.
 5. ``--blocks`` / ``--tma`` add kernel "blocks" (Triton loads / TMA bulk copies) at every case and
    their reads to the ceilings; ``--contiguous-peers`` adds production kernels (SDPA cuDNN / flash /
-   efficient, compiled flex_attention) on the same K/V unpaged to the ceilings; ``--cuda-reads``
-   adds reads of the same bytes by CUDA C++ kernels (tools/cuda_reads.py).
+   efficient, compiled flex_attention) on the same K/V unpaged to the ceilings. (Reads of the same
+   bytes by CUDA C++ kernels, ``--cuda-reads``, answered their question in run 22 of
+   docs/perf/h200-decode-b1.md; that probe was tools/cuda_reads.py, removed after a99e3bd.)
 6. ``--tiny-cpu`` also compiles the structural variants for sm_90 (tools/decode_sm90_compile.py,
    Triton's compiler without a GPU) and checks the PDL instruction order in their PTX.
 
@@ -71,8 +72,6 @@ def parse_args():
     p.add_argument("--contiguous-peers", action="store_true",
                    help="also, in the ceilings, production attention kernels on the same K/V stored contiguously "
                         "(SDPA flash / cuDNN / efficient, compiled flex_attention): what they reach without paging")
-    p.add_argument("--cuda-reads", action="store_true",
-                   help="also, in the ceilings, reads of the same bytes by CUDA C++ kernels (tools/cuda_reads.py, NVRTC)")
     p.add_argument("--one-pass-sweep", action="store_true", help="also the one-pass knob sweep (it lost last time)")
     return p.parse_args()
 
@@ -83,9 +82,13 @@ if ARGS.tiny_cpu:
 
 import torch  # noqa: E402
 
-from kernels_reference.L1 import paged_decode as decode_mod  # noqa: E402
+from kernels_reference.ops.paged_decode import config as pd_config  # noqa: E402
+from kernels_reference.ops.paged_decode import decode as pd_decode  # noqa: E402
+from kernels_reference.ops.paged_decode import device as pd_device  # noqa: E402
+from kernels_reference.ops.paged_decode import merge as pd_merge  # noqa: E402
+from kernels_reference.ops.paged_decode import one_pass as pd_one_pass  # noqa: E402
 from fk_pytest.timing import flushed_replay_us  # noqa: E402
-from graph_timing import over_sets, time_amortised  # noqa: E402
+from benchmarks.graph_timing import over_sets, time_amortised  # noqa: E402
 
 DEVICE = torch.device("cpu" if ARGS.tiny_cpu else "cuda")
 GPU = DEVICE.type == "cuda"  # timed with CUDA graphs (else one wall-clock call each)
@@ -100,8 +103,8 @@ if ARGS.tiny_cpu:
     NQ, NK, HD = 8, 2, 64
     CASES = [(1, 200), (3, 40)]
 
-OLD = decode_mod.TWO_PASS_CONFIG
-NEW = decode_mod.ONE_PASS_CONFIG
+OLD = pd_config.TWO_PASS_CONFIG
+NEW = pd_config.ONE_PASS_CONFIG
 ONE_PASS_SWEEP = {  # label -> changes to the one-pass default ("new") or to the two-pass one ("old")
     "1p bpi4 w4 st2 (1 tile in flight, 4/SM)": ("new", dict(num_warps=4, num_stages=2, max_splits=64)),
     "1p bpi4 w4 st5 (3/SM)": ("new", dict(num_warps=4, max_splits=64)),
@@ -129,7 +132,7 @@ VARIANTS = {
     "2p early-md": dict(pdl="early-metadata"),
     "2p maxnreg128": dict(max_registers=128),
     "2p pdl small-batch": dict(pdl="small-batch"),
-    # The merge in the split kernel's last program (chunked since session 5: the one-piece merge
+    # The merge in the split kernel's last program (chunked since commits b7902d5..49a26cf (2026-12-01): the one-piece merge
     # spilled), i.e. one launch per call, with the split kernel itself launched dependent.
     "2p fused merge": dict(fused_merge=True),
     "2p fused merge pdl-all": dict(fused_merge=True, pdl="all"),
@@ -140,7 +143,7 @@ EVERY_CASE = ("2p pdl merge", "2p pdl all", "2p pdl small-batch", "2p early-md")
 # 512 blocks): programs per SM 1/2/3/4/8 -> 17/33/50/66/128 splits (bpi 4), bpi 8 caps at 64.
 # Where this Triton / GPU has no PDL, the grid runs on interleaved alone (labelled so) rather than
 # being lost as unavailable rows.
-PDL_MISSING = decode_mod.pdl_unavailable_reason(DEVICE) if GPU else None
+PDL_MISSING = pd_device.pdl_unavailable_reason(DEVICE) if GPU else None
 KNOB_BASE = dict(interleaved=True) if PDL_MISSING else dict(interleaved=True, pdl="all")
 KNOBS = {
     "il+pdl st3": dict(num_stages=3),
@@ -163,7 +166,7 @@ KNOBS = {
 if PDL_MISSING:
     KNOBS = {label.replace("il+pdl", "il (no PDL)"): change for label, change in KNOBS.items()}
 SWEEP_CASES = {(1, 8192), (1, 2048), (1, 200)}  # (1, 200): --tiny-cpu
-# One cache tile per split (session 7): at batch 1 every program reads one tile of one kv head in
+# One cache tile per split (2026-12-01, commits c18dad7..b077503): at batch 1 every program reads one tile of one kv head in
 # one load step (no loop: the contiguous reads that reached 0.69-0.73 of copy in run 10 were one
 # step per program), its table entries and seq_len read before the PDL wait; then the merge kernel.
 # Splits = tiles: 64 programs per SM asked for, capped by the table's tiles (max_splits 512).
@@ -184,14 +187,14 @@ ONE_TILE = {
     # Not one tile per split: today's split count (66 at B1 C8192, 2 tiles each) without staging.
     "2p il early-md st1": dict(num_stages=1, small_batch_programs_per_sm=4, max_splits=128),
 }
-# Kernel "blocks" (session 7, kernels_reference/L1/paged_decode_blocks.py): whole cache blocks per
+# Kernel "blocks" (2026-12-01, commits c18dad7..b077503, kernels_reference/ops/paged_decode/blocks.py): whole cache blocks per
 # program, every head. Runs 12/14 swept an earlier block-diagonal math (commit c18dad7;
 # docs/perf/h200-decode-b1.md has that sweep's rows). ppsm: programs per SM asked for (splits at B1 C8192: ppsm 4 -> 512 one-step splits,
 # 2 -> 256, 1 -> 128). The merge spread 4 programs per head unless said. Changes to BLOCKS_BASE.
 BLOCKS_BASE = dict(kernel="blocks", blocks_per_iter=1, num_warps=4, num_stages=1, pdl="early-metadata",
                    small_batch_programs_per_sm=4, programs_per_sm=2, max_splits=512, merge_programs_per_head=4)
 BLOCKS_SWEEP = {
-    # Session 7, run 18 (K/V loads head-major since run 17; the token-major + permute rows of runs
+    # Commits c18dad7..b077503 (2026-12-01), run 18 (K/V loads head-major since run 17; the token-major + permute rows of runs
     # 17-18: commit cfac1aa): pipelined through shared memory. ppsm 1 = 128 splits at B1 C8192;
     # max_splits 64 = 8 steps each. sm_90 compile: 8 warps 166 registers, 160 KiB shared memory at 3
     # stages, 224 KiB at 4; 16 warps 97 registers. Runs 15-16's rows: commits 3e53198, 3178a68.
@@ -208,7 +211,7 @@ BLOCKS_SWEEP = {
     "blk hm w8 st1 ppsm2": dict(num_warps=8, small_batch_programs_per_sm=2),
 }
 BLOCKS_EVERY_CASE = ("blk hm w8 st3 ppsm1", "blk hm w8 st4 64 splits")
-# Session 8: kernel "blocks" with K/V brought in by TMA bulk copies (kv_loads="tma"), one whole block
+# Commits acf7a40..5f2d7ae (2026-12-01): kernel "blocks" with K/V brought in by TMA bulk copies (kv_loads="tma"), one whole block
 # of K and one of V per copy, head-major through a permuted-stride descriptor. sm_90 compile (Triton
 # 3.9): 8 warps 184-200 registers; shared memory 96 KiB at 2 stages (one K/V buffer), 160 at 3, 224
 # at 4. 4 warps spill. Changes to BLOCKS_BASE; "blk hm w8 st3 ppsm1" above is the same kernel with
@@ -288,7 +291,7 @@ def errors(got, want):
 
 
 def decode_call(config):
-    return lambda s: decode_mod.paged_decode(s["q"], s["k"], s["v"], s["bt"], s["sl"], HD ** -0.5, config=config)
+    return lambda s: pd_decode.paged_decode(s["q"], s["k"], s["v"], s["bt"], s["sl"], HD ** -0.5, config=config)
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -326,7 +329,7 @@ def check_graph_replay_new_metadata(config=None, label="one-pass"):
     fn = decode_call(config)
     try:
         got = fn(s)
-    except decode_mod.VariantUnavailable as exc:
+    except pd_device.VariantUnavailable as exc:
         return {"check": name, "ok": None, "unavailable": str(exc)}
     if not GPU:
         return {"check": name, "ok": errors(got, want_full)["rel_l2"] < 1e-2}
@@ -345,7 +348,7 @@ def check_graph_replay_new_metadata(config=None, label="one-pass"):
         err = errors(out, reference_f32(s))
         worst = max(worst, err["rel_l2"])
         ok = ok and err["finite"] and err["rel_l2"] < 1e-2
-    counters_zero = all(int(torch.count_nonzero(c)) == 0 for c in decode_mod._COUNTERS.values())
+    counters_zero = all(int(torch.count_nonzero(c)) == 0 for c in pd_merge._COUNTERS.values())
     return {"check": name, "ok": ok and counters_zero, "worst_rel_l2": worst, "counters_zero": counters_zero}
 
 
@@ -408,13 +411,13 @@ def implementations(batch, context):
 
 def plan(config, s):
     if config.kernel == "blocks":
-        from kernels_reference.L1.paged_decode_blocks import blocks_num_splits
-        return {"splits": blocks_num_splits(s["q"].shape[0], s["bt"].shape[1], decode_mod.sm_count(DEVICE), config)[0],
+        from kernels_reference.ops.paged_decode.blocks import blocks_num_splits
+        return {"splits": blocks_num_splits(s["q"].shape[0], s["bt"].shape[1], pd_device.sm_count(DEVICE), config)[0],
                 "resident_per_sm": None}
     if config.kernel == "one-pass":
-        return decode_mod.one_pass_plan(s["q"], s["k"], s["bt"], config)
-    return {"splits": decode_mod.decode_num_splits(s["q"].shape[0], NK, s["bt"].shape[1],
-                                                   decode_mod.sm_count(DEVICE), config), "resident_per_sm": None}
+        return pd_one_pass.one_pass_plan(s["q"], s["k"], s["bt"], config)
+    return {"splits": pd_config.decode_num_splits(s["q"].shape[0], NK, s["bt"].shape[1],
+                                                   pd_device.sm_count(DEVICE), config), "resident_per_sm": None}
 
 
 def calls_per_graph(fn, probe, flush) -> int:
@@ -436,7 +439,7 @@ def run_case(batch, context, flush, result):
         try:
             got = decode_call(cfg)(probe[0])
             row.update(errors(got, want), **plan(cfg, probe[0]))
-        except decode_mod.VariantUnavailable as exc:  # this Triton / GPU lacks a feature: not a failure
+        except pd_device.VariantUnavailable as exc:  # this Triton / GPU lacks a feature: not a failure
             row["unavailable"] = str(exc)
         except Exception as exc:  # noqa: BLE001 - a variant that fails is recorded, not fatal
             row["error"] = f"{type(exc).__name__}: {exc}"
@@ -600,7 +603,7 @@ def _read_blocks_tma_kernel(k_desc, v_desc, bt_ptr, out_ptr, seq_len, per_progra
 
 
 def read_blocks_tma(s, seq_len, per_program=1, stages=3, warps=4):
-    from kernels_reference.L1.paged_decode_blocks import _tma_descriptors
+    from kernels_reference.ops.paged_decode.blocks import _tma_descriptors
     programs = -(-(-(-seq_len // BLOCK)) // per_program)
     out = torch.empty(programs, dtype=torch.float32, device=DEVICE)
     config = dataclasses.replace(OLD, kernel="blocks", kv_loads="tma", blocks_per_iter=1)
@@ -695,7 +698,7 @@ def time_ceilings(context, flush, result):
     with as many programs: how much of the decode's time any split-KV kernel of this grid would
     spend just reading (amortised, each call on its own copy, L2 flushed per replay)."""
     sets0 = make_sets(1, context, 1)
-    splits = decode_mod.decode_num_splits(1, NK, sets0[0]["bt"].shape[1], decode_mod.sm_count(DEVICE), OLD)
+    splits = pd_config.decode_num_splits(1, NK, sets0[0]["bt"].shape[1], pd_device.sm_count(DEVICE), OLD)
     fns = {"decode: default (two-pass)": decode_call(OLD),
            "decode: pdl early-metadata": decode_call(dataclasses.replace(OLD, pdl="early-metadata")),
            "read only: the split kernel's gather": lambda s: read_paged(s, splits, context),
@@ -711,7 +714,7 @@ def time_ceilings(context, flush, result):
                s, -(-context // (OLD.blocks_per_iter * BLOCK)), context),
            "decode: pdl early-metadata, one 64-token tile per split (up to 128 splits)": decode_call(
                dataclasses.replace(OLD, pdl="early-metadata", small_batch_programs_per_sm=16)),
-           # Session 7: the gathers above ran with Triton's default 3 pipeline stages (cp.async
+           # Commits c18dad7..b077503 (2026-12-01): the gathers above ran with Triton's default 3 pipeline stages (cp.async
            # through shared memory even for one step); the same without staging, and whole blocks.
            "read only: the gather, one 64-token tile per program, stages 1": lambda s: read_paged(
                s, -(-context // (OLD.blocks_per_iter * BLOCK)), context, stages=1),
@@ -741,25 +744,6 @@ def time_ceilings(context, flush, result):
         for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
             fns[f"peer, unpaged K/V: SDPA {backend.split('_')[0].lower()}"] = sdpa_contiguous(backend)
         fns["peer, unpaged K/V: flex_attention (compiled)"] = flex_contiguous()
-    if ARGS.cuda_reads and GPU:
-        import cuda_reads as cr
-        paged = {  # label -> read_paged_blocks keywords
-            "whole blocks, 1 per CTA, 256 threads": dict(),
-            "whole blocks, 1 per CTA, 512 threads": dict(threads=512),
-            "whole blocks, 2 per CTA, both in flight, 256 threads": dict(per_cta=2, unroll=2),
-            "whole blocks, 4 per CTA, 2 in flight, 256 threads": dict(per_cta=4, unroll=2),
-            "half blocks per CTA, 256 threads": dict(parts=2),
-            "half blocks per CTA, 128 threads": dict(parts=2, threads=128),
-            "quarter blocks per CTA, 256 threads": dict(parts=4),
-            "half blocks per CTA, 256 threads, streaming loads": dict(parts=2, load="ldcs"),
-            "half blocks per CTA, 256 threads, 8 CTAs/SM register cap": dict(parts=2, min_ctas=8),
-        }
-        for label, kw in paged.items():
-            fns[f"read only: the gather, CUDA, {label}"] = (
-                lambda s, kw=kw: cr.read_paged_blocks(s["k"], s["v"], s["bt"], context, **kw))
-        for items in (4, 8):
-            fns[f"read only: contiguous, CUDA, {items} words per thread, 256 threads"] = (
-                lambda s, items=items: cr.read_flat(s["k"], s["v"], items=items))
     rows = []
     s0 = sets0[0]
     if ARGS.contiguous_peers:

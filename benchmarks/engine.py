@@ -10,8 +10,8 @@ same padded path run eagerly (same kernels); agreement with HF's greedy tokens (
 teacher-forced top-1: bf16 random weights may diverge, so it is reported, not asserted).
 torch.compile + graphs runs last, in a child process killed when the run's budget is spent.
 
-    PYTHONPATH=$PWD/src:$PWD python3 tools/h200_engine.py          (device machine, repo root; <= 5 min)
-    python3 tools/h200_engine.py --tiny-cpu                          (a check of the script on a CPU)
+    PYTHONPATH=$PWD/src:$PWD python3 -m benchmarks engine          (device machine, repo root; <= 5 min)
+    python3 -m benchmarks engine --tiny-cpu                          (a check of the script on a CPU)
 
 Prints a table last; with ``$OUT`` set writes ``$OUT/engine.json`` and ``$OUT/engine.md``.
 """
@@ -33,10 +33,9 @@ import transformers
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 from kernels_reference.engine import LLM, FusedDecodeConfig, SamplingParams  # noqa: E402
-from kernels_reference.L1 import fused_gemv  # noqa: E402
+from kernels_reference.ops.fused_gemv import gemv as fused_gemv  # noqa: E402
 from kernels_reference.L4.llama import init_random_weights, model_for  # noqa: E402
-sys.path.insert(0, str(ROOT / "tools"))
-from graph_timing import graph_kernel_breakdown, replay_ms  # noqa: E402
+from benchmarks.graph_timing import graph_kernel_breakdown, replay_ms  # noqa: E402
 
 TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=500, head_dim=16)
@@ -50,7 +49,7 @@ def main():
     args = parse_args()
     if args.decode_pdl != "off":  # the paged decode's launch variant for this whole run (child too)
         import dataclasses
-        from kernels_reference.L1 import paged_decode
+        from kernels_reference.ops.paged_decode import decode as paged_decode  # DECODE_CONFIG: the runtime default
         paged_decode.DECODE_CONFIG = dataclasses.replace(paged_decode.DECODE_CONFIG, pdl=args.decode_pdl)
     t_start = time.time()
     s = Setup(args)
@@ -84,8 +83,7 @@ def main():
     del padded
     write(results, args)
     if args.gemv_sweep:  # the fused GEMVs' tiles at these shapes; leaves the fastest in place
-        sys.path.insert(0, str(ROOT / "tools"))
-        from h200_fused_gemv import LLAMA_8B, TINY as TINY_GEMV, Case, markdown as gemv_markdown, sweep
+        from benchmarks.fused_gemv import LLAMA_8B, TINY as TINY_GEMV, Case, markdown as gemv_markdown, sweep
 
         case = Case(TINY_GEMV if args.tiny_cpu else LLAMA_8B, 2 if args.tiny_cpu else 8, s.dev,
                     torch.float32 if args.tiny_cpu else torch.bfloat16)
@@ -182,7 +180,7 @@ VARIANTS = [("module path", False, "off"),
             ("fused decode, GPU_TILES as they stand (with --gemv-sweep: its picks)", True, "off")]
 
 
-# Session 6 (docs/perf/h200-engine.md runs q, r): the pipelined tiles (cp.async through shared
+# Commits 149a3b4..921bd58 (2026-12-01; docs/perf/h200-engine.md runs q, r): the pipelined tiles (cp.async through shared
 # memory) that won the isolated sweep lost inside the engine, almost all on o/down and only with
 # PDL. Run t (--experiments pipelined): the same tiles with the late trigger (the default since).
 PIPE = dict(gate_up=dict(BLOCK_K=256, STAGES=6, PER_SM=None), qkv=dict(BLOCK_K=256, HALF=8, STAGES=4),
@@ -212,7 +210,7 @@ def variant_runs(s: "Setup", ours_tokens, results, experiments: Optional[str] = 
     time per token side by side, and each variant's first decode step's logits against the module
     path's (same prompt, same prefill, so the difference is the decode step's kernels alone)."""
     import dataclasses
-    from kernels_reference.L1 import paged_decode
+    from kernels_reference.ops.paged_decode import decode as paged_decode  # DECODE_CONFIG: the runtime default
 
     default = paged_decode.DECODE_CONFIG
     current_tiles = {k: dict(v) for k, v in fused_gemv.GPU_TILES.items()}
@@ -505,7 +503,7 @@ def command_line(args):
              for name, value in vars(args).items()
              if name not in ("compile_phase", "ours_tokens") and value not in (False, None)
              and value != _parser().get_default(name)]
-    return " ".join(["PYTHONPATH=$PWD/src:$PWD python3 tools/h200_engine.py"] + flags)
+    return " ".join(["PYTHONPATH=$PWD/src:$PWD python3 -m benchmarks engine"] + flags)
 
 
 
@@ -525,10 +523,9 @@ def markdown(results):
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     f = results["floor"]
     if results.get("fused_gemv"):
-        sys.path.insert(0, str(ROOT / "tools"))
-        from h200_fused_gemv import markdown as gemv_markdown
+        from benchmarks.fused_gemv import markdown as gemv_markdown
 
-        lines += ["", "The fused decode GEMVs at these shapes (tools/h200_fused_gemv.py, same run):", "",
+        lines += ["", "The fused decode GEMVs at these shapes (benchmarks/fused_gemv.py, same run):", "",
                   gemv_markdown(results["fused_gemv"])]
     if results.get("variants"):
         lines += ["", "Batch-1 decode variants (one run, side by side):", "",
@@ -579,11 +576,11 @@ def _parser():
     p.add_argument("--experiments", nargs="?", const="tiles", choices=["tiles", "pipelined"],
                    help="with --variants: also EXPERIMENTS (tiles, run v) or PIPELINED_EXPERIMENTS (run t)")
     p.add_argument("--gemv-sweep", action="store_true",
-                   help="time the fused decode GEMVs' tiles (tools/h200_fused_gemv.py) first and use the fastest")
+                   help="time the fused decode GEMVs' tiles (benchmarks/fused_gemv.py) first and use the fastest")
     p.add_argument("--variants", action="store_true",
                    help="batch-1 decode with the engine's fused decode off/on x the paged decode's PDL off/small-batch")
     p.add_argument("--decode-pdl", default="off", choices=["off", "merge", "all", "small-batch"],
-                   help="paged decode's programmatic-dependent-launch variant (kernels_reference/L1/paged_decode.py)")
+                   help="paged decode's programmatic-dependent-launch variant (kernels_reference/ops/paged_decode)")
     p.add_argument("--budget", type=float, default=TOTAL_BUDGET_S,
                    help=f"seconds for the whole run; the compile phase gets what is left (default {TOTAL_BUDGET_S})")
     p.add_argument("--eager-tokens", type=int, default=64, help="output tokens of the eager runs")

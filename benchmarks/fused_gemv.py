@@ -1,4 +1,4 @@
-"""The fused decode GEMVs (kernels_reference/L1/fused_gemv.py) against what they replace, at
+"""The fused decode GEMVs (kernels_reference/ops/fused_gemv/gemv.py) against what they replace, at
 Llama-3.1-8B's shapes, batch 1, on one GPU, side by side in one run:
 
 * ``cublas``: the projection alone (``F.linear``, cuBLAS), the floor the fused kernel competes with;
@@ -13,8 +13,8 @@ table gives us per call and the weight bytes / time as a fraction of the copy ba
 in the same run. Each fused tile's output is checked against the unfused chain first; the fastest tile per kernel
 kind is left in ``fused_gemv.GPU_TILES`` (the engine script runs its variants with them).
 
-    PYTHONPATH=$PWD/src:$PWD python3 tools/h200_fused_gemv.py      (device machine, ~1 min)
-    python3 tools/h200_fused_gemv.py --tiny-cpu                     (interpreter: checks the script)
+    PYTHONPATH=$PWD/src:$PWD python3 -m benchmarks fused_gemv      (device machine, ~1 min)
+    python3 -m benchmarks fused_gemv --tiny-cpu                     (interpreter: checks the script)
 """
 import argparse
 import functools
@@ -29,9 +29,9 @@ if "--tiny-cpu" in sys.argv:
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "src"), str(ROOT / "tools")]
-from kernels_reference.L1 import fused_gemv  # noqa: E402
-from kernels_reference.L1.kv_store import store_kv_cache_triton  # noqa: E402
+sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+from kernels_reference.ops.fused_gemv import gemv as fused_gemv  # noqa: E402
+from kernels_reference.ops.kv_store.store import store_kv_cache_triton  # noqa: E402
 from kernels_reference.L1.rms_norm import RMSNorm  # noqa: E402
 from kernels_reference.L1.rotary_emb import RotaryEmbedding  # noqa: E402
 from kernels_reference.L1.silu_and_mul import SiluAndMul  # noqa: E402
@@ -47,15 +47,15 @@ def _tma(block_k, half, stages, per_sm, warps=4):
 # The committed defaults first (fused_gemv.GPU_TILES), then weights through TMA descriptors in a
 # loop Triton pipelines STAGES deep (cuBLAS's gate/up kernel streams that way at ~85% of DRAM peak
 # against the register loop's ~77%, docs/perf/h200-engine.md "Nsight Compute"). Earlier sweeps
-# ruled out weight prefetching (into registers, session 5; into L2 before the PDL wait, session 6
-# run p), tensor-core loops (the token as the A operand, session 5; the weights as A, session 6
+# ruled out weight prefetching (into registers, commits b7902d5..49a26cf (2026-12-01); into L2 before the PDL wait, commits 149a3b4..921bd58 (2026-12-01)
+# run p), tensor-core loops (the token as the A operand, commits b7902d5..49a26cf (2026-12-01); the weights as A, commits 149a3b4..921bd58 (2026-12-01)
 # run o) and HALF 32 register loops.
 TILES = [_tile(512, 4, True), _tile(512, 4, True, PER_SM=5), _tile(1024, 8, True), _tile(512, 4),
          _tile(512, 4, PER_SM=3), _tile(1024, 8, True, PER_SM=4),
-         # The norm statistics in K / BLOCK_K dependent steps (the default before session 6: the
+         # The norm statistics in K / BLOCK_K dependent steps (the default before commits 149a3b4..921bd58 (2026-12-01): the
          # whole row in one step took 0.135 ms off the engine's step, run p).
          _tile(512, 4, True, NORM_BLOCK=512),
-         # Session 6: STAGES > 1 makes Triton pipeline the loop's loads through shared memory with
+         # Commits 149a3b4..921bd58 (2026-12-01): STAGES > 1 makes Triton pipeline the loop's loads through shared memory with
          # cp.async (an sm_90 compile shows 5 async copies per stage; 39 KB of shared memory per
          # program at 512 x 3 stages), so the next tiles are in flight while a tile is multiplied.
          _tile(512, 4, True, STAGES=2), _tile(512, 4, True, STAGES=3), _tile(256, 4, True, STAGES=4),
@@ -186,7 +186,7 @@ def sweep(case: "Case", dev, rounds: int = 30, tiles=None) -> dict:
                     row["registers"] = getattr(compiled, "n_regs", None)
                     row["spills"] = getattr(compiled, "n_spills", None)
                 if dev.type == "cuda":
-                    from graph_timing import AmortisedGraphs
+                    from benchmarks.graph_timing import AmortisedGraphs
 
                     runners[label] = AmortisedGraphs([functools.partial(fn, way, layer) for layer in range(case.layers)])
             except Exception as exc:  # noqa: BLE001 - a tile that does not compile or run is reported, not fatal
@@ -194,7 +194,7 @@ def sweep(case: "Case", dev, rounds: int = 30, tiles=None) -> dict:
         fused_gemv.GPU_TILES[epilogue] = dict(defaults[epilogue])
     if runners:
         from fk_pytest.timing import L2Flusher, measure_roofline
-        from graph_timing import graph_kernel_breakdown, time_amortised
+        from benchmarks.graph_timing import graph_kernel_breakdown, time_amortised
 
         result["copy_tbps"] = measure_roofline(dev)["copy_tbps"]
         times = time_amortised(runners, L2Flusher(dev), rounds)

@@ -1,4 +1,4 @@
-"""Amortised CUDA-graph timing for the GPU scripts (tools/h200_*.py), the method of
+"""Amortised CUDA-graph timing for the GPU scripts (benchmarks/*.py), the method of
 ``fk_pytest.timing``: a graph of one call and a graph of K calls, each call on its own input set
 so no call finds its bytes in L2 from the call before; per call = (K-call - one-call) / (K - 1).
 Implementations are timed interleaved (order flipped each round), the L2 flushed before every

@@ -1,6 +1,6 @@
 """CUDA-only guards on a GPU: run the suite on tests/candidates/gpu_* and check each verdict.
 
-    python3 tools/gpu_guards.py OUT_DIR     (on the device machine, from the repo root)
+    python3 -m benchmarks guards OUT_DIR     (on the device machine, from the repo root)
 """
 import json
 import os

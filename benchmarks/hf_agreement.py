@@ -6,7 +6,7 @@ Truth is HF's model upcast to float32. For a packed batch of prompts (prefill) a
 teacher-forced decode steps through our paged KV cache, we report the relative L2 error of
 logits against that truth for HF bf16 and for ours; the target is ours <= 2x HF bf16.
 
-    python3 tools/h200_hf_agreement.py > docs/perf/h200-hf-agreement.md   (device machine, repo root)
+    python3 -m benchmarks hf_agreement > docs/perf/h200-hf-agreement.md   (device machine, repo root)
 
 ``--moe``: the mixture-of-experts models instead (Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V2-Lite) at
 their full widths (every expert, the full vocabulary), ``MOE_LAYERS`` = 4 layers deep (DeepSeek:
@@ -23,7 +23,7 @@ truth, and differently from each other; such a token's logits differ by O(1). Th
 carries some routing noise besides the kernels' own rounding (``tasks/moe.py`` explains the tasks'
 rule, which leaves such tokens out; this end-to-end table does not).
 
-    python3 tools/h200_hf_agreement.py --moe     (device machine, repo root; --tiny-cpu checks it here)
+    python3 -m benchmarks hf_agreement --moe     (device machine, repo root; --tiny-cpu checks it here)
 """
 import json
 import os

@@ -1,6 +1,6 @@
 """Turn FastKernels JSON reports from a GPU run into the markdown tables under docs/perf/.
 
-    python tools/perf_table.py REPORT.json [--identity IDENTITY.json] [--command "..."] > docs/perf/x.md
+    python3 -m benchmarks l1_table REPORT.json [--identity IDENTITY.json] [--command "..."] > docs/perf/x.md
 """
 import argparse
 import json

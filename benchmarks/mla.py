@@ -22,10 +22,10 @@ Per case (16 heads, nope 128, rope 64, v 128, latent 512, bf16, block size 16, s
 * sweep (B1 C8192 and B32 C2048; ``--no-sweep`` skips it): ``MLADecodeConfig`` variants (tokens per
   iteration, warps, pipeline stages, programs per SM, split cap) and the previous launch, timed side
   by side with the same amortised method. Read the ``per call us`` column: the fastest row at both
-  cases is the best default (``MLA_DECODE_CONFIG`` in kernels_reference/L1/mla_decode.py).
+  cases is the best default (``MLA_DECODE_CONFIG`` in kernels_reference/ops/mla_decode/decode.py).
 
-    python3 tools/h200_mla.py             (GPU; writes $OUT/h200_mla.json when $OUT is set)
-    python3 tools/h200_mla.py --tiny-cpu  (a CPU check of this script, Triton interpreted)
+    python3 -m benchmarks mla             (GPU; writes $OUT/h200_mla.json when $OUT is set)
+    python3 -m benchmarks mla --tiny-cpu  (a CPU check of this script, Triton interpreted)
 """
 import copy
 import dataclasses
@@ -48,10 +48,10 @@ import torch.nn.functional as F  # noqa: E402
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "src")]
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context  # noqa: E402
 from kernels_reference.L1 import mla_attention as mla_module  # noqa: E402
-from kernels_reference.L1 import mla_decode as decode_module  # noqa: E402
+from kernels_reference.ops.mla_decode import decode as decode_module  # noqa: E402
 from kernels_reference.L1.mla_attention import MLAAttention  # noqa: E402
 from fk_pytest.timing import flushed_replay_us  # noqa: E402
-from graph_timing import AmortisedGraphs, time_amortised  # noqa: E402
+from benchmarks.graph_timing import AmortisedGraphs, time_amortised  # noqa: E402
 from kernels_reference.L2.deepseek_v2_attention import softmax_scale  # noqa: E402
 
 CFG = json.loads((Path(__file__).resolve().parents[1] / "tasks/configs/deepseek-v2-lite.json").read_text())

@@ -2,8 +2,8 @@
 torch._grouped_mm and (optionally) torch.compile, at the three MoE models' real shapes, plus a sweep
 of the reference's launch configs.
 
-    OUT=out PYTHONPATH=$PWD/src:$PWD python3 tools/h200_moe.py [--compile] [--no-sweep]   # GPU, < 3 min
-    PYTHONPATH=$PWD/src:$PWD python3 tools/h200_moe.py --tiny-cpu                           # CPU check, interpreter
+    OUT=out PYTHONPATH=$PWD/src:$PWD python3 -m benchmarks moe [--compile] [--no-sweep]   # GPU, < 3 min
+    PYTHONPATH=$PWD/src:$PWD python3 -m benchmarks moe --tiny-cpu                           # CPU check, interpreter
 
 Per model (Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V2-Lite; bf16) and token count (decode 1/32/256,
 prefill 1024/8192), with the suite's skewed, tie-free router logits (tasks.moe):
@@ -23,7 +23,7 @@ prefill 1024/8192), with the suite's skewed, tie-free router logits (tasks.moe):
 * TB/s against the bytes actually read: the weights of the experts this routing activates (mean over
   the input sets) plus activations in/out, as % of 4.24 TB/s; TFLOP/s (6 T k H I) as % of 741;
 * ``--sweep`` (default on; ``--no-sweep`` skips it): candidate decode/prefill launch configs of the
-  reference side by side (kernels_reference.L1.moe_kernels.override_configs) at a few cases, the
+  reference side by side (kernels_reference.ops.moe.kernels.override_configs) at a few cases, the
   small-batch GEMV path (default up to mk.GEMV_MAX_TOKENS tokens) against the grouped GEMMs among them;
 * TopKSoftmax's Triton kernel against native (eager wall time).
 
@@ -52,8 +52,8 @@ import triton  # noqa: E402
 
 from fk_pytest.timing import L2Flusher  # noqa: E402
 from fk_pytest.timing import flushed_replay_us  # noqa: E402
-from graph_timing import over_sets, time_amortised  # noqa: E402
-from kernels_reference.L1 import moe_kernels as mk  # noqa: E402
+from benchmarks.graph_timing import over_sets, time_amortised  # noqa: E402
+from kernels_reference.ops.moe import kernels as mk  # noqa: E402
 from kernels_reference.L1.fused_moe import FusedMoE  # noqa: E402
 from tasks import peers as suite_peers  # noqa: E402
 from tasks.moe_inputs import MOE_MODELS, moe_shape, router_logits  # noqa: E402
