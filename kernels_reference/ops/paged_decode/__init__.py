@@ -24,7 +24,7 @@ is level with the two-pass kernel at B1 C8192 and faster at other batch-1 length
   second small merge kernel, or (``fused_merge``) the last-program merge of one head at a time;
   optionally the batch-1 fixed-cost variants below.
 
-Measured side by side on the H200 (tools/h200_decode_b1.py, docs/perf/h200-decode-b1.md), the
+Measured side by side on the H200 (benchmarks/decode.py, docs/perf/h200-decode-b1.md), the
 one-pass kernel lost at every shape (B1 C8192: 22.2 us against 16.0; B32 C2048: 104 against 67),
 and holding the two-pass kernel to one wave did not help either (17.1 us): the second-wave
 diagnosis above was wrong. The one-pass kernel stays selectable for the next attempt; the
@@ -35,7 +35,7 @@ At B1 C8192 the two-pass kernel takes 16.0 us against 7.9 us of streaming the ca
 C32768 it reaches 0.82 of copy: about 6 us per call is fixed, and at 2 loop iterations per split
 it is the chain seq_len -> split range -> table entries -> K/V, the partial stores, and a second
 launch whose programs start only after the first kernel drained. Each variant removes one link
-(tools/h200_decode_b1.py times them side by side; decode_sm90_compile.py shows their PTX order):
+(benchmarks/decode.py times them side by side; tools/decode_sm90_compile.py shows their PTX order):
 
 * ``interleaved``: split s takes tiles s, s+S, s+2S, ... (S splits), like the one-pass kernel.
   Where a split starts no longer depends on seq_len, so its first table read is issued together

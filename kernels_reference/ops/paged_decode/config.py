@@ -14,7 +14,7 @@ LOG2E = 1.4426950408889634
 
 @dataclasses.dataclass(frozen=True)
 class DecodeConfig:
-    """Tuning knobs of the decode kernels (tools/h200_decode_b1.py times them on the H200)."""
+    """Tuning knobs of the decode kernels (benchmarks/decode.py times them on the H200)."""
 
     # "one-pass": split-KV whose last split to finish merges, in the same launch, with as many
     # programs at a small batch as are resident at once (one wave). "two-pass": the earlier kernel
@@ -60,7 +60,7 @@ class DecodeConfig:
 
 
 # The two-pass kernel's configuration (its H200 numbers: docs/perf/h200-attention.md and
-# docs/perf/h200-decode-b1.md, where tools/h200_decode_b1.py times it beside the one-pass kernel).
+# docs/perf/h200-decode-b1.md, where benchmarks/decode.py times it beside the one-pass kernel).
 
 
 TWO_PASS_CONFIG = DecodeConfig(kernel="two-pass", blocks_per_iter=4, num_warps=4, num_stages=2, programs_per_sm=2,
