@@ -17,9 +17,14 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from fk_pytest.compare import output_error  # noqa: E402
-from kernels_reference.L1 import paged_decode as decode_module  # noqa: E402
+from kernels_reference.ops import paged_decode as decode_module  # noqa: E402
+from kernels_reference.ops.paged_decode import blocks as decode_blocks  # noqa: E402
+from kernels_reference.ops.paged_decode import decode as decode_entry  # noqa: E402
+from kernels_reference.ops.paged_decode import merge as decode_merge  # noqa: E402
+from kernels_reference.ops.paged_decode import one_pass as decode_one_pass  # noqa: E402
+from kernels_reference.ops.paged_decode import two_pass as decode_two_pass  # noqa: E402
 from kernels_reference.L1.attention import Attention, paged_attention, store_kv_cache  # noqa: E402
-from kernels_reference.L1.kv_store import store_kv_cache_triton  # noqa: E402
+from kernels_reference.ops.kv_store.store import store_kv_cache_triton  # noqa: E402
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -106,7 +111,7 @@ KERNEL_CONFIGS = {"one-pass": decode_module.ONE_PASS_CONFIG, "two-pass": decode_
 @pytest.mark.parametrize("heads", [(8, 2), (4, 4)], ids=["gqa4", "mha"])
 def test_decode_batch_matches_native(dtype, heads, kernel, monkeypatch):
     # contexts not multiples of the block size, one shorter than a block, one spanning many blocks
-    monkeypatch.setattr(decode_module, "DECODE_CONFIG", KERNEL_CONFIGS[kernel])
+    monkeypatch.setattr(decode_entry, "DECODE_CONFIG", KERNEL_CONFIGS[kernel])
     _check_fast_path(*heads, 64, [40, 17, 63, 3, 100], [1] * 5, dtype)
 
 
@@ -118,7 +123,7 @@ ONE_PASS_SMALL_TILES = dataclasses.replace(decode_module.ONE_PASS_CONFIG, blocks
 @pytest.mark.parametrize("group", range(1, 9))
 def test_one_pass_every_gqa_group(group, monkeypatch):
     # 3 sequences x 1 kv head on 4 "SMs": 5 splits; odd contexts, one empty-tailed, shuffled tables
-    monkeypatch.setattr(decode_module, "DECODE_CONFIG", ONE_PASS_SMALL_TILES)
+    monkeypatch.setattr(decode_entry, "DECODE_CONFIG", ONE_PASS_SMALL_TILES)
     _check_fast_path(group, 1, 64, [70, 17, 40], [1, 1, 1], torch.bfloat16, seed=group)
 
 
@@ -129,13 +134,13 @@ def test_blocks_kernel_every_head_layout(group, num_kv, monkeypatch):
     (a batched dot per kv head); kv head counts that are not powers of two pad the dot's batch,
     groups pad the query rows. Two steps of two blocks per split."""
     config = dataclasses.replace(BLOCKS_SMALL, blocks_per_iter=2, small_batch_programs_per_sm=1)
-    monkeypatch.setattr(decode_module, "DECODE_CONFIG", config)
+    monkeypatch.setattr(decode_entry, "DECODE_CONFIG", config)
     _check_fast_path(group * num_kv, num_kv, 32, [150, 17, 5], [1, 1, 1], torch.bfloat16, seed=group + num_kv,
                      padded_rows=1)
 
 
 def test_blocks_splits_are_whole_steps_from_shapes():
-    from kernels_reference.L1.paged_decode_blocks import blocks_num_splits
+    from kernels_reference.ops.paged_decode.blocks import blocks_num_splits
     config = decode_module.DecodeConfig(kernel="blocks", blocks_per_iter=2, small_batch_programs_per_sm=2,
                                         programs_per_sm=1, max_splits=512)
     assert blocks_num_splits(1, 512, 132, config) == (256, 2)  # 264 wanted, 256 two-block splits
@@ -148,7 +153,7 @@ def test_blocks_splits_are_whole_steps_from_shapes():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_one_pass_half_and_single_precision(dtype, monkeypatch):
-    monkeypatch.setattr(decode_module, "DECODE_CONFIG", ONE_PASS_SMALL_TILES)
+    monkeypatch.setattr(decode_entry, "DECODE_CONFIG", ONE_PASS_SMALL_TILES)
     _check_fast_path(6, 2, 64, [53, 9], [1, 1], dtype, padded_rows=1)
 
 
@@ -167,7 +172,7 @@ def test_one_pass_batch_128_without_splits():
     tables = torch.randperm(batch * width + 5, generator=gen)[: batch * width].view(batch, width).to(torch.int32)
     k_cache, v_cache = (torch.randn(batch * width + 5, BLOCK, nk, d, generator=gen).to(torch.bfloat16) for _ in "kv")
     q = torch.randn(batch, nq, d, generator=gen).to(torch.bfloat16)
-    assert decode_module.one_pass_plan(q, k_cache, tables)["splits"] == 1
+    assert decode_one_pass.one_pass_plan(q, k_cache, tables)["splits"] == 1
     got = decode_module.paged_decode(q, k_cache, v_cache, tables, lens, d ** -0.5)
     ks, vs = (c[tables.long()].flatten(1, 2).double() for c in (k_cache, v_cache))  # [B, width*16, nk, d]
     scores = torch.einsum("bhd,btd->bht", q.double(), ks[:, :, 0]) * d ** -0.5
@@ -229,7 +234,7 @@ def test_decode_splits_agree_with_uneven_partitions(splits, variant):
                                            num_splits=splits)
         assert torch.isfinite(split).all() and torch.count_nonzero(split[2]) == 0
     if fused_merge and splits > 1:
-        assert torch.count_nonzero(decode_module._COUNTERS[split.device]) == 0
+        assert torch.count_nonzero(decode_merge._COUNTERS[split.device]) == 0
     torch.testing.assert_close(split, ones, rtol=1e-5, atol=1e-6)
     for i, n in enumerate(lens[:2]):  # against a direct float64 evaluation
         blocks = tables[i, : -(-n // BLOCK)].long()
@@ -245,7 +250,7 @@ def test_merge_in_steps_and_slices_of_head_dim(programs_per_head, monkeypatch):
     running max over 4 steps; half a head: 4 per step) and head_dim 40 (not a power of two) cut into 1, 2 or 64 slices
     (64 > head_dim's padded 64 / 2: slices of one element, those past 40 not launched): the same
     output as the single-split kernel."""
-    monkeypatch.setattr(decode_module, "MERGE_STEP_FLOATS", 128)
+    monkeypatch.setattr(decode_merge, "MERGE_STEP_FLOATS", 128)
     config = dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
                                  merge_programs_per_head=programs_per_head)
     gen = _gen(3)
@@ -254,7 +259,7 @@ def test_merge_in_steps_and_slices_of_head_dim(programs_per_head, monkeypatch):
     k_cache, v_cache = (torch.randn(24, BLOCK, nk, d, generator=gen).to(DEVICE) for _ in "kv")
     q = torch.randn(3, nq, d, generator=gen).to(DEVICE)
     seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
-    chunks, meta = decode_module.merge_launch(7, d, 64, programs_per_head, False)
+    chunks, meta = decode_merge.merge_launch(7, d, 64, programs_per_head, False)
     assert meta["SPLIT_CHUNK"] * meta["DIM_CHUNK"] <= 128 and chunks * meta["DIM_CHUNK"] >= d
     assert (meta["SPLIT_CHUNK"] < 7) == (programs_per_head < 64) == (not meta["ONE_STEP"])  # steps unless tiny slices
     ones = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3, num_splits=1)
@@ -343,7 +348,7 @@ def test_fixed_cost_variants_match_native(variant, monkeypatch):
     # GQA 4, uneven contexts (one under a block, one of many blocks), a padded row (seq_len 0); the
     # block table is as wide as the longest sequence, so the short rows' tables are wider than them
     config = FIXED_COST_VARIANTS[variant]
-    monkeypatch.setattr(decode_module, "DECODE_CONFIG", config)
+    monkeypatch.setattr(decode_entry, "DECODE_CONFIG", config)
     layer, meta, qkv, caches = _step(8, 2, 64, [70, 9, 40, 33, 100], [1] * 5, torch.bfloat16, seed=7, padded_rows=1)
     assert decode_module.decode_num_splits(6, 2, meta.block_tables.shape[1], 4, config) == 3
     fast, native = _check_fast_path(8, 2, 64, [70, 9, 40, 33, 100], [1] * 5, torch.bfloat16, seed=7, padded_rows=1)
@@ -398,7 +403,7 @@ def test_variant_options_are_validated():
 def test_pdl_variant_refused_where_unavailable(monkeypatch):
     """On a CUDA device whose Triton lacks PDL, a PDL config raises VariantUnavailable (the H200
     sweep reports the row as unavailable) instead of running the plain kernel under its name."""
-    monkeypatch.setattr(decode_module, "pdl_unavailable_reason", lambda device: "no launch_pdl in this Triton")
+    monkeypatch.setattr(decode_entry, "pdl_unavailable_reason", lambda device: "no launch_pdl in this Triton")
     q = torch.zeros(1, 4, 32)
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     cache = torch.zeros(2, BLOCK, 1, 32)
@@ -448,9 +453,8 @@ def test_variants_compile_for_sm90_with_pdl_order():
 @pytest.mark.parametrize("kernel", list(KERNEL_CONFIGS))
 def test_decode_launch_depends_on_shapes_not_metadata_values(monkeypatch, kernel):
     """The CUDA-graph contract: same shapes, different seq_lens -> the same grid and workspace."""
-    from kernels_reference.L1 import paged_decode_blocks
     grids = []
-    module = paged_decode_blocks if kernel.startswith("blocks") else decode_module
+    module = decode_blocks if kernel.startswith("blocks") else {"one-pass": decode_one_pass, "two-pass": decode_two_pass}[kernel]
     name = {"one-pass": "_decode_one_pass_kernel", "two-pass": "_paged_decode_kernel"}.get(kernel, "_decode_blocks_kernel")
     real = getattr(module, name)
 
@@ -460,7 +464,7 @@ def test_decode_launch_depends_on_shapes_not_metadata_values(monkeypatch, kernel
             return real[grid]
 
     monkeypatch.setattr(module, name, Recorder())
-    monkeypatch.setattr(decode_module, "DECODE_CONFIG", KERNEL_CONFIGS[kernel])
+    monkeypatch.setattr(decode_entry, "DECODE_CONFIG", KERNEL_CONFIGS[kernel])
     gen = _gen(2)
     tables = torch.randperm(64, generator=gen)[:2 * 16].view(2, 16).to(DEVICE, torch.int32)
     k_cache, v_cache = (torch.randn(64, BLOCK, 2, 32, generator=gen).to(DEVICE) for _ in "kv")
@@ -508,7 +512,7 @@ def test_resident_programs_from_the_compiled_footprint(monkeypatch):
                                        metadata=types.SimpleNamespace(shared=shared, num_warps=warps))
         return lambda: kernel
 
-    resident = decode_module._resident_programs_per_sm
+    resident = decode_one_pass._resident_programs_per_sm
     assert resident(compiled(107, 38912, 4), "cuda") == 4  # registers: 112 x 128 threads per program
     assert resident(compiled(121, 72192, 8), "cuda") == 2  # registers: 128 x 256 threads
     assert resident(compiled(80, 140288, 8), "cuda") == 1  # shared memory

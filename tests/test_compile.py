@@ -6,7 +6,7 @@ any reference module would make that impossible, so each task's reference is com
 ``fullgraph=True`` on its first and last CPU case and must agree with its eager self. ``aot_eager`` runs the
 same Dynamo capture and AOT tracing (fake tensors, the custom ops' fake implementations) as
 Inductor without its C++ code generation, which keeps this test fast; one Inductor run checks the
-code generation path too. CUDA-graph capture is checked on the GPU (tools/gpu_compile_graphs.py).
+code generation path too. CUDA-graph capture is checked on the GPU (benchmarks/compile_graphs.py).
 """
 import pytest
 import torch

@@ -2,7 +2,7 @@
 unfused computation they replace, the engine's greedy tokens and caches with and without it, and
 the refusals that keep it off models it does not describe. On a CPU the kernels run in Triton's
 interpreter, in float32 (its bfloat16 conversions truncate, so bit-level checks use float32); on
-a GPU the kernel checks run in bfloat16 and the engine checks in float32 (``bash tools/gpu_steps.sh
+a GPU the kernel checks run in bfloat16 and the engine checks in float32 (``bash benchmarks/gpu_steps.sh
 fused-tests``)."""
 import os
 
@@ -14,8 +14,8 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 transformers = pytest.importorskip("transformers")
 
-from kernels_reference.L1 import fused_gemv  # noqa: E402
-from kernels_reference.L1 import paged_decode as decode  # noqa: E402
+from kernels_reference.ops.fused_gemv import gemv as fused_gemv  # noqa: E402
+from kernels_reference.ops import paged_decode as decode  # noqa: E402
 from kernels_reference.engine import LLM, SamplingParams  # noqa: E402
 from kernels_reference.engine.fused_decode import FusedDecode, FusedDecodeConfig, fused_decode_unavailable_reason  # noqa: E402
 

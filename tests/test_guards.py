@@ -1,11 +1,12 @@
 """Sterile evaluation: every hack in tests/candidates/hacks_* is caught and named; crashes, hangs
-and interrupts leave the run and its report intact. (CUDA-only guards: tools/gpu_guards.sh.)"""
+and interrupts leave the run and its report intact. (CUDA-only guards: benchmarks/guards.py, step `guards` of benchmarks/gpu_steps.sh.)"""
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from conftest import CANDIDATES, EXAMPLES, ROOT
 
@@ -159,3 +160,38 @@ def test_a_swallowed_interrupt_still_marks_the_report_incomplete_and_stops_the_r
     assert data["tasks"], out[-1500:]  # the verdicts before the interrupt are kept
     assert data["complete"] is False, out[-1500:]
     assert "test_after_the_interrupt" not in out, out[-1500:]  # the run stopped at the interrupt
+
+
+def test_a_candidate_running_a_moved_reference_kernel_is_traced():
+    """Reference kernels live under kernels_reference/ops, outside the task's module file: a candidate
+    that calls one (here the attention task's KV store in Triton and its native causal attention)
+    still ran the reference's code. The same kernels reached through a reference child module are
+    the normal independent-mode case and are not delegation."""
+    import torch
+
+    from fk_pytest.guards import ReferenceTracer, reference_kernel_files
+    from kernels_reference.L1.attention import Attention
+    from kernels_reference.ops.attention.native import causal_attention
+    from kernels_reference.ops.kv_store.store import store_kv_cache_triton
+
+    kernels = {Path(f).relative_to(ROOT).as_posix() for f in reference_kernel_files("L1/attention.py")}
+    assert {"kernels_reference/ops/attention/fast.py", "kernels_reference/ops/paged_decode/decode.py",
+            "kernels_reference/ops/paged_decode/blocks.py", "kernels_reference/ops/kv_store/store.py"} <= kernels
+    assert reference_kernel_files("L2/llama_attention.py") == frozenset()  # it uses modules, not kernels
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, n, 16, generator=gen) for n in (4, 2, 2))
+    with ReferenceTracer(True, "L1/attention.py") as tracer:
+        causal_attention(q, k, v, 0, 0.25)
+    assert tracer.hits == {"ops.attention.native.causal_attention"}
+
+    if os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available():
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        caches = [torch.zeros(4, 16, 2, 16, device=dev) for _ in "kv"]
+        with ReferenceTracer(True, "L1/attention.py") as tracer:
+            store_kv_cache_triton(k.to(dev), v.to(dev), *caches, torch.tensor([0, 1, 5], device=dev))
+        assert "ops.kv_store.store._store_kv_kernel (Triton kernel)" in tracer.hits
+
+    with ReferenceTracer(True, "L1/mla_attention.py") as tracer:  # MLA's kernels include causal_attention
+        Attention(4, 16, 0.25, 2).forward_native(q.reshape(3, -1), k.reshape(3, -1), v.reshape(3, -1))
+    assert tracer.hits == set()  # ... but here the reference Attention child called it

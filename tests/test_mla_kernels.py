@@ -9,7 +9,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported: ker
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from kernels_reference.L1 import mla_decode as mla  # noqa: E402
+from kernels_reference.ops.mla_decode import decode as mla  # noqa: E402
 
 RANK, ROPE, BLOCK = 32, 16, 16
 

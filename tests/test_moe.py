@@ -122,7 +122,7 @@ def test_topk_softmax_triton_matches_native(e, k, renorm, t):
 
 # ---- the align step: sorted, padded, no host sync ----------------------------------------------------
 def test_align_groups_pairs_by_expert_in_padded_tiles():
-    from kernels_reference.L1.moe_kernels import align_to_blocks
+    from kernels_reference.ops.moe.kernels import align_to_blocks
 
     ids = torch.tensor([[3, 0], [3, 1], [0, 3], [3, 2], [3, 0]], dtype=torch.int32)
     a = align_to_blocks(ids, num_experts=6, block_m=4)
@@ -148,7 +148,7 @@ def test_align_groups_pairs_by_expert_in_padded_tiles():
 def test_triton_align_equals_the_torch_definition(e, k, t, block_m):
     """The Triton align kernels give exactly the torch-op alignment: the same stable order (pair order
     within an expert), padding, tile experts and padded length, single- and multi-chunk."""
-    from kernels_reference.L1 import moe_kernels as mk
+    from kernels_reference.ops.moe import kernels as mk
 
     g = torch.Generator().manual_seed(t)
     ids = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(t)]).int()
@@ -164,7 +164,7 @@ def test_split_k_down_gemm_matches_the_whole_k(split_k):
     """The down GEMM split over K (float32 partials summed with the k slots) computes the layer; a
     slice count that leaves the last slice short (3 over 5 K steps) too. Forced through the same
     override the GPU sweep uses."""
-    from kernels_reference.L1 import moe_kernels as mk
+    from kernels_reference.ops.moe import kernels as mk
 
     m, g = _moe(4, 2, 48, 80, True, torch.float32)
     x, logits = torch.randn(9, 48, generator=g), router_logits(9, 4, 2, g, "cpu", torch.float32)
@@ -185,7 +185,7 @@ def test_split_k_down_gemm_matches_the_whole_k(split_k):
 def test_decode_split_k_heuristic_fills_the_sms(monkeypatch):
     """At Mixtral T1 the down GEMM's 2 experts x 64 N tiles leave a 132-SM GPU half idle: split K 4
     ways; Qwen3 T1 (8 experts, K=768) splits 2 ways; a prefill-sized call autotunes (None)."""
-    from kernels_reference.L1 import moe_kernels as mk
+    from kernels_reference.ops.moe import kernels as mk
 
     monkeypatch.setattr(mk, "autotune_here", lambda t: True)
     monkeypatch.setattr(mk, "sm_count", lambda i: 132)
@@ -199,7 +199,7 @@ def test_decode_split_k_heuristic_fills_the_sms(monkeypatch):
 # ---- the small-batch GEMV path -------------------------------------------------------------------------
 def _launched(monkeypatch):
     """The names of the moe_kernels launches of the calls that follow (which path ran)."""
-    from kernels_reference.L1 import moe_kernels as mk
+    from kernels_reference.ops.moe import kernels as mk
 
     names, launch = [], mk._launch
 
@@ -226,7 +226,7 @@ def test_gemv_path_matches_native_and_grouped(monkeypatch, config, dtype, e, k, 
     """Up to GEMV_MAX_TOKENS tokens forward_triton runs the two GEMV kernels (no align, no grouped
     GEMM, no sum_slots) and computes the layer: against the float64 truth as the grouped path is
     held, and close to the grouped path itself (same routing, same gate_up rounding)."""
-    from kernels_reference.L1 import moe_kernels as mk
+    from kernels_reference.ops.moe import kernels as mk
 
     m, g = _moe(e, k, h, i, renorm, dtype, seed=t)
     x = torch.randn(t, h, generator=g).to(dtype)
@@ -254,7 +254,7 @@ def test_gemv_path_matches_native_and_grouped(monkeypatch, config, dtype, e, k, 
 def test_gemv_path_is_forced_either_way_and_restored(monkeypatch):
     """override_configs(path=...) picks the path at any token count (the H200 sweep compares them
     side by side); the default switches at GEMV_MAX_TOKENS; T=0 returns an empty output."""
-    from kernels_reference.L1 import moe_kernels as mk
+    from kernels_reference.ops.moe import kernels as mk
 
     m, g = _moe(16, 4, 48, 40, True, torch.float32)
     names = _launched(monkeypatch)
@@ -297,7 +297,7 @@ def test_gemv_path_reads_strided_hidden_states():
 def test_gemv_path_float64_is_float64_throughout(t):
     """float64 inputs accumulate in float64 (products, routing weight, k-sum): the GEMV path agrees
     with the float64 native loop to rounding, where the grouped path's float32 tiles do not."""
-    from kernels_reference.L1 import moe_kernels as mk
+    from kernels_reference.ops.moe import kernels as mk
 
     m, g = _moe(16, 4, 48, 40, True, torch.float64)
     x = torch.randn(t, 48, generator=g, dtype=torch.float64)
@@ -311,7 +311,7 @@ def test_gemv_path_float64_is_float64_throughout(t):
 def test_gemv_defaults_fill_the_sms(monkeypatch):
     """The fixed H200 launches give every one of 132 SMs >= 2 programs of each kernel at T=1 for the
     three models, with BLOCK_K a multiple of one warp's 16-byte vectors (no cross-warp sum)."""
-    from kernels_reference.L1 import moe_kernels as mk
+    from kernels_reference.ops.moe import kernels as mk
 
     monkeypatch.setattr(mk, "autotune_here", lambda t: True)
     a = torch.empty(1, 1)
@@ -353,7 +353,7 @@ def test_fused_moe_fast_path_has_no_host_sync():
     catches the example candidate, which sorts with bincount(...).tolist()."""
     m, g = _moe(16, 4, 32, 16, True, torch.bfloat16)
     x, logits = torch.randn(7, 32, generator=g).bfloat16(), router_logits(7, 16, 4, g, "cpu", torch.bfloat16)
-    from kernels_reference.L1 import moe_kernels
+    from kernels_reference.ops.moe import kernels as moe_kernels
 
     # The interpreter's launches copy tensors to numpy (a CPU-only artefact), so every Triton launch
     # (moe_kernels._launch and the children's) runs outside the recording mode and only the torch

@@ -7,7 +7,7 @@ the one GPU run, and the PDL variants' instruction order can be read in the PTX.
 
 Exit status 3: this Triton's ahead-of-time API does not fit (the default kernel did not compile
 through it), nothing learnt. Must run *without* TRITON_INTERPRET (under it ``triton.jit`` gives interpreted functions that
-cannot be compiled); tests and ``tools/h200_decode_b1.py --tiny-cpu`` run it as a subprocess.
+cannot be compiled); tests and ``benchmarks/decode.py --tiny-cpu`` run it as a subprocess.
 
 For each variant: the split kernel and the merge kernel at Llama-3.1-8B's shapes (group 4, d 128,
 bf16 cache, block 16), with the divisibility hints the JIT would give (16-aligned pointers and
@@ -36,7 +36,10 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from kernels_reference.L1 import paged_decode as decode_mod  # noqa: E402
+from kernels_reference.ops.paged_decode import config as pd_config  # noqa: E402
+from kernels_reference.ops.paged_decode import device as pd_device  # noqa: E402
+from kernels_reference.ops.paged_decode import merge as pd_merge  # noqa: E402
+from kernels_reference.ops.paged_decode import two_pass as pd_two_pass  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 GROUP, HEAD_DIM, BLOCK, NUM_KV = 4, 128, 16, 8
@@ -112,16 +115,16 @@ def ptx_order(ptx: str) -> dict:
             "loads_total": sum("ld.global" in l for l in lines)}
 
 
-def compile_variant(config: "decode_mod.DecodeConfig", splits: int = 66) -> dict:
+def compile_variant(config: "pd_config.DecodeConfig", splits: int = 66) -> dict:
     """The launch ``_launch_two_pass`` (or, kernel "blocks", ``launch_blocks``) makes on a CUDA
     device with PDL available, compiled."""
     gdc = config.pdl != "off"
     split_pdl = config.pdl in ("all", "early-metadata")
     merge_kernel = splits > 1 and not config.fused_merge
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages,
-                   **decode_mod._launch_options(split_pdl, config.max_registers))
+                   **pd_device._launch_options(split_pdl, config.max_registers))
     if config.kernel == "blocks":
-        from kernels_reference.L1 import paged_decode_blocks
+        from kernels_reference.ops.paged_decode import blocks as paged_decode_blocks
         meta = dict(NUM_HEADS=NUM_KV * GROUP, GROUP_PAD=16, GROUP=GROUP, NUM_KV=NUM_KV, KV_PAD=NUM_KV,
                     HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, BLOCK_SIZE=BLOCK, STEP_BLOCKS=config.blocks_per_iter,
                     SPLIT=splits > 1, F32_DOT=False, EARLY_METADATA=config.pdl == "early-metadata",
@@ -132,12 +135,12 @@ def compile_variant(config: "decode_mod.DecodeConfig", splits: int = 66) -> dict
             meta.update(k_desc=None, v_desc=None)
         split_k = _compile(paged_decode_blocks._decode_blocks_kernel, meta, options, descriptors)
     else:
-        split_k = _compile(decode_mod._paged_decode_kernel, _two_pass_meta(config, splits, gdc, split_pdl), options)
+        split_k = _compile(pd_two_pass._paged_decode_kernel, _two_pass_meta(config, splits, gdc, split_pdl), options)
     out = {"split": {**ptx_order(split_k.asm["ptx"]), **(_registers(split_k) or {}),
                      "shared": split_k.metadata.shared, "launch_pdl": bool(getattr(split_k.metadata, "launch_pdl", False))}}
     if merge_kernel:
-        _, merge_meta = decode_mod.merge_launch(splits, HEAD_DIM, HEAD_DIM, config.merge_programs_per_head, gdc)
-        merge_k = _compile(decode_mod._merge_splits_kernel, merge_meta, dict(num_warps=4, **decode_mod._launch_options(gdc)))
+        _, merge_meta = pd_merge.merge_launch(splits, HEAD_DIM, HEAD_DIM, config.merge_programs_per_head, gdc)
+        merge_k = _compile(pd_merge._merge_splits_kernel, merge_meta, dict(num_warps=4, **pd_device._launch_options(gdc)))
         out["merge"] = {**ptx_order(merge_k.asm["ptx"]), **(_registers(merge_k) or {}),
                         "launch_pdl": bool(getattr(merge_k.metadata, "launch_pdl", False))}
     return out
@@ -148,13 +151,13 @@ def _two_pass_meta(config, splits, gdc, split_pdl) -> dict:
     return dict(GROUP=GROUP, GROUP_PAD=16, HEAD_DIM=HEAD_DIM, DIM_PAD=HEAD_DIM, BLOCK_SIZE=BLOCK,
                 BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=splits > 1, FUSED_MERGE=config.fused_merge and splits > 1,
                 GROUP_POW2=triton.next_power_of_2(GROUP) if config.fused_merge else 1,
-                MERGE_CHUNK=decode_mod._merge_chunk(GROUP, HEAD_DIM, config.num_warps) if config.fused_merge else 1,
+                MERGE_CHUNK=pd_merge._merge_chunk(GROUP, HEAD_DIM, config.num_warps) if config.fused_merge else 1,
                 F32_DOT=False, INTERLEAVED=config.interleaved,
                 EARLY_METADATA=config.pdl == "early-metadata", PDL_WAIT=split_pdl, PDL_TRIGGER=gdc and merge_kernel)
 
 
 def structural_variants() -> dict:
-    base = decode_mod.TWO_PASS_CONFIG
+    base = pd_config.TWO_PASS_CONFIG
     return {"default": base,
             "interleaved": dataclasses.replace(base, interleaved=True),
             "pdl merge": dataclasses.replace(base, pdl="merge"),
@@ -171,7 +174,7 @@ def structural_variants() -> dict:
 
 
 # Kernel "blocks" in its shipped form (paged_decode.BLOCKS_CONFIG).
-BLOCKS_KERNEL = decode_mod.BLOCKS_CONFIG
+BLOCKS_KERNEL = pd_config.BLOCKS_CONFIG
 
 
 def main():

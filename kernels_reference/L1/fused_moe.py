@@ -13,7 +13,7 @@ and the activation are children (``topk``, ``act_fn``) so composed mode reaches 
 production algorithm: route through ``topk``, sort the (token, expert) pairs by expert padded to row
 tiles (one or two small kernels), a grouped GEMM for gate_up ([T*k, 2I]), ``act_fn``, a grouped GEMM
 for down that scales each row by its routing weight (split over K at decode sizes that leave SMs idle),
-and the sum over the k slots (:mod:`.moe_kernels`): six launches. Up to ``GEMV_MAX_TOKENS`` tokens
+and the sum over the k slots (:mod:`kernels_reference.ops.moe.kernels`): six launches. Up to ``GEMV_MAX_TOKENS`` tokens
 (decode at small batch) the align step and the grouped GEMMs give way to two GEMV kernels, gate_up
 per (token, slot) pair and down with the routing weights and the k-sum folded in: four launches
 (topk, gate_up, ``act_fn``, down). No step reads the routing back to the host, so the whole layer is
@@ -86,7 +86,7 @@ class FusedMoE(RecordsInit, nn.Module):
         return torch.empty_like(hidden_states)
 
     def forward_triton(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
-        from . import moe_kernels as mk  # the Triton kernels load with the fast path only
+        from ..ops.moe import kernels as mk  # the Triton kernels load with the fast path only
 
         t, h = hidden_states.shape
         if h != self.hidden_size:

@@ -22,7 +22,7 @@ Fast path (CUDA; under ``TRITON_INTERPRET=1`` also CPU tensors via ``forward_fas
 * store: a Triton copy kernel (no host sync; padded slots skipped);
 * decode rows: the *absorbed* form. ``q_nope · k_nope = (q_nope · W_UK) · c``, so each head's query
   is moved into latent space once per step (a [H, B, nope] x [H, nope, R] batched GEMM), the Triton
-  split-K kernel of :mod:`.mla_decode` scores it against the cached latent + rope rows and sums the
+  split-K kernel of :mod:`kernels_reference.ops.mla_decode.decode` scores it against the cached latent + rope rows and sums the
   latent rows themselves (the "values"), its merge kernel combines the splits, and ``W_UV`` lifts
   the latent output back per head (a second batched GEMM). Four launches with the store; the
   cache is read once as it sits (1152 bytes per token in bf16), never expanded;
@@ -51,7 +51,8 @@ from ..dispatch import on_meta, use_fast_path
 from ..forward_context import AttentionMetadata, get_forward_context, set_forward_context
 from ..native import run
 from ..records import RecordsInit
-from .attention import _step_metadata, causal_attention, gather_kv
+from ..ops.attention.native import causal_attention, gather_kv
+from .attention import _step_metadata
 from .linear import ColumnParallelLinear
 
 try:
@@ -64,7 +65,7 @@ _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # float64 (the 
 
 @dataclasses.dataclass(frozen=True)
 class MLAPrefillConfig:
-    """How the expanded prefill calls SDPA (tools/h200_mla.py times every combination)."""
+    """How the expanded prefill calls SDPA (benchmarks/mla.py times every combination)."""
 
     pad_v: bool = False  # zero-pad V 128 -> 192 so FlashAttention (equal head sizes only) takes it
     # A chunk with context: "bool" (explicit bottom-right mask) or "lower-right-bias". Measured on the
@@ -170,7 +171,7 @@ class MLAAttention(RecordsInit, nn.Module):
 # ---- the fast path ----------------------------------------------------------------------------------
 
 def _mla_fast(layer: MLAAttention, q, kv_c_normed, k_pe, meta: AttentionMetadata) -> torch.Tensor:
-    from .mla_decode import store_latent_triton
+    from ..ops.mla_decode.decode import store_latent_triton
 
     t, heads = q.shape[0], layer.num_heads
     qh = q.reshape(t, heads, layer.qk_head_dim)
@@ -214,7 +215,7 @@ def _absorbed_decode(layer: MLAAttention, qh, cache, block_tables, seq_lens, out
     decode and merge, then W_UV (one GEMM). The buffers are laid out [H, B, .] so each GEMM reads
     and writes them as they are: no concatenation of [q_lat | q_pe] (the kernel takes the rope
     part from the query itself) and no transposing copies in between."""
-    from .mla_decode import mla_decode
+    from ..ops.mla_decode.decode import mla_decode
 
     b, heads, rank, nope = qh.shape[0], layer.num_heads, layer.kv_lora_rank, layer.qk_nope_head_dim
     w_uk, w_uv = layer.absorbed_weights()
@@ -250,12 +251,12 @@ def _expanded_prefill(layer: MLAAttention, q, history, context: int) -> torch.Te
     """Chunk queries [L, H, nope + rope] over their history's latent rows [context + L, R + rope]
     (or (kv_c, k_pe) of the step itself): one kv_b_proj GEMM, the keys' concatenation, SDPA.
 
-    What SDPA sees follows PREFILL (tools/h200_mla.py times the choices): by default V stays 128
+    What SDPA sees follows PREFILL (benchmarks/mla.py times the choices): by default V stays 128
     wide (no zero-pad to 192: that is 1.5x the P·V work and an extra copy) and a chunk with cached
     context gets an explicit bottom-right boolean mask, as the sdpa-expanded peer does, so torch may
     pick cuDNN (which takes q/k 192 with v 128 and masks); ``causal_lower_right`` would route it
     to FlashAttention (V padded) or the memory-efficient kernel only."""
-    from .sdpa_prefill import sdpa_causal
+    from ..ops.attention.sdpa_prefill import sdpa_causal
 
     if isinstance(history, tuple):  # the step's own rows: no [kv_c | k_pe] concatenation
         kv_c, k_pe = history

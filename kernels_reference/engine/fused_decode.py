@@ -8,7 +8,7 @@ the o projection, ``norm_gemv_silu_mul`` (norm -> gate/up -> SiluAndMul), the do
 (the o/down GEMVs in the same Triton kernel by default, with every launch a dependent launch where
 the GPU has PDL; ``FusedDecodeConfig`` selects). On the H200 the step takes 7-9% less GPU time
 than the module path (runs h-l of docs/perf/h200-engine.md). The kernels:
-:mod:`kernels_reference.L1.fused_gemv`.
+:mod:`kernels_reference.ops.fused_gemv.gemv`.
 
 Where it applies, and why only there: the fusions cross the boundaries of the modules the tasks
 mirror (RMSNorm, RotaryEmbedding, Attention, SiluAndMul, the linear layers are separate vLLM
@@ -38,7 +38,7 @@ def fused_decode_unavailable_reason(model) -> Optional[str]:
     """None when ``FusedDecode`` can run ``model``'s batch-1 decode step; else the first reason why
     not, naming the module and what is different about it."""
     from ..L1.attention import Attention
-    from ..L1.fused_gemv import HALF_ROWS
+    from ..ops.fused_gemv.gemv import HALF_ROWS
     from ..L1.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
     from ..L1.rms_norm import RMSNorm
     from ..L1.rotary_emb import RotaryEmbedding
@@ -145,8 +145,8 @@ class FusedDecode:
         return self.forward_one(input_ids, positions, meta)
 
     def forward_one(self, input_ids, positions, meta) -> torch.Tensor:
-        from ..L1 import paged_decode as decode
-        from ..L1.fused_gemv import gemv, norm_gemv_rope_kv, norm_gemv_silu_mul
+        from ..ops.paged_decode import decode
+        from ..ops.fused_gemv.gemv import gemv, norm_gemv_rope_kv, norm_gemv_silu_mul
 
         config = self.config
         pdl = bool(config.pdl) and input_ids.is_cuda  # the interpreter has no dependent launches

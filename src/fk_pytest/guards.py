@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import ast
+import functools
 import sys
 import threading
 import time
@@ -20,6 +22,51 @@ import torch
 import kernels_reference
 
 REFERENCE_DIR = str(Path(kernels_reference.__file__).resolve().parent)
+OPS_DIR = str(Path(REFERENCE_DIR) / "ops")
+
+
+def _ops_imported_by(path: Path) -> Set[Path]:
+    """The kernels_reference/ops files that ``path`` (a file of kernels_reference) imports, at any
+    depth of the file (the fast paths import their kernels lazily)."""
+    root = Path(REFERENCE_DIR)
+    package = list(path.relative_to(root).parts[:-1])  # the file's package, under kernels_reference
+    modules = []  # dotted names under kernels_reference, as lists of parts
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules += [a.name.split(".")[1:] for a in node.names if a.name.startswith("kernels_reference.")]
+        elif isinstance(node, ast.ImportFrom):
+            named = (node.module or "").split(".") if node.module else []
+            if node.level:
+                base = package[:len(package) - node.level + 1] + named
+            elif named[:1] == ["kernels_reference"]:
+                base = named[1:]
+            else:
+                continue
+            modules += [base] + [base + [a.name] for a in node.names]  # "from pkg import module" too
+    found = set()
+    for parts in modules:
+        where = root.joinpath(*parts) if parts else root
+        for file in (where.with_suffix(".py"), where / "__init__.py"):
+            if parts and parts[0] == "ops" and file.is_file():
+                found.add(file)
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def reference_kernel_files(module_path: str) -> frozenset:
+    """The kernels of a task's reference module: the ops files it imports, and the ops files those
+    import, as absolute path strings (a candidate running one of them runs the reference's kernel)."""
+    start = Path(REFERENCE_DIR) / module_path
+    if not module_path or not start.is_file():
+        return frozenset()
+    seen: Set[Path] = set()
+    todo = list(_ops_imported_by(start))
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            todo.extend(_ops_imported_by(path))
+    return frozenset(str(p) for p in seen)
 
 
 def _watched() -> Dict[str, object]:
@@ -63,17 +110,34 @@ def tampered() -> List[str]:
 
 
 class ReferenceTracer:
-    """Record functions (and Triton kernels) of the task's own reference file run inside the block.
+    """Record functions (and Triton kernels) of the task's own reference file, and of the kernels
+    under kernels_reference/ops that file imports, run inside the block.
 
     Only the reference implementation *of the task* counts as delegation: a candidate that builds
     on reference children (an L2 candidate using the reference L1 modules) is the normal,
-    independent-mode case.
+    independent-mode case, so a reference kernel counts only when the candidate calls it itself,
+    not when a reference child module (or other reference code outside ops) called it.
     """
 
     def __init__(self, enabled: bool = True, module_path: str = ""):
         self.enabled = enabled
         self.target = str(Path(REFERENCE_DIR) / module_path) if module_path else REFERENCE_DIR
+        self.kernels = reference_kernel_files(module_path)
         self.hits: Set[str] = set()
+
+    def _called_by_candidate(self, frame) -> bool:
+        """No reference code outside ops (other than the task's own file) is on the stack."""
+        frame = frame.f_back
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if (name.startswith(REFERENCE_DIR) and not name.startswith(OPS_DIR)
+                    and not name.startswith(self.target)):
+                return False
+            frame = frame.f_back
+        return True
+
+    def _kernel_label(self, filename: str) -> str:
+        return ".".join(Path(filename).relative_to(REFERENCE_DIR).with_suffix("").parts)
 
     def _profile(self, frame, event, arg):
         if event != "call":
@@ -81,11 +145,16 @@ class ReferenceTracer:
         code = frame.f_code
         if code.co_filename.startswith(self.target):
             self.hits.add(f"{Path(code.co_filename).stem}.{code.co_name}")
+        elif code.co_filename in self.kernels:
+            if self._called_by_candidate(frame):
+                self.hits.add(f"{self._kernel_label(code.co_filename)}.{code.co_name}")
         elif code.co_name == "run" and "self" in frame.f_locals:
             fn = getattr(frame.f_locals["self"], "fn", None)  # a Triton JITFunction launch
             filename = getattr(getattr(fn, "__code__", None), "co_filename", "")
             if filename.startswith(self.target):
                 self.hits.add(f"{Path(filename).stem}.{fn.__name__} (Triton kernel)")
+            elif filename in self.kernels and self._called_by_candidate(frame):
+                self.hits.add(f"{self._kernel_label(filename)}.{fn.__name__} (Triton kernel)")
 
     def __enter__(self):
         if self.enabled:

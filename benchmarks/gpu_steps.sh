@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs named GPU steps in one device call, each under its own time limit, logging to $OUT/<step>.log.
+#   OUT=/tmp/out bash benchmarks/gpu_steps.sh decode:120 moe:200 mla:130
+# (the steps run the benchmarks of this folder, `python3 -m benchmarks NAME`, and test or suite slices;
+# docs/perf/README.md maps every docs/perf page to its step.)
+# On a two-GPU machine, two chains side by side (each step sees one GPU):
+#   CUDA_VISIBLE_DEVICES=0 OUT=$OUT/g0 bash benchmarks/gpu_steps.sh l3-moe:540 & \
+#   CUDA_VISIBLE_DEVICES=1 OUT=$OUT/g1 bash benchmarks/gpu_steps.sh l4-moe:300 l1-rest:230; wait
+# A step that times out or fails does not stop the next one; a summary line per step comes last.
+# Each decode-* step writes its JSON under $OUT/<step>/ (two decode steps in one call used to share one file).
+set -u
+export PYTHONPATH=$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/fk_out}; mkdir -p "$OUT"
+PYTEST="python3 -m pytest -p fk_pytest.plugin -p no:cacheprovider -q"
+step_cmd() {
+  case "$1" in
+    decode) echo "env OUT=$OUT/$1 python3 -m benchmarks decode" ;;
+    decode-variants) echo "env OUT=$OUT/$1 python3 -m benchmarks decode --no-knobs" ;;
+    decode-ceilings) echo "env OUT=$OUT/$1 python3 -m benchmarks decode --only-ceilings --no-sweep" ;;
+    decode-one-tile) echo "env OUT=$OUT/$1 python3 -m benchmarks decode --no-sweep --one-tile --ceilings" ;;
+    decode-blocks) echo "env OUT=$OUT/$1 python3 -m benchmarks decode --no-sweep --blocks --ceilings" ;;
+    decode-tma) echo "env OUT=$OUT/$1 python3 -m benchmarks decode --no-sweep --tma --ceilings" ;;
+    decode-peers) echo "env OUT=$OUT/$1 python3 -m benchmarks decode --no-sweep --only-ceilings --contiguous-peers" ;;
+    decode-defaults) echo "env OUT=$OUT/$1 python3 -m benchmarks decode --no-sweep --ceilings" ;;
+    moe) echo "python3 -m benchmarks moe" ;;
+    mla) echo "python3 -m benchmarks mla" ;;
+    hf-moe) echo "python3 -m benchmarks hf_agreement --moe" ;;
+    l1-new) echo "$PYTEST tasks/L1/test_fused_moe.py tasks/L1/test_topk_softmax.py tasks/L1/test_mla_attention.py tasks/L1/test_deepseek_rotary_emb.py --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-report=$OUT/l1-new.json" ;;
+    l2-new) echo "$PYTEST tasks/L2 tasks/L3 tasks/L4 -k '(mixtral or qwen3_moe or deepseek) and not e2e' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l2-l4-new.json" ;;
+    l2-rest) echo "$PYTEST tasks/L2/test_qwen3_moe_block.py tasks/L3/test_mixtral_decoder_layer.py tasks/L3/test_qwen3_moe_decoder_layer.py tasks/L3/test_deepseek_v2_decoder_layer.py tasks/L4/test_mixtral_for_causal_lm.py tasks/L4/test_qwen3_moe_for_causal_lm.py tasks/L4/test_deepseek_v2_for_causal_lm.py -k correctness --fk-device=cuda --fk-profile=full --fk-report=$OUT/l2-rest.json" ;;
+    l1-rest) echo "$PYTEST tasks/L1/test_topk_softmax.py tasks/L1/test_mla_attention.py tasks/L1/test_deepseek_rotary_emb.py --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l1-rest.json" ;;
+    l3-moe) echo "$PYTEST tasks/L3/test_mixtral_decoder_layer.py tasks/L3/test_qwen3_moe_decoder_layer.py tasks/L3/test_deepseek_v2_decoder_layer.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l3-moe.json" ;;
+    l4-moe) echo "$PYTEST tasks/L4/test_mixtral_for_causal_lm.py tasks/L4/test_qwen3_moe_for_causal_lm.py tasks/L4/test_deepseek_v2_for_causal_lm.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l4-moe.json" ;;
+    l34-fix) echo "$PYTEST tasks/L3/test_qwen3_moe_decoder_layer.py tasks/L4/test_deepseek_v2_for_causal_lm.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l34-fix.json" ;;
+    e2e-mixtral|e2e-deepseek|e2e-qwen3) m=${1#e2e-}; [ "$m" = qwen3 ] && m=qwen3-30b; echo "$PYTEST tasks/L4/test_e2e.py -k '$m and chat' --fk-device=cuda --fk-profile=full --fk-e2e-scale=0.1 --fk-timeout=560 --fk-candidate=examples/candidates/triton --fk-report=$OUT/$1.json --fk-html=$OUT/$1.html" ;;
+    peers-new) echo "python3 -m fk_pytest.peers --ops fused_moe,topk_softmax,mla_attention,deepseek_rotary_emb --max-cases-per-op 6 --time-budget 200 --json $OUT/peers-new.json --md $OUT/peers-new.md" ;;
+    moe-quick) echo "python3 -m benchmarks moe --no-sweep" ;;
+    l4-deepseek) echo "$PYTEST tasks/L4/test_deepseek_v2_for_causal_lm.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l4-deepseek.json" ;;
+    e2e-moe) echo "$PYTEST tasks/L4/test_e2e.py -k '(mixtral or qwen3-30b or deepseek) and chat' --fk-device=cuda --fk-profile=full --fk-e2e-scale=0.1 --fk-timeout=500 --fk-candidate=examples/candidates/triton --fk-report=$OUT/e2e-moe.json --fk-html=$OUT/e2e-moe.html" ;;
+    engine-base|engine-pdl) pdl=off; [ "$1" = engine-pdl ] && pdl=small-batch; echo "env OUT=$OUT/$1 python3 -m benchmarks engine --no-compile --eager-tokens 32 --hf-tokens 32 --hf-batch-tokens 32 --decode-pdl $pdl" ;;
+    engine-fused|engine-variants|engine-experiments) extra=; [ "$1" = engine-fused ] && extra=--gemv-sweep; [ "$1" = engine-experiments ] && extra=--experiments; echo "env OUT=$OUT/$1 python3 -m benchmarks engine --no-compile --no-hf --variants $extra --eager-tokens 32" ;;
+    fused-tests) echo "python3 -m pytest -q -p no:cacheprovider -rA tests/test_fused_decode.py" ;;
+    decode-tests) echo "python3 -m pytest -q -p no:cacheprovider -rA tests/test_attention_kernels.py -k 'fixed_cost or splits_agree or interleaved or merge or blocks or launch_depends or tma or past_seq_len'" ;;
+    fused-gemv) echo "env OUT=$OUT/$1 python3 -m benchmarks fused_gemv" ;;
+    engine-compile) echo "env OUT=$OUT/$1 python3 -m benchmarks engine --budget 540 --eager-tokens 32 --hf-tokens 32 --hf-batch-tokens 32" ;;
+    l1-examples|l1-identity) cand=examples/candidates/triton; [ "$1" = l1-identity ] && cand=kernels_reference  # identity: timing noise check
+      echo "$PYTEST tasks --fk-device=cuda --fk-profile=full --fk-candidate=$cand --fk-report=$OUT/${1#l1-}.json --benchmark-columns=median,iqr,rounds" ;;
+    smoke) echo "$PYTEST tasks --maxfail=10 --fk-device=cuda -k 'T32-bf16 or T8192-bf16 or fuzz' --fk-fuzz-examples=5 --fk-candidate=examples/candidates/triton --fk-report=$OUT/smoke.json --benchmark-columns=median,iqr,rounds" ;;
+    guards) echo "python3 -m benchmarks guards $OUT" ;;
+    compile-graphs) echo "env OUT=$OUT/$1 python3 -m benchmarks compile_graphs" ;;
+    attention) echo "env OUT=$OUT/$1 python3 -m benchmarks attention" ;;
+    hf-agreement) echo "python3 -m benchmarks hf_agreement" ;;
+    timing-test) echo "$PYTEST -s -rA tests/test_timing_gpu.py" ;;
+    peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
+    *) echo "false unknown-step-$1" ;;
+  esac
+}
+summary=()
+for spec in "$@"; do
+  name=${spec%%:*}; limit=${spec##*:}
+  cmd=$(step_cmd "$name")
+  echo "=== $name (limit ${limit}s): $cmd"
+  start=$(date +%s)
+  timeout "$limit" bash -c "$cmd" > "$OUT/$name.log" 2>&1; rc=$?
+  took=$(( $(date +%s) - start ))
+  tail -n 40 "$OUT/$name.log"
+  summary+=("$name rc=$rc ${took}s")
+done
+echo "=== summary"; printf '%s\n' "${summary[@]}"

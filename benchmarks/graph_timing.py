@@ -1,0 +1,107 @@
+"""Amortised CUDA-graph timing for the GPU scripts (benchmarks/*.py), the method of
+``fk_pytest.timing``: a graph of one call and a graph of K calls, each call on its own input set
+so no call finds its bytes in L2 from the call before; per call = (K-call - one-call) / (K - 1).
+Implementations are timed interleaved (order flipped each round), the L2 flushed before every
+replay, all events read after one final synchronisation."""
+import contextlib
+import functools
+import statistics
+
+import torch
+
+from kernels_reference.cuda_graphs import capture  # reports the operation that broke a capture
+
+
+class AmortisedGraphs:
+    """One implementation: ``one`` replays calls[0], ``many`` replays calls[0..K-1] (zero-argument
+    callables); ``one_out`` / ``many_out`` are their outputs. ``warmup`` (default: every call) runs
+    on a side stream first (compilation, autotuning, lazy buffers), all inside ``context()``."""
+
+    def __init__(self, calls, warmup=None, context=None):
+        self.calls = len(calls)
+        with (context or contextlib.nullcontext)(), torch.no_grad():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for fn in (calls if warmup is None else warmup):
+                    fn()
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            self.one = torch.cuda.CUDAGraph()
+            with capture(self.one):
+                self.one_out = calls[0]()
+            self.many = torch.cuda.CUDAGraph()
+            with capture(self.many):
+                self.many_out = [fn() for fn in calls]
+
+
+def over_sets(fn, sets, calls, context=None) -> AmortisedGraphs:
+    """``fn`` on sets[0..calls-1] (warmed up on the first two sets)."""
+    return AmortisedGraphs([functools.partial(fn, s) for s in sets[:calls]],
+                           warmup=[functools.partial(fn, s) for s in sets[:2]], context=context)
+
+
+def time_amortised(runners, flush, rounds):
+    """Per-call us of every runner (name -> AmortisedGraphs): us (median), spread (IQR / median),
+    single_us (the one-call replay), calls (K), rounds, mode."""
+    names = list(runners)
+    ev = {n: [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(rounds)] for n in names}
+    for i in range(rounds):
+        for n in (names if i % 2 == 0 else names[::-1]):
+            e = ev[n][i]
+            flush()
+            e[0].record()
+            runners[n].one.replay()
+            e[1].record()
+            flush()
+            e[2].record()
+            runners[n].many.replay()
+            e[3].record()
+    torch.cuda.synchronize()
+    out = {}
+    for n in names:
+        k = runners[n].calls
+        one = [e[0].elapsed_time(e[1]) * 1e3 for e in ev[n]]
+        many = [e[2].elapsed_time(e[3]) * 1e3 for e in ev[n]]
+        per_call = sorted((m - o) / (k - 1) for m, o in zip(many, one))
+        med = statistics.median(per_call)
+        q1, q3 = per_call[len(per_call) // 4], per_call[3 * len(per_call) // 4]
+        out[n] = {"us": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "single_us": statistics.median(one),
+                  "calls": k, "rounds": rounds, "mode": "cuda-graph amortised"}
+    return out
+
+
+def graph_kernel_breakdown(graph, reps: int = 5) -> dict:
+    """Where a decode step's GPU time goes: the kernels of ``reps`` replays of ``graph`` under the
+    PyTorch profiler (CUPTI reports each kernel of a graph launch), per replay: launches and time
+    per kernel name, their sum, and the replay's own time (the difference is time between kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    replay_ms(graph, 3)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            graph.replay()
+        torch.cuda.synchronize()
+    kernels = []
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        us = getattr(e, "cuda_time_total", 0.0) if us is None else us
+        if us and e.count:
+            kernels.append({"kernel": e.key[:90], "launches": e.count / reps, "us": us / reps})
+    kernels.sort(key=lambda k: -k["us"])
+    total_us = sum(k["us"] for k in kernels)
+    return {"replay_ms": replay_ms(graph, 20), "kernel_sum_ms": total_us / 1e3,
+            "launches": sum(k["launches"] for k in kernels), "top": kernels[:14]}
+
+
+def replay_ms(graph, reps: int) -> float:
+    """Mean GPU time of back-to-back replays of a captured graph (after one warm replay)."""
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps

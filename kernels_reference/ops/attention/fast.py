@@ -1,0 +1,70 @@
+"""The production-speed path of ``Attention`` on CUDA: Triton KV store, Triton split-K decode,
+SDPA prefill. Same semantics as ``Attention.forward_native`` (:mod:`.native`); see
+kernels_reference/L1/attention.py for the contract.
+
+Planning reads only the metadata's host tuples and shapes (never ``.tolist()`` of a device tensor),
+so a decode step has no host sync and can be captured in a CUDA graph.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from ...forward_context import AttentionMetadata
+from ..kv_store.store import store_kv_cache_triton
+from ..paged_decode import paged_decode
+from .native import sequence_kv, split_heads
+from .sdpa_prefill import sdpa_causal
+
+
+def paged_attention_fast(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                         kv_cache: Optional[Tuple[torch.Tensor, torch.Tensor]], meta: AttentionMetadata,
+                         num_heads: int, num_kv_heads: int, head_size: int, scale: float) -> torch.Tensor:
+    t = query.shape[0]
+    q, k, v = split_heads(query, key, value, num_heads, num_kv_heads, head_size)
+    out = torch.empty(t, num_heads, head_size, dtype=query.dtype, device=query.device)
+    query_lens, seq_lens = meta.query_lens_cpu, meta.seq_lens_cpu
+    if len(query_lens) != meta.num_seqs or sum(query_lens) != t:
+        raise ValueError(f"metadata host lengths {query_lens} do not describe {meta.num_seqs} sequences "
+                         f"of {t} query tokens")
+    if kv_cache is not None:
+        key_cache, value_cache = kv_cache
+        store_kv_cache_triton(k, v, key_cache, value_cache, meta.slot_mapping)
+        if t == meta.num_seqs and all(n == 1 for n in query_lens):
+            # Pure decode (the CUDA-graph case): one launch, shapes only.
+            paged_decode(q, key_cache, value_cache, meta.block_tables, meta.seq_lens, scale, out=out)
+            return out.view(t, num_heads * head_size)
+        # Decode rows of a mixed batch go through the decode kernel (not with empty sequences,
+        # whose "last row" would belong to their neighbour).
+        batched_decode = min(query_lens) >= 1 and 1 in query_lens
+        if batched_decode:
+            _decode_rows_of_mixed_batch(q, out, key_cache, value_cache, meta, scale)
+    else:
+        batched_decode = False
+    start = 0
+    for i, (q_len, n) in enumerate(zip(query_lens, seq_lens)):
+        a, start = start, start + q_len
+        if q_len == 0 or (q_len == 1 and batched_decode):
+            continue
+        context = n - q_len
+        # Without cached context the step's own rows are the whole history: no gather.
+        ks, vs = sequence_kv(kv_cache if context > 0 else None, meta.block_tables[i], n, context,
+                             k[a:start], v[a:start])
+        out[a:start] = sdpa_causal(q[a:start], ks, vs, context, scale)
+    return out.view(t, num_heads * head_size)
+
+
+def _decode_rows_of_mixed_batch(q, out, key_cache, value_cache, meta: AttentionMetadata, scale: float) -> None:
+    """Decode sequences of a mixed batch through the decode kernel, without a host sync.
+
+    Every sequence's *last* query token attends to its whole history, which is exactly a decode
+    step; running the kernel on all last rows with the lengths of multi-token sequences zeroed
+    (they do no work) computes the decode rows, and the SDPA pass overwrites the others.
+    """
+    starts = meta.query_start_loc
+    last_rows = (starts[1:] - 1).long().clamp_(min=0)
+    one_token = (starts[1:] - starts[:-1]) == 1
+    lens = torch.where(one_token, meta.seq_lens, torch.zeros_like(meta.seq_lens))
+    decoded = paged_decode(q.index_select(0, last_rows), key_cache, value_cache, meta.block_tables, lens, scale)
+    out.index_copy_(0, last_rows, decoded)

@@ -1,0 +1,77 @@
+"""Causal attention of one sequence's query tokens through ``F.scaled_dot_product_attention``.
+
+Prefill is compute-bound, and torch ships production flash kernels for it (cuDNN, FlashAttention-2,
+memory-efficient), so the reference uses the library rather than a hand-written kernel:
+
+* no cached context (query and keys cover the same positions): ``is_causal=True``;
+* cached context (a later chunk of a prompt, or a decode token): the query sits at the *end* of
+  the keys, so the mask is bottom-right aligned, ``torch.nn.attention.bias.causal_lower_right``.
+  torch routes that bias to FlashAttention (whose causal mode is bottom-right) or the
+  memory-efficient kernel, else materialises it; cuDNN is never used for it.
+
+GQA: ``enable_gqa=True`` lets the backends that support it (FlashAttention; memory-efficient on
+recent torch; math) read the shared K/V heads directly. ``PrefillConfig.expand_kv`` instead
+repeats K/V to one head per query head, which every backend accepts (cuDNN included) at the cost
+of the copy; benchmarks/attention.py measures both so the default can follow the numbers.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
+
+_BACKENDS = {
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefillConfig:
+    backend: str = "auto"  # "auto": torch's own choice; else the preferred backend, the rest as fallbacks
+    expand_kv: bool = False  # repeat K/V heads instead of enable_gqa
+
+    def __post_init__(self):
+        if self.backend != "auto" and self.backend not in _BACKENDS:
+            raise ValueError(f"unknown SDPA backend {self.backend!r}; choose auto or one of {sorted(_BACKENDS)}")
+
+
+PREFILL_CONFIG = PrefillConfig()
+
+
+def _backend_scope(config: PrefillConfig):
+    if config.backend == "auto":
+        return contextlib.nullcontext()
+    preferred = _BACKENDS[config.backend]
+    # Priority order: the preferred backend first, the others as fallbacks (e.g. float32 inputs,
+    # which FlashAttention and cuDNN do not take).
+    order = [preferred] + [b for b in _BACKENDS.values() if b != preferred]
+    return sdpa_kernel(order, set_priority=True)
+
+
+def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: int, scale: float,
+                config: PrefillConfig = PREFILL_CONFIG) -> torch.Tensor:
+    """q [L, nq, d] at positions context..context+L-1 over k/v [context + L, nk, d]; returns [L, nq, d]."""
+    length, num_heads, _ = q.shape
+    if k.shape[0] != context + length:
+        raise ValueError(f"{k.shape[0]} keys for {length} queries after {context} cached tokens")
+    group = num_heads // k.shape[1]
+    if config.expand_kv and group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    # [1, heads, tokens, d] views of the packed [tokens, heads, d] rows: no copy.
+    qh, kh, vh = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+    gqa = k.shape[1] != num_heads
+    with _backend_scope(config):
+        if context == 0:
+            out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale, enable_gqa=gqa)
+        else:
+            mask = causal_lower_right(length, k.shape[0])
+            out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    return out.squeeze(0).transpose(0, 1)

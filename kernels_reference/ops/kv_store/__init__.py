@@ -1,0 +1,2 @@
+"""The Triton KV-cache store (store.py), vLLM's reshape_and_cache.
+"""
