@@ -125,6 +125,9 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             if composition is not None:
                 result.swapped, result.failed = list(composition.swapped), dict(composition.failed)
             return dataclasses.replace(result, status=exc.status, message=exc.message)
+        except NotImplementedError as exc:  # a path the candidate has not written yet: not a crash
+            return dataclasses.replace(result, status=status.NOT_IMPLEMENTED,
+                                       message=f"candidate raised {short_traceback(exc)}")
         except Exception as exc:
             return dataclasses.replace(result, status=status.RUNTIME_ERROR,
                                        message=f"candidate raised: {short_traceback(exc)}")

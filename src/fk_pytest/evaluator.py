@@ -60,8 +60,11 @@ class Evaluator:
             return task.reference, False
         try:
             return self.source.load_class(task), True
-        except NotAttempted:
-            # Composed mode scores lower-level candidates inside a reference container.
+        except (NotAttempted, CandidateError) as exc:
+            # Composed mode scores lower-level candidates inside a reference container, also when
+            # the task's own class is still a stub.
+            if isinstance(exc, CandidateError) and exc.status != status.NOT_IMPLEMENTED:
+                raise
             lower = [p for p in self.source.module_paths() if int(p[1]) < task.level]
             if self._lookup is None or task.level == 1 or not lower:
                 raise
@@ -101,8 +104,13 @@ class Evaluator:
         if self.source is not None and not own and not result.swapped and not result.failed:
             # Composed mode found no candidate class anywhere inside this task's module (a class
             # that is there but failed to load or build is that class's failure, not this).
-            result.status = status.NOT_ATTEMPTED
-            result.message = "composed mode: no module of the candidate tree is used inside this task"
+            if self.source.has_module(task):  # its own class is a stub (anything else raised above)
+                result.status = status.NOT_IMPLEMENTED
+                result.message = ("composed mode: this task's class is a stub and no other module of "
+                                  "the candidate tree is used inside it")
+            else:
+                result.status = status.NOT_ATTEMPTED
+                result.message = "composed mode: no module of the candidate tree is used inside this task"
         return result
 
     def e2e(self, ref, case: Case):

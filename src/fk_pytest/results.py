@@ -46,14 +46,21 @@ class TaskRecord:
             return status.TASK_ERROR
         if not self.cases and not self.speed:
             return status.NOT_RUN
-        for c in self.cases.values():
-            if not c.passed:
-                return c.status
+        failed = self._first_failure
+        if failed is not None:
+            return failed.status
         if any(s.suspect for s in self.speed.values()):
             return status.SUSPECT_SPEED
         if self.delegated:
             return status.DELEGATED
         return status.PASSED
+
+    @property
+    def _first_failure(self) -> Optional[CaseResult]:
+        """The case that names the task's verdict: the first real failure, else the first case the
+        candidate has not implemented (a half-written candidate that is also wrong is WRONG)."""
+        failed = [c for c in self.cases.values() if not c.passed]
+        return next((c for c in failed if c.status != status.NOT_IMPLEMENTED), failed[0] if failed else None)
 
     @property
     def delegated(self) -> List[str]:
@@ -70,9 +77,9 @@ class TaskRecord:
             return self.candidate_message
         if self.task_errors:
             return self.task_errors[0]
-        for c in self.cases.values():
-            if not c.passed:
-                return f"[{c.case_id}] {c.message}"
+        failed = self._first_failure
+        if failed is not None:
+            return f"[{failed.case_id}] {failed.message}"
         for s in self.speed.values():
             if s.suspect:
                 return f"[{s.case_id}] {s.cand_us:.2f} us is below the roofline floor {s.roofline_floor_us:.2f} us"

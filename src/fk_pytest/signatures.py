@@ -10,7 +10,9 @@ must keep the reference's name. The message shows the call that failed.
 """
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 from typing import Any, Dict, Optional, Sequence
 
 import torch
@@ -84,6 +86,31 @@ def check_class(reference: type, cls: type) -> None:
     forward = getattr(cls, "forward", None)
     if forward is None or forward is torch.nn.Module.forward:
         raise CandidateError(status.SIGNATURE_MISMATCH, f"{cls.__name__} defines no forward")
+    if only_raises_not_implemented(forward):
+        raise CandidateError(status.NOT_IMPLEMENTED,
+                             f"{cls.__name__}.forward only raises NotImplementedError: a stub still to fill in")
+
+
+def only_raises_not_implemented(fn) -> bool:
+    """Whether ``fn``'s body, its docstring aside, is one ``raise NotImplementedError[(...)]``.
+
+    Read from the source, so a stub is known before any input is built for it (a stub tree then
+    costs what collecting it costs); a body that raises NotImplementedError on some paths only is
+    not a stub, and its calls that raise are the cases' NOT_IMPLEMENTED instead."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):  # no source to read (built in, generated): run it
+        return False
+    if not tree.body or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    body = tree.body[0].body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    raised = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
 
 
 def construct(cls: type, init_args: Dict[str, Any]) -> torch.nn.Module:
@@ -92,6 +119,9 @@ def construct(cls: type, init_args: Dict[str, Any]) -> torch.nn.Module:
     check_call(cls, "__init__", (), init_args)
     try:
         return cls(**init_args)
+    except NotImplementedError as exc:
+        raise CandidateError(status.NOT_IMPLEMENTED, f"{describe_call(cls.__name__, '__init__', (), init_args)} "
+                                                     f"raised NotImplementedError: {exc}") from exc
     except Exception as exc:
         raise CandidateError(status.RUNTIME_ERROR, f"{describe_call(cls.__name__, '__init__', (), init_args)} "
                                                    f"raised {type(exc).__name__}: {exc}") from exc

@@ -10,7 +10,7 @@ from . import status
 from .build import draw_inputs, instantiate, instantiate_candidate, master_state, upcast_inputs
 from .compare import output_error
 from .correctness import as_outputs
-from .errors import CandidateError
+from .errors import CandidateError, short_traceback
 from .guards import tampered
 from .signatures import remove_call_checks
 from .task import Case, Task
@@ -53,7 +53,15 @@ class SpeedResult:
 def measure_speed(task: Task, case: Case, candidate_cls: type, device, seed: int,
                   roofline: Optional[Dict[str, float]] = None, flusher: Optional[L2Flusher] = None,
                   input_sets: int = 4, compose=None) -> SpeedResult:
-    device = torch.device(device)
+    try:
+        return _measure(task, case, candidate_cls, torch.device(device), seed, roofline, flusher,
+                        input_sets, compose)
+    except NotImplementedError as exc:  # a path the candidate has not written: not a crash
+        raise CandidateError(status.NOT_IMPLEMENTED,
+                             f"candidate raised {short_traceback(exc)} while being timed") from exc
+
+
+def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_sets, compose) -> SpeedResult:
     state = master_state(task, case, seed, device)
     reference = instantiate(task.reference, task, case, state, device, case.dtype)
     candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype, compose)

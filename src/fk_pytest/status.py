@@ -23,9 +23,10 @@ TAMPERED = "TAMPERED"  # timers, CUDA events, graph replay or the suite's functi
 TIMED_OUTPUT_WRONG = "TIMED_OUTPUT_WRONG"  # the code path that was timed does not compute the op
 DELEGATED = "DELEGATED"  # correct, but by running the reference's code: not a new kernel
 NOT_ATTEMPTED = "NOT_ATTEMPTED"  # the candidate tree has no module for the task
+NOT_IMPLEMENTED = "NOT_IMPLEMENTED"  # the class is there, but its forward raises NotImplementedError (a stub)
 NOT_RUN = "NOT_RUN"  # collected, but no test of the task ran (deselected or interrupted)
 INSENSITIVE = "INSENSITIVE"  # an end-to-end case in which a built-in mutant still earns credit: blind
 TASK_ERROR = "TASK_ERROR"  # the task itself is broken (e.g. a degenerate case): not the candidate's fault
 
 # Statuses that describe the candidate as a whole rather than one case.
-CANDIDATE_LEVEL = (IMPORT_ERROR, MISSING_CLASS, SIGNATURE_MISMATCH, NOT_ATTEMPTED)
+CANDIDATE_LEVEL = (IMPORT_ERROR, MISSING_CLASS, SIGNATURE_MISMATCH, NOT_ATTEMPTED, NOT_IMPLEMENTED)
