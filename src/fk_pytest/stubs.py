@@ -417,6 +417,7 @@ class Probe:
         self.context = None
         self.caches: List[Tuple[str, Any]] = []
         self.outputs: List[torch.Tensor] = []
+        self.inputs_of: Dict[str, str] = {}  # filled by call_kinds
         if not run_reference:
             return
         module = task.reference(**task.init_args(case))
@@ -481,15 +482,18 @@ class Probe:
 
 
 def call_kinds(task: Task) -> List[Tuple[Probe, List[Case]]]:
-    """The CPU profile's cases grouped by kind of call, each kind with a probe of its first case."""
+    """The CPU profile's cases grouped by kind of call, each kind with a probe of its first case
+    (which also carries ``inputs_of``: every case's inputs described, for the workload table)."""
     groups: Dict[tuple, List[Case]] = {}
-    first: Dict[tuple, Probe] = {}
+    inputs_of: Dict[str, str] = {}
     for case in task.cases("cpu"):
         probe = Probe(task, case, run_reference=False)
-        key = probe.structure()
-        groups.setdefault(key, []).append(case)
-        first.setdefault(key, probe)
-    return [(Probe(task, cases[0]), cases) for key, cases in groups.items()]
+        groups.setdefault(probe.structure(), []).append(case)
+        inputs_of[case.id] = ", ".join(f"{k}={describe(v)}" for k, v in probe.inputs.items())
+    kinds = [(Probe(task, cases[0]), cases) for cases in groups.values()]
+    for probe, _ in kinds:
+        probe.inputs_of = inputs_of
+    return kinds
 
 
 def contract_text(task: Task, kinds) -> str:
@@ -563,12 +567,10 @@ def _full_rows(task: Task, cases: Sequence[Case]) -> List[str]:
     return rows
 
 
-def _cpu_rows(task: Task, cases: Sequence[Case]) -> List[str]:
+def _cpu_rows(cases: Sequence[Case], inputs_of: Dict[str, str]) -> List[str]:
     rows = ["| case | dtype | model | weight | inputs |", "|---|---|---|---|---|"]
     for c in cases:
-        probe = Probe(task, c, run_reference=False)
-        inputs = ", ".join(f"{k}={describe(v)}" for k, v in probe.inputs.items())
-        rows.append(f"| `{c.id}` | {_dtype(c.dtype)} | {c.model or '-'} | {c.weight:.4g} | {inputs} |")
+        rows.append(f"| `{c.id}` | {_dtype(c.dtype)} | {c.model or '-'} | {c.weight:.4g} | {inputs_of[c.id]} |")
     return rows
 
 
@@ -639,7 +641,7 @@ def prompt_text(task: Task, kinds, tree: str, stub_file: str) -> str:
     out += _full_rows(task, full)
     out += ["", f"CPU profile (`--fk-device=cpu`, the default without a GPU): {len(cpu_cases)} cases, small "
             "real shapes; Triton runs in its interpreter there.", ""]
-    out += _cpu_rows(task, cpu_cases)
+    out += _cpu_rows(cpu_cases, probe.inputs_of)
     out += ["", f"Each workload case runs {task.seeds} input draw(s) with real-model value distributions. "
             f"Fuzzing: `test_fuzz[dtype]` for {fuzz} draws shapes around the real ones with hypothesis "
             "(other real widths, odd token counts such as 1, 3, 127, 129, strided layouts); 4 examples per "
@@ -717,8 +719,9 @@ def _suite_version() -> Dict[str, Optional[str]]:
 
 
 def write_tree(tasks: Sequence[Task], out: str | Path, author: Optional[str] = None, command: str = "",
-               force: bool = False) -> List[Path]:
-    """Write the stub files, one prompt per task and the manifest; returns the files written."""
+               force: bool = False, kinds_of: Optional[Dict[str, list]] = None) -> List[Path]:
+    """Write the stub files, one prompt per task and the manifest; returns the files written.
+    ``kinds_of``: the tasks' :func:`call_kinds`, when the caller has them already."""
     out = Path(out)
     if not tasks:
         raise StubError("no task selected")
@@ -728,7 +731,7 @@ def write_tree(tasks: Sequence[Task], out: str | Path, author: Optional[str] = N
         raise StubError(f"{out} exists and is not empty (choose a new folder, or --force to overwrite "
                         "the files fk-stubs writes there)")
     tasks = sorted(tasks, key=lambda t: (t.level, t.module_path, t.name))
-    kinds_of = {t.name: call_kinds(t) for t in tasks}
+    kinds_of = {t.name: (kinds_of or {}).get(t.name) or call_kinds(t) for t in tasks}
     prompt_of = {t.name: f"{PROMPTS}/{t.name}.md" for t in tasks}
     by_file: Dict[str, List[Task]] = defaultdict(list)
     for t in tasks:
