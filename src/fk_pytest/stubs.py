@@ -598,7 +598,9 @@ def prompt_text(task: Task, kinds, tree: str, stub_file: str) -> str:
     cpu_cmd, gpu_cmd = _score_command(task, tree)
     fuzz = ", ".join(getattr(task, "fuzz_dtypes", ("bf16", "fp16", "fp32")))
     source = inspect.getsource(sys.modules[ref.__module__])
-    state = ", ".join(f"`{k}` {list(v.shape)}" for k, v in probe.module.state_dict().items()) or "(none)"
+    entries = [f"`{k}` {list(v.shape)}" for k, v in probe.module.state_dict().items()]
+    state = ", ".join(entries[:12]) + (f", ... ({len(entries)} tensors in all)" if len(entries) > 12 else "") \
+        if entries else "no tensors"
     init_sig = inspect.signature(ref.__init__)
     fwd_sig = inspect.signature(ref.forward)
     out = [
