@@ -312,7 +312,12 @@ def _class_source(task: Task, contract: str, imports: _Imports, prompt: str, kv_
     returns = f" -> {ast.unparse(fwd.returns)}" if fwd.returns is not None else ""
     raise_line = (f'raise NotImplementedError("{ref.__name__}.forward is a stub (task {task.name}); '
                   f'see {prompt}")')
-    methods.append(f"def forward({signature}){returns}:\n{_docstring(contract, 4)}\n    {raise_line}\n")
+    head = f"def forward({signature}){returns}:"
+    if len(head) > 96:  # the parameters on their own lines, as a formatter would put them
+        params = "\n".join(textwrap.wrap(signature, 88, initial_indent="    ", subsequent_indent="    ",
+                                         break_long_words=False, break_on_hyphens=False))
+        head = f"def forward(\n{params}\n){returns}:"
+    methods.append(f"{head}\n{_docstring(contract, 4)}\n    {raise_line}\n")
 
     others = sorted({n for c in _reference_classes(ref) for n in _defined_functions(c)
                     if n not in copied and n != "forward" and not n.startswith("__")})
