@@ -62,6 +62,11 @@ def pytest_addoption(parser):
     group.addoption("--fk-benchmark-cpu", action="store_true", default=False,
                     help="also hand CPU timings (informational: the Triton interpreter's wall time) to "
                          "pytest-benchmark; by default its table appears only for GPU timings")
+    group.addoption("--fk-shard", metavar="i/N", default=None,
+                    help="run shard i of N (1 <= i <= N): a deterministic share of the selected tests, whole "
+                         "tasks and whole end-to-end models; merge the shards' reports with fk-report --merge")
+    group.addoption("--fk-shard-costs", metavar="REPORT", default=None,
+                    help="balance --fk-shard by the seconds per task in this earlier report (default: test counts)")
     group.addoption("--fk-e2e-scale", type=float, default=None, metavar="X",
                     help="shrink the end-to-end serving scenarios (request count and lengths) by X in (0, 1] "
                          "(default: 0.25 on the full profile, 0.02 plus small caps on cpu)")
@@ -146,6 +151,15 @@ def pytest_configure(config):
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(str(exc))
     session.record_cpu_benchmarks = opt.fk_benchmark_cpu
+    if opt.fk_shard or opt.fk_shard_costs:
+        from .shard import costs_from_report, parse_shard
+        try:
+            if not opt.fk_shard:
+                raise ValueError("--fk-shard-costs needs --fk-shard=i/N")
+            session.shard = parse_shard(opt.fk_shard)
+            session.shard_costs = costs_from_report(opt.fk_shard_costs) if opt.fk_shard_costs else None
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc))
     if on_worker and opt.fk_isolation == "none":  # candidates run in this process (else the worker's)
         if device == "cpu":
             xdist.share_cpu_threads()
@@ -206,6 +220,9 @@ def pytest_xdist_auto_num_workers(config):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     fk = item.config.stash.get(SESSION_KEY, None)
+    task = getattr(getattr(item, "function", None), "_fk_task", None)
+    if fk is not None and task is not None:  # what each task costs a run (the report's "seconds")
+        fk.results.add_seconds(task, call.duration)
     if fk is not None and fk.results.journal is not None:
         from .xdist import attach_journal
         attach_journal(outcome.get_result(), fk.results)
@@ -252,6 +269,18 @@ def pytest_generate_tests(metafunc):
         if len(set(ids)) != len(ids):
             raise ValueError(f"task {task.name}: duplicate case ids")
         metafunc.parametrize("case", cases, ids=ids)
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m have deselected: the shards split what is selected
+def pytest_collection_modifyitems(session, config, items):
+    fk = config.stash.get(SESSION_KEY, None)
+    if fk is None or fk.shard is None:
+        return
+    from .shard import split
+    kept, dropped = split(items, *fk.shard, costs=fk.shard_costs)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_collection_finish(session):

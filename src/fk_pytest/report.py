@@ -111,14 +111,14 @@ def format_table(report: dict) -> str:
 def _kernel_lines(report: dict) -> list:
     m = report["macro"]
     lines = [f"KERNEL LEVEL: {len(report['tasks'])} tasks on {_where(report)}"]
-    rows = [("task", "lvl", "family", "status", "cases", "C_t", "S_t", "fast_1")]
+    rows = [("task", "lvl", "family", "status", "cases", "C_t", "S_t", "fast_1", "seconds")]
     for t in report["tasks"]:
         s_t = _fmt(t["S_t"], ".3f")
         if t["S_t"] is None and t.get("informational_cpu_speedup") is not None:
             s_t = f"({t['informational_cpu_speedup']:.3g} cpu)"
         rows.append((t["name"], f"L{t['level']}", t["family"], t["status"],
                      f"{t['cases_passed']}/{t['cases_total']}", _fmt(t["C_t"], ".2f"), s_t,
-                     "yes" if t["fast_1"] else "no"))
+                     "yes" if t["fast_1"] else "no", _fmt(t.get("seconds"), ".1f")))
     lines += _table(rows)
     lines.append("families: " + "; ".join(
         f"{name} S_f={_fmt(f['S_f'])} C_f={f['C_f']:.2f} Cov_f={f['Cov_f']:.2f}" for name, f in m["families"].items()))
@@ -126,6 +126,11 @@ def _kernel_lines(report: dict) -> list:
                  f"= {m['MacroEval']:.3f}   (fast_1 {m['fast_1']:.2f})")
     if m.get("note"):
         lines.append(f"note: {m['note']}")
+    costly = sorted(report["tasks"], key=lambda t: -(t.get("seconds") or 0))
+    if costly and costly[0].get("seconds"):
+        lines.append(f"cost: {sum(t.get('seconds') or 0 for t in costly):.0f} s of tests over "
+                     f"{len(costly)} tasks; the most: " + ", ".join(
+                         f"{t['name']} {t['seconds']:.0f} s" for t in costly[:3]))
     for t in report["tasks"]:
         if t["status"] not in ("PASSED",) and t["message"]:
             lines.append(f"{t['name']}: {t['status']}: {t['message'][:300]}")
@@ -266,15 +271,27 @@ tr:not(.passed) td:nth-child(4){{color:#b00}}</style>
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="fk-report", description="Print the table of a FastKernels JSON report.")
-    parser.add_argument("report", help="a report written by --fk-report (or a pytest-benchmark JSON holding one)")
+    parser = argparse.ArgumentParser(prog="fk-report", description="Print the table of a FastKernels JSON report, "
+                                     "or merge the reports of --fk-shard runs into one.")
+    parser.add_argument("report", nargs="+",
+                        help="a report written by --fk-report (or a pytest-benchmark JSON holding one); "
+                             "with --merge, every shard's report")
+    parser.add_argument("--merge", action="store_true",
+                        help="merge the reports of shards 1/N..N/N of one run into one report")
+    parser.add_argument("-o", "--output", help="with --merge: write the merged JSON report here")
     parser.add_argument("--html", help="also write an HTML page here")
     args = parser.parse_args(argv)
-    data = json.loads(Path(args.report).read_text())
-    report = data.get("fastkernels", data)
-    if report.get("schema") != SCHEMA:
-        print(f"fk-report: {args.report} is not a {SCHEMA} report", file=sys.stderr)
+    from .merge import MergeError, load_report, merge_reports
+    if len(args.report) > 1 and not args.merge:
+        parser.error("several reports given: add --merge to merge the shards of one run")
+    try:
+        reports = [load_report(p) for p in args.report]
+        report = merge_reports(reports, args.report) if args.merge else reports[0]
+    except MergeError as exc:
+        print(f"fk-report: {exc}", file=sys.stderr)
         return 2
+    if args.output:
+        write_json(report, args.output)
     print(format_table(report))
     if not report.get("complete", True):
         print("note: this report is incomplete (the run did not finish)")

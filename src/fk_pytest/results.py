@@ -24,6 +24,7 @@ class TaskRecord:
     task_errors: List[str] = dataclasses.field(default_factory=list)
     swapped: List[str] = dataclasses.field(default_factory=list)  # candidate classes composed in
     failed_classes: Dict[str, str] = dataclasses.field(default_factory=dict)  # class -> "STATUS: why"
+    seconds: float = 0.0  # wall time of the task's tests (setup, call, teardown): what it costs a run
 
     # ---- derived --------------------------------------------------------------------------------
     @property
@@ -118,7 +119,7 @@ class TaskRecord:
             "S_t": speedup, "fast_1": bool(speedup is not None and speedup > 1.0),
             "informational_cpu_speedup": self.informational_speedup,
             "swapped_modules": self.swapped, "failed_classes": self.failed_classes,
-            "delegated": self.delegated,
+            "delegated": self.delegated, "seconds": round(self.seconds, 3),
             "cases": [c.as_json() for c in self.cases.values()],
             "speed": [s.as_json() for s in self.speed.values()],
         }
@@ -204,6 +205,11 @@ class Results:
         self._log("record_candidate_problem", TaskInfo.of(task), problem_status, message)
         rec.candidate_status, rec.candidate_message = problem_status, message
 
+    def add_seconds(self, task, seconds: float) -> None:
+        rec = self.register(task)
+        self._log("add_seconds", TaskInfo.of(task), seconds)
+        rec.seconds += seconds
+
     def record_task_error(self, task, message: str) -> None:
         rec = self.register(task)
         self._log("record_task_error", TaskInfo.of(task), message)
@@ -212,4 +218,4 @@ class Results:
 
 
 _REPLAYABLE = {"register", "add_e2e_placeholder", "record_e2e", "record_roofline", "record_case",
-               "record_speed", "record_candidate_problem", "record_task_error"}
+               "record_speed", "record_candidate_problem", "record_task_error", "add_seconds"}

@@ -43,6 +43,8 @@ class FKSession:
         self._checked: Dict[str, Exception] = {}
         self._dead: Dict[str, WorkerFailure] = {}  # task -> the crash/timeout that ended it
         self.record_cpu_benchmarks = False  # --fk-benchmark-cpu
+        self.shard: Optional[tuple] = None  # (i, N) with --fk-shard: this run's share of the suite
+        self.shard_costs: Optional[Dict[str, float]] = None  # seconds per group (--fk-shard-costs)
         self.progress_sink = None  # set by the plugin: where phases of long runs are shown
         self.interrupted = False  # set by the plugin's SIGINT watch: the report can then not be complete
         self._progress_started = time.monotonic()
@@ -136,7 +138,8 @@ class FKSession:
     def run_info(self) -> dict:
         return {"device": self.device, "mode": self.mode, "profile": self.profile, "seed": self.seed,
                 "isolation": self.isolation, "timeout_s": self.timeout_s, "e2e_scale": self.e2e_scale,
-                "candidate": self.candidates.describe() if self.candidates else None}
+                "candidate": self.candidates.describe() if self.candidates else None,
+                "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None}
 
     def report(self, complete: bool) -> dict:
         return build_report(self.results.tasks.values(), run=self.run_info(),
