@@ -70,6 +70,13 @@ def pytest_addoption(parser):
     group.addoption("--fk-e2e-scale", type=float, default=None, metavar="X",
                     help="shrink the end-to-end serving scenarios (request count and lengths) by X in (0, 1] "
                          "(default: 0.25 on the full profile, 0.02 plus small caps on cpu)")
+    group.addoption("--fk-stubs", metavar="DIR", default=None,
+                    help="write a stub candidate tree with one prompt per task for the selected tasks "
+                         "into DIR (new or empty), then end without running tests (fk_pytest.stubs)")
+    group.addoption("--fk-stubs-author", metavar="NAME", default=None,
+                    help="author or agent named in the stub tree's manifest (default: $FK_AUTHOR)")
+    group.addoption("--fk-stubs-force", action="store_true", default=False,
+                    help="let --fk-stubs write into a non-empty DIR")
 
 
 def _resolve_device(requested: str) -> str:
@@ -278,6 +285,9 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_collection_finish(session):
     """Every selected task appears in the report, as NOT_RUN until one of its tests runs."""
+    if session.config.option.fk_stubs:
+        from .stubs import write_from_session
+        return write_from_session(session)  # writes the stubs and deselects every test
     fk = get_session(session.config)
     for item in session.items:
         task = getattr(getattr(item, "function", None), "_fk_task", None)
