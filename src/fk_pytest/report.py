@@ -24,8 +24,9 @@ from .results import TaskRecord
 SCHEMA = "fastkernels.report/1"
 # Additive changes bump the minor version only (the schema string stays, so readers keep working):
 # 1.1 added the end-to-end section "e2e"; 1.2 the built-in mutants and pooled noise of e2e cases,
-# failed composed classes per task, and the amortised timing's calls per replay / one-call times.
-SCHEMA_VERSION = "1.2"
+# failed composed classes per task, and the amortised timing's calls per replay / one-call times;
+# 1.3 the suite that ran (run.suite: version, commit, dirty), for the leaderboard's grouping.
+SCHEMA_VERSION = "1.3"
 
 
 def environment(device: str, roofline: Optional[dict]) -> dict:
