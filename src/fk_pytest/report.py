@@ -20,8 +20,9 @@ from typing import Iterable, Optional
 from . import plots
 from .macro import e2e_macro_eval, macro_eval
 from .results import TaskRecord
+from .schema import SCHEMA_ID, InvalidReport, load_report
 
-SCHEMA = "fastkernels.report/1"
+SCHEMA = SCHEMA_ID  # the schema file: report.schema.json (fk_pytest.schema validates against it)
 # Additive changes bump the minor version only (the schema string stays, so readers keep working):
 # 1.1 added the end-to-end section "e2e"; 1.2 the built-in mutants and pooled noise of e2e cases,
 # failed composed classes per task, and the amortised timing's calls per replay / one-call times;
@@ -270,11 +271,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fk-report", description="Print the table of a FastKernels JSON report.")
     parser.add_argument("report", help="a report written by --fk-report (or a pytest-benchmark JSON holding one)")
     parser.add_argument("--html", help="also write an HTML page here")
+    parser.add_argument("--validate", action="store_true",
+                        help="check the report against report.schema.json first (exit 2 naming the bad field)")
     args = parser.parse_args(argv)
-    data = json.loads(Path(args.report).read_text())
-    report = data.get("fastkernels", data)
-    if report.get("schema") != SCHEMA:
-        print(f"fk-report: {args.report} is not a {SCHEMA} report", file=sys.stderr)
+    try:
+        report = load_report(args.report, validate=args.validate)
+    except InvalidReport as exc:
+        print(f"fk-report: {exc}", file=sys.stderr)
         return 2
     print(format_table(report))
     if not report.get("complete", True):
