@@ -1,7 +1,8 @@
 """Which suite produced a report: its version and, when it runs from a checkout, the commit.
 
 The leaderboard only ranks reports of one suite against each other, so the report records these
-next to the device, seed and candidate hash. A wheel install has no commit (``None``); so does a
+next to the device, seed and candidate hash. "Dirty" looks at the code that makes the numbers
+(``src``, ``kernels_reference``, ``tasks``), not at docs or tests. A wheel install has no commit (``None``); so does a
 package that merely sits inside someone else's git repository (a virtual environment in a user's
 project): the commit counts only when the repository is this project's own checkout.
 """
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Optional
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+CODE_DIRS = ("src", "kernels_reference", "tasks")  # relative to the checkout's root
 
 
 @functools.lru_cache(maxsize=None)  # one git call per process, not one per rewritten report
 def suite_info() -> dict:
-    """``{name, version, commit, dirty}``; ``dirty``: tracked files differ from the commit."""
+    """``{name, version, commit, dirty}``; ``dirty``: the suite's tracked code differs from the commit."""
     return {"name": "fastkernels", "version": _version(), **checkout_state(PACKAGE_DIR)}
 
 
@@ -41,7 +43,8 @@ def checkout_state(package_dir: Path) -> dict:
         top = Path(git("rev-parse", "--show-toplevel")).resolve()
         if top / "src" / package_dir.name != package_dir:
             return {"commit": None, "dirty": None}
+        code = [f":(top){d}" for d in CODE_DIRS]
         return {"commit": git("rev-parse", "HEAD"),
-                "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+                "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", *code))}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
