@@ -8,7 +8,7 @@ Numbers are only ranked against numbers made the same way: reports are grouped b
 ran (version, commit), the device (cpu or the GPU's name), profile, mode, seed and the selection
 (which tasks and end-to-end cases ran). Each group after the first says in one line how it
 differs from the first. Within a group candidates rank by kernel-level MacroEval (end to end when
-no kernel task ran), ties by C, then Cov; equal candidates share a rank.
+no kernel task ran), ties by C, then Cov; equal candidates share a rank (listed by name).
 
 fast_p (KernelBench's measure) = share of the group's tasks that are valid and have S_t > p;
 fast_0 = share valid. Without GPU timings in the group (a CPU run) fast_p for p > 0 and the
@@ -183,7 +183,7 @@ def ranked(group: Group) -> List[tuple]:
     def order(s):
         return tuple(-(s[k] or 0.0) for k in (primary, "C", "Cov"))
 
-    scored.sort(key=lambda es: order(es[1]))
+    scored.sort(key=lambda es: (order(es[1]), es[0].label))  # ties: by name, whatever the input order
     return [(1 + sum(order(o) < order(s) for _, o in scored), e, s) for e, s in scored]
 
 
