@@ -7,8 +7,6 @@ the same functions that compute them at the end of a run.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from types import SimpleNamespace
 from typing import List
 
@@ -16,24 +14,12 @@ from .macro import e2e_macro_eval, macro_eval
 from .phases import total
 
 # What must be equal in every shard for the union to be one run (run settings and environment).
-SAME_RUN = ("device", "mode", "profile", "seed", "isolation", "e2e_scale", "candidate")
+SAME_RUN = ("device", "mode", "profile", "seed", "isolation", "e2e_scale", "candidate", "suite")
 SAME_ENVIRONMENT = ("torch", "triton", "device", "gpu", "driver", "triton_interpreter")
 
 
 class MergeError(ValueError):
     pass
-
-
-def load_report(path: str) -> dict:
-    from .report import SCHEMA
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise MergeError(f"{path}: not a readable JSON file ({exc})") from None
-    report = data.get("fastkernels", data) if isinstance(data, dict) else None
-    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
-        raise MergeError(f"{path}: not a {SCHEMA} report")
-    return report
 
 
 class _TaskView:

@@ -53,19 +53,31 @@ def speedup_chart(items: Iterable[Tuple[str, Optional[float], bool]], span: floa
 
 def share_chart(items: Iterable[Tuple[str, float, bool]]) -> str:
     """Horizontal bars of values in [0, 1] (share of cases passed, credit)."""
+    return value_chart(((label, value, GOOD if valid else BAD) for label, value, valid in items), top=1.0,
+                       digits=2)
+
+
+def value_chart(items: Iterable[Tuple[str, Optional[float], str]], top: Optional[float] = None,
+                digits: int = 3) -> str:
+    """Horizontal bars on a linear axis from 0 to ``top`` (default: the largest value, at least 1),
+    each in its own colour; a value of None is written as "not measured" without a bar."""
     items = list(items)
     if not items:
         return ""
+    top = top or max([1.0] + [v for _, v, _ in items if v is not None])
     parts = []
-    for i, (label, value, valid) in enumerate(items):
+    for i, (label, value, colour) in enumerate(items):
         y = i * (BAR_H + GAP)
-        width = max(0.0, min(1.0, value)) * PLOT_W
         parts.append(_label(i, label))
+        if value is None:
+            parts.append(f"<text x='{LABEL_W + 4}' y='{y + BAR_H - 4}' fill='{MUTED}'>not measured</text>")
+            continue
+        width = max(0.0, min(1.0, value / top)) * PLOT_W
         parts.append(f"<rect x='{LABEL_W}' y='{y}' width='{width:.1f}' height='{BAR_H}' "
-                     f"fill='{GOOD if valid else BAD}'><title>{html.escape(label)}: {value:.2f}</title></rect>")
-        parts.append(f"<text x='{LABEL_W + PLOT_W + 6}' y='{y + BAR_H - 4}'>{value:.2f}</text>")
+                     f"fill='{colour}'><title>{html.escape(label)}: {value:.{digits}f}</title></rect>")
+        parts.append(f"<text x='{LABEL_W + PLOT_W + 6}' y='{y + BAR_H - 4}'>{value:.{digits}f}</text>")
     bottom = len(items) * (BAR_H + GAP) + 14
     axis = (f"<line x1='{LABEL_W}' y1='0' x2='{LABEL_W}' y2='{bottom - 10}' stroke='#333'/>"
             f"<text x='{LABEL_W}' y='{bottom}'>0</text>"
-            f"<text x='{LABEL_W + PLOT_W}' y='{bottom}' text-anchor='end'>1</text>")
+            f"<text x='{LABEL_W + PLOT_W}' y='{bottom}' text-anchor='end'>{top:g}</text>")
     return _frame(len(items), "".join(parts), axis)

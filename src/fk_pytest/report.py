@@ -18,15 +18,18 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from . import plots
+from .render import fmt as _fmt, html_page, text_table as _table
 from .macro import e2e_macro_eval, macro_eval
 from .phases import total
 from .results import TaskRecord
+from .schema import SCHEMA_ID, InvalidReport, load_report
 
-SCHEMA = "fastkernels.report/1"
+SCHEMA = SCHEMA_ID  # the schema file: report.schema.json (fk_pytest.schema validates against it)
 # Additive changes bump the minor version only (the schema string stays, so readers keep working):
 # 1.1 added the end-to-end section "e2e"; 1.2 the built-in mutants and pooled noise of e2e cases,
-# failed composed classes per task, and the amortised timing's calls per replay / one-call times.
-SCHEMA_VERSION = "1.2"
+# failed composed classes per task, and the amortised timing's calls per replay / one-call times;
+# 1.3 the suite that ran (run.suite: version, commit, dirty), for the leaderboard's grouping.
+SCHEMA_VERSION = "1.3"
 
 
 def environment(device: str, roofline: Optional[dict]) -> dict:
@@ -81,17 +84,6 @@ def write_json(report: dict, path: str | Path) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(report, f, indent=1, default=str)
     os.replace(tmp, path)
-
-
-def _fmt(x, spec=".3f", none="-"):
-    return none if x is None else format(x, spec)
-
-
-def _table(rows) -> list:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
 
 
 def _where(report: dict) -> str:
@@ -231,6 +223,10 @@ def _charts(report: dict) -> str:
     return "\n".join(out)
 
 
+# the status column (the 4th) of the task and e2e tables: green when passed, red otherwise
+_VERDICT_CSS = "tr.passed td:nth-child(4){color:green}tr:not(.passed) td:nth-child(4){color:#b00}"
+
+
 def write_html(report: dict, path: str | Path) -> None:
     esc = html.escape
     rows = "".join(
@@ -255,12 +251,7 @@ def write_html(report: dict, path: str | Path) -> None:
         for c in e2e["cases"])
     side = esc((_side_by_side(report) or [''])[-1])
     charts = _charts(report)
-    page = f"""<!doctype html><meta charset="utf-8"><title>FastKernels report</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}tr.passed td:nth-child(4){{color:green}}
-tr:not(.passed) td:nth-child(4){{color:#b00}}</style>
-<h1>FastKernels report</h1>
-<p>MacroEval = S x C x Cov = {_fmt(m['S'])} x {m['C']:.3f} x {m['Cov']:.3f} = <b>{m['MacroEval']:.3f}</b>
+    page = html_page("FastKernels report", f"""<p>MacroEval = S x C x Cov = {_fmt(m['S'])} x {m['C']:.3f} x {m['Cov']:.3f} = <b>{m['MacroEval']:.3f}</b>
 {esc(m.get('note') or '')}</p>
 <p><b>{side}</b></p>
 <p>{esc(json.dumps(report['run']))}</p><p>{esc(json.dumps(report['environment'], default=str))}</p>
@@ -270,7 +261,7 @@ tr:not(.passed) td:nth-child(4){{color:#b00}}</style>
 <h2>Speed</h2><table><tr><th>task</th><th>case</th><th>candidate us</th><th>reference us</th>
 <th>speedup</th><th>TB/s</th><th>roofline</th><th>mode</th></tr>{speed_rows}</table>
 <h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d</th><th>g</th><th>credit</th><th>built-in mutants (d, credit)</th>
-<th>throughput x</th><th>latency x</th><th>S</th><th>message</th></tr>{e2e_rows}</table>"""
+<th>throughput x</th><th>latency x</th><th>S</th><th>message</th></tr>{e2e_rows}</table>""", _VERDICT_CSS)
     Path(path).write_text(page)
 
 
@@ -284,14 +275,16 @@ def main(argv=None) -> int:
                         help="merge the reports of shards 1/N..N/N of one run into one report")
     parser.add_argument("-o", "--output", help="with --merge: write the merged JSON report here")
     parser.add_argument("--html", help="also write an HTML page here")
+    parser.add_argument("--validate", action="store_true",
+                        help="check the report against report.schema.json first (exit 2 naming the bad field)")
     args = parser.parse_args(argv)
-    from .merge import MergeError, load_report, merge_reports
+    from .merge import MergeError, merge_reports
     if len(args.report) > 1 and not args.merge:
         parser.error("several reports given: add --merge to merge the shards of one run")
     try:
-        reports = [load_report(p) for p in args.report]
+        reports = [load_report(p, validate=args.validate or args.merge) for p in args.report]
         report = merge_reports(reports, args.report) if args.merge else reports[0]
-    except MergeError as exc:
+    except (InvalidReport, MergeError) as exc:
         print(f"fk-report: {exc}", file=sys.stderr)
         return 2
     if args.output:

@@ -9,6 +9,7 @@ from . import status
 from .candidates import CandidateSource
 from .correctness import CaseResult
 from .errors import CandidateError, NotAttempted
+from .provenance import suite_info
 from .evaluator import Evaluator, task_ref
 from .report import build_report, environment, write_html, write_json
 from .results import Results
@@ -139,7 +140,8 @@ class FKSession:
         return {"device": self.device, "mode": self.mode, "profile": self.profile, "seed": self.seed,
                 "isolation": self.isolation, "timeout_s": self.timeout_s, "e2e_scale": self.e2e_scale,
                 "candidate": self.candidates.describe() if self.candidates else None,
-                "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None}
+                "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,
+                "suite": suite_info()}
 
     def report(self, complete: bool) -> dict:
         return build_report(self.results.tasks.values(), run=self.run_info(),
