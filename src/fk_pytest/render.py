@@ -19,7 +19,7 @@ p.note{color:#555;font-size:90%}.scroll{overflow-x:auto;max-width:100%}.scroll t
 LEGEND = ("green: PASSED; amber: correct with a reservation (DELEGATED, SUSPECT_SPEED); red: wrong or "
           "broken; grey: no verdict (NOT_ATTEMPTED, NOT_IMPLEMENTED, NOT_RUN, INSENSITIVE, absent)")
 # How a verdict is coloured: correct, correct with a reservation, wrong, or no verdict at all.
-ABSENT = (status.NOT_ATTEMPTED, status.NOT_RUN, status.INSENSITIVE, "NOT_IMPLEMENTED")
+ABSENT = (status.NOT_ATTEMPTED, status.NOT_RUN, status.INSENSITIVE, status.NOT_IMPLEMENTED)
 RESERVED = (status.DELEGATED, status.SUSPECT_SPEED)
 
 
