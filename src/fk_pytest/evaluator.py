@@ -21,6 +21,7 @@ from .errors import CandidateError, NotAttempted
 from .speed import SpeedResult, measure_speed
 from .task import Case, Task
 
+RELEASE_ABOVE_BYTES = 16 << 30  # what cases may leave cached on the GPU before it is collected
 TaskRef = Tuple[str, str]  # (module name, task name): how a task is found again in a worker
 
 
@@ -84,9 +85,13 @@ class Evaluator:
     def _between_cases(self) -> None:
         """The previous case's modules, truth copies and graphs go before the next case builds its
         own (on the GPU only: full-size cases are GBs each; on the CPU the collector's own pace
-        keeps up with the small shapes and a full collection per case would cost seconds)."""
+        keeps up with the small shapes and a full collection per case would cost seconds). Only
+        once the allocator holds more than RELEASE_ABOVE_BYTES: a full collection costs a tenth of
+        a second or more, and small cases, most of a task's, leave nothing worth collecting."""
         if self.device == "cuda":
-            release_memory()
+            with phases.phase("release"):
+                if torch.cuda.memory_reserved() > RELEASE_ABOVE_BYTES:
+                    release_memory()
 
     def evaluate(self, ref: TaskRef, case: Case, seed: int, kind: str) -> CaseResult:
         self._between_cases()

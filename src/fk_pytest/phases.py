@@ -13,8 +13,9 @@ import time
 from collections import defaultdict
 from typing import Dict
 
-# In the order a case meets them; "worker_start" is the interpreter, imports and the evaluator.
-PHASES = ("worker_start", "build", "inputs", "truth", "reference", "candidate", "compare",
+# In the order a case meets them; "worker_start" is the interpreter, imports and the evaluator,
+# "release" the collection of the previous case's GPU memory.
+PHASES = ("worker_start", "release", "build", "inputs", "truth", "reference", "candidate", "compare",
           "capture", "timing", "timed_check")
 
 _seconds: Dict[str, float] = defaultdict(float)
