@@ -30,7 +30,6 @@ import itertools
 import json
 import math
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -76,6 +75,7 @@ from kernels_reference.ops.paged_decode import config as pd_config  # noqa: E402
 from kernels_reference.ops.paged_decode import decode as pd_decode  # noqa: E402
 from kernels_reference.ops.paged_decode import device as pd_device  # noqa: E402
 from kernels_reference.ops.paged_decode import merge as pd_merge  # noqa: E402
+from benchmarks.graph_timing import Timer  # noqa: E402
 from kernels_reference.L1.attention import Attention  # noqa: E402
 from kernels_reference.ops.kv_store.store import store_kv_cache_triton  # noqa: E402
 from kernels_reference.ops.attention.sdpa_prefill import PrefillConfig, sdpa_causal  # noqa: E402
@@ -97,55 +97,6 @@ BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTEN
 
 
 # ---- timing ---------------------------------------------------------------------------------------
-
-class Timer:
-    """Median time of ``fn``: CUDA-graph replay when capturable, L2 flushed before every call."""
-
-    def __init__(self):
-        self.cuda = DEVICE.type == "cuda"
-        if self.cuda:
-            from fk_pytest.timing import L2Flusher
-            self.flush = L2Flusher(DEVICE)
-
-    def __call__(self, fn, budget_s=0.15, graph=True):
-        if not self.cuda:
-            fn()
-            t0 = time.perf_counter()
-            fn()
-            return {"us": (time.perf_counter() - t0) * 1e6, "mode": "cpu-wall"}
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        run, mode = fn, "cuda-events"
-        if graph:
-            try:
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    fn()
-                run, mode = g.replay, "cuda-graph"
-            except Exception as exc:  # noqa: BLE001 - not capturable: time eager launches
-                torch.cuda.synchronize()
-                mode = f"cuda-events ({type(exc).__name__})"
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        run()
-        b.record()
-        torch.cuda.synchronize()
-        rounds = int(min(max(budget_s / max(a.elapsed_time(b) * 1e-3, 1e-6), 5), 100))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
-        for start, end in events:
-            self.flush()
-            start.record()
-            run()
-            end.record()
-        torch.cuda.synchronize()
-        samples = [s.elapsed_time(e) * 1e3 for s, e in events]
-        return {"us": statistics.median(samples), "mode": mode, "rounds": rounds}
-
 
 def copy_bandwidth_tbps(timer: Timer) -> float:
     """The suite's roofline on a GPU; on the CPU smoke run, a stand-in copy so the tables fill."""
@@ -545,7 +496,7 @@ def tables(result):
 
 def main():
     t0 = time.time()
-    timer = Timer()
+    timer = Timer(DEVICE, budget_s=0.15)
     import triton
     result = {"device": torch.cuda.get_device_name() if timer.cuda else "cpu (interpreter smoke)",
               "torch": torch.__version__, "triton": triton.__version__,

@@ -6,6 +6,7 @@ replay, all events read after one final synchronisation."""
 import contextlib
 import functools
 import statistics
+import time
 
 import torch
 
@@ -105,3 +106,55 @@ def replay_ms(graph, reps: int) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / reps
+
+
+class Timer:
+    """Median time of ``fn``: CUDA-graph replay when capturable, L2 flushed before every call; on
+    the CPU (the benchmarks' smoke runs) one host-clock call after a warm one."""
+
+    def __init__(self, device, budget_s: float = 0.15):
+        self.device, self.budget_s = torch.device(device), budget_s
+        self.cuda = self.device.type == "cuda"
+        if self.cuda:
+            from fk_pytest.timing import L2Flusher
+            self.flush = L2Flusher(self.device)
+
+    def __call__(self, fn, budget_s=None, graph=True):
+        budget_s = self.budget_s if budget_s is None else budget_s
+        if not self.cuda:
+            fn()
+            t0 = time.perf_counter()
+            fn()
+            return {"us": (time.perf_counter() - t0) * 1e6, "mode": "cpu-wall"}
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        run, mode = fn, "cuda-events"
+        if graph:
+            try:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    fn()
+                run, mode = g.replay, "cuda-graph"
+            except Exception as exc:  # noqa: BLE001 - not capturable: time eager launches
+                torch.cuda.synchronize()
+                mode = f"cuda-events ({type(exc).__name__})"
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        run()
+        b.record()
+        torch.cuda.synchronize()
+        rounds = int(min(max(budget_s / max(a.elapsed_time(b) * 1e-3, 1e-6), 5), 100))
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
+        for start, end in events:
+            self.flush()
+            start.record()
+            run()
+            end.record()
+        torch.cuda.synchronize()
+        samples = [s.elapsed_time(e) * 1e3 for s, e in events]
+        return {"us": statistics.median(samples), "mode": mode, "rounds": rounds}

@@ -32,7 +32,6 @@ import dataclasses
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -51,7 +50,7 @@ from kernels_reference.L1 import mla_attention as mla_module  # noqa: E402
 from kernels_reference.ops.mla_decode import decode as decode_module  # noqa: E402
 from kernels_reference.L1.mla_attention import MLAAttention  # noqa: E402
 from fk_pytest.timing import flushed_replay_us  # noqa: E402
-from benchmarks.graph_timing import AmortisedGraphs, time_amortised  # noqa: E402
+from benchmarks.graph_timing import AmortisedGraphs, Timer, time_amortised  # noqa: E402
 from kernels_reference.L2.deepseek_v2_attention import softmax_scale  # noqa: E402
 
 CFG = json.loads((Path(__file__).resolve().parents[1] / "tasks/configs/deepseek-v2-lite.json").read_text())
@@ -92,51 +91,6 @@ PREFILL_CONFIGS = {
 }
 ROUNDS = 5 if TINY else 25
 AMORTISE_TARGET_US = 100.0
-
-
-class Timer:
-    def __init__(self):
-        if DEVICE.type == "cuda":
-            from fk_pytest.timing import L2Flusher
-            self.flush = L2Flusher(DEVICE)
-
-    def __call__(self, fn, budget_s=0.2, graph=True):
-        if DEVICE.type != "cuda":
-            fn()
-            t0 = time.perf_counter()
-            fn()
-            return {"us": (time.perf_counter() - t0) * 1e6, "mode": "cpu-wall"}
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        run, mode = fn, "cuda-events"
-        if graph:
-            try:
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    fn()
-                run, mode = g.replay, "cuda-graph"
-            except Exception as exc:  # noqa: BLE001 - not capturable: time eager launches
-                torch.cuda.synchronize()
-                mode = f"cuda-events ({type(exc).__name__})"
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        run()
-        b.record()
-        torch.cuda.synchronize()
-        rounds = int(min(max(budget_s / max(a.elapsed_time(b) * 1e-3, 1e-6), 5), 100))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
-        for start, end in events:
-            self.flush()
-            start.record()
-            run()
-            end.record()
-        torch.cuda.synchronize()
-        return {"us": statistics.median(s.elapsed_time(e) * 1e3 for s, e in events), "mode": mode, "rounds": rounds}
 
 
 def rotated_calls(layer, meta, inputs, cache, count):
@@ -303,7 +257,7 @@ def case_result(name, context, query, timer):
 def main():
     t0 = time.time()
     torch.manual_seed(0)
-    timer = Timer()
+    timer = Timer(DEVICE, budget_s=0.2)
     results = [case_result(name, ctx, q, timer) for name, (ctx, q) in CASES.items()]
     env = {"device": torch.cuda.get_device_name() if DEVICE.type == "cuda" else "cpu (interpreted)",
            "torch": torch.__version__, "seconds": time.time() - t0}
