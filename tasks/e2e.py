@@ -30,7 +30,7 @@ from typing import List, Optional
 import torch
 
 from fk_pytest import Case
-from fk_pytest.e2e import MIN_COMPARED_TOKENS, E2ESpec, Request
+from fk_pytest.e2e import GRADED, MIN_COMPARED_TOKENS, E2ESpec, Request
 from kernels_reference.engine.scenarios import SCENARIOS
 from kernels_reference.gguf import SMOLLM2_MISSING, smollm2_gguf_path
 from kernels_reference.L4.llama import init_random_weights, model_for
@@ -63,11 +63,16 @@ _NARROW = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, he
 CPU_CUTS = {
     "mixtral-8x7b": dict(_NARROW, intermediate_size=128),
     "qwen3-30b-a3b": dict(_NARROW, moe_intermediate_size=32, intermediate_size=256),
+    # Both layers MoE (first_k_dense_replace 0): the full model is 26 MoE layers of 27, a two-layer
+    # cut with its one dense layer would halve the routed experts' share of the residual stream, and
+    # with it the router's visibility (an expert-id off-by-one then moved d only to 0.11).
     "deepseek-v2-lite": dict(_NARROW, num_key_value_heads=4, intermediate_size=256, moe_intermediate_size=64,
-                             kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32),
+                             kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+                             first_k_dense_replace=0),
 }
 CPU_REQUESTS, CPU_PROMPT, CPU_OUTPUT = 4, (16, 40), 16
 CPU_TOKEN_BUDGET = 64  # small prefill chunks on the CPU keep chunked prefill (cache reads) in play
+CPU_DECODE_BUCKETS = (1, 2, 4, 8)
 WEIGHT_SEED = 0
 CORPUS = Path(__file__).with_name("corpus.txt")
 
@@ -81,10 +86,13 @@ class LlmE2E(E2ESpec):
         out = []
         for model in MODELS[profile]:
             trained = model == TRAINED
-            # The CPU cuts run in float32: at bf16 a small random-weight MoE's routing and greedy
-            # choices are mostly near-ties (its noise floor hid the built-in mutants), see
-            # tasks/moe.py float32_cases for the same reason at kernel level.
-            dtype = torch.bfloat16 if trained else torch.float32 if profile == "cpu" else model_dtype(model)
+            # The CPU profile runs every model in float32. The cuts: at bf16 a small random-weight
+            # MoE's routing and greedy choices are mostly near-ties (its noise floor hid the
+            # built-in mutants), see tasks/moe.py float32_cases for the same reason at kernel level.
+            # SmolLM2: Triton's CPU interpreter truncates bf16, so an interpreted candidate's floor
+            # was the interpreter's rounding (g 0.09 at 64 tokens), too coarse to see a graded bug.
+            # On CUDA every model runs in its serving dtype (bf16).
+            dtype = torch.float32 if profile == "cpu" else torch.bfloat16 if trained else model_dtype(model)
             for scenario in SCENARIO_NAMES[profile][model]:
                 out.append(Case(f"{model}-{scenario}", dtype, model=model,
                                 params={"model": model, "scenario": scenario, "scale": scale,
@@ -128,8 +136,15 @@ class LlmE2E(E2ESpec):
         block = args.setdefault("block_size", 16)
         need = sum(-(-(len(p) + n) // block) for p, n in self.requests(case)) + 1
         args["num_blocks"] = need  # every request whole at once: no preemption changes the steps
+        # No more sequences than the scenario has requests: the decode graphs are captured per
+        # batch size up to max_num_seqs (1024 would be 68 graphs per engine), and a batch larger
+        # than the request count never runs.
+        args["max_num_seqs"] = min(args.get("max_num_seqs", 64), len(self.requests(case)))
         if case["profile"] == "cpu":
             args["max_num_batched_tokens"] = CPU_TOKEN_BUDGET
+            # The padded static-buffer decode path the GPU's graphs replay, run eagerly, with small
+            # buckets so a decode batch of 3 is padded to 4.
+            args.update(padded_decode=True, graph_batch_sizes=CPU_DECODE_BUCKETS)
         return args
 
     def rebatched_engine_args(self, case) -> dict:
@@ -141,8 +156,12 @@ class LlmE2E(E2ESpec):
                     chunked_prefill=True)
         return args
 
-    def mutants(self):
-        return BUILTIN_MUTANTS
+    def mutants(self, case=None):
+        """Every built-in mutant, the graded ones only where the weights are trained: random-weight
+        logits are near-tied, so their noise floor cannot resolve a subtle mistake (their d is
+        still no larger than the floor's own spread), while a gross or decode-path bug shows."""
+        trained = case is None or case["weights"] == "gguf"
+        return {name: m for name, m in BUILTIN_MUTANTS.items() if trained or m.kind != GRADED}
 
 
 def model_config(model: str, profile: str) -> dict:

@@ -2,11 +2,29 @@
 
 An end-to-end case only counts when it can see bugs that a kernel-level task catches: each mutant
 below is the reference with one realistic kernel mistake, composed into the model exactly as a
-candidate would be (same weights, same engine path). A case in which a mutant still earns credit
-is INSENSITIVE (see :mod:`fk_pytest.e2e`). Each mutant runs the reference's own code path (fast
-path on CUDA, native on the CPU) apart from its one mistake.
+candidate would be (same weights, same engine path). Three kinds (:class:`fk_pytest.e2e.Mutant`):
+
+* **gross**: a bug that breaks the model (credit must reach 0);
+* **graded**: a subtle numerical mistake whose discrepancy on a trained model is small but real
+  (the case must fail it: credit below the valid 0.9). Near-tied random-weight logits cannot see
+  such bugs, so they apply to the trained model's cases only;
+* **decode-path**: right on a packed prompt, wrong on a decode step (one token per sequence after
+  its prompt): invisible to prefill-forced scoring, the reason decode-forced scoring exists.
+
+A case in which an applicable mutant is not caught is INSENSITIVE (see :mod:`fk_pytest.e2e`). Each
+mutant runs the reference's own code path (fast path on CUDA, native on the CPU) apart from its
+one mistake; the decode-path ones change only what the step's forward context says about decode
+tokens, so they run inside the captured CUDA graphs as well.
 """
+import dataclasses
+from typing import Optional, Union
+
 import torch
+
+from fk_pytest.e2e import DECODE_PATH, GRADED, Mutant
+from kernels_reference.forward_context import AttentionMetadata, get_forward_context, set_forward_context
+from kernels_reference.L1.attention import Attention
+from kernels_reference.L1.mla_attention import MLAAttention
 
 from kernels_reference.L1.deepseek_rotary_emb import DeepseekScalingRotaryEmbedding
 from kernels_reference.L1.rms_norm import RMSNorm
@@ -57,11 +75,154 @@ class TopKExpertOffByOne(TopKSoftmax):
         return weights, ((ids + 1) % gating_output.shape[-1]).to(ids.dtype)
 
 
+# ---- graded: small numerical mistakes ----------------------------------------------------------
+class RmsNormEpsilonTooLarge(RMSNorm):
+    """The epsilon under the square root a thousand times the config's (a hard-coded 1e-3 where
+    the model says 1e-6, or eps added after the rsqrt's scaling): small rows are under-scaled."""
+
+    FACTOR = 1e3
+
+    def forward(self, x, residual=None):
+        eps = self.variance_epsilon
+        self.variance_epsilon = eps * self.FACTOR
+        try:
+            return super().forward(x, residual)
+        finally:
+            self.variance_epsilon = eps
+
+
+class AttentionScaleOff(Attention):
+    """Softmax scale 10% too small (e.g. 1/sqrt of a padded head size, or a scale meant for
+    another head dimension): attention a little too flat everywhere."""
+
+    FACTOR = 0.9
+
+    def forward(self, query, key, value):
+        scale = self.scale
+        self.scale = scale * self.FACTOR
+        try:
+            return super().forward(query, key, value)
+        finally:
+            self.scale = scale
+
+
+# ---- decode-path: right in prefill, wrong on decode steps ---------------------------------------
+DecodeTokens = Union[None, str, torch.Tensor]  # None: no decode token; "all"; or a bool mask per token
+
+
+def decode_tokens(meta: Optional[AttentionMetadata]) -> DecodeTokens:
+    """Which of the step's tokens are decode tokens (one query token of a sequence with context).
+
+    A step of one token per sequence is all decode (the padded CUDA-graph path: its host lengths
+    are not valid during capture, and the graphs replay whatever was captured); a mixed step is
+    told apart per sequence from its host lengths (eager only)."""
+    if meta is None or not meta.query_lens_cpu:
+        return None
+    if all(q == 1 for q in meta.query_lens_cpu):
+        return "all"
+    per_seq = [q == 1 and n > 1 for q, n in zip(meta.query_lens_cpu, meta.seq_lens_cpu)]
+    if not any(per_seq):
+        return None
+    mask = [d for d, q in zip(per_seq, meta.query_lens_cpu) for _ in range(q)]
+    return torch.tensor(mask, device=meta.slot_mapping.device)
+
+
+def _sequence_mask(meta: AttentionMetadata, which: DecodeTokens) -> torch.Tensor:
+    """Per sequence, whether it decodes (``which`` not None)."""
+    if isinstance(which, str):
+        return torch.ones_like(meta.seq_lens, dtype=torch.bool)
+    return torch.tensor([q == 1 and n > 1 for q, n in zip(meta.query_lens_cpu, meta.seq_lens_cpu)],
+                        device=meta.seq_lens.device)
+
+
+def _cache_slots(kv_cache) -> int:
+    first = kv_cache[0] if isinstance(kv_cache, (tuple, list)) else kv_cache
+    return first.shape[0] * first.shape[1]
+
+
+class _DecodeSlotOffByOne:
+    """The decode-token KV store one slot too far (an offset computed from the new length instead
+    of the old one): the token's key/value land where the next token belongs, its own slot keeps
+    whatever was there."""
+
+    def forward(self, *args):
+        meta = get_forward_context()
+        which = decode_tokens(meta)
+        if which is None or self.kv_cache is None:
+            return super().forward(*args)
+        slots = meta.slot_mapping
+        shifted = (slots + 1).clamp(max=_cache_slots(self.kv_cache) - 1)
+        moved = slots >= 0 if isinstance(which, str) else (slots >= 0) & which
+        with set_forward_context(dataclasses.replace(meta, slot_mapping=torch.where(moved, shifted, slots))):
+            return super().forward(*args)
+
+
+class _DecodeReadsOneShort:
+    """Paged decode that attends to one token fewer than the sequence holds (a length taken
+    before the step's own token was counted): the newest key/value is never read."""
+
+    def forward(self, *args):
+        meta = get_forward_context()
+        which = decode_tokens(meta)
+        if which is None:
+            return super().forward(*args)
+        decoding = _sequence_mask(meta, which)
+        lens = torch.where(decoding, (meta.seq_lens - 1).clamp(min=0), meta.seq_lens).to(meta.seq_lens.dtype)
+        lens_cpu = tuple(n - 1 if q == 1 and n > 1 else n for q, n in zip(meta.query_lens_cpu, meta.seq_lens_cpu))
+        with set_forward_context(dataclasses.replace(meta, seq_lens=lens, seq_lens_cpu=lens_cpu)):
+            return super().forward(*args)
+
+
+class KvStoreDecodeSlotOffByOne(_DecodeSlotOffByOne, Attention):
+    __doc__ = _DecodeSlotOffByOne.__doc__
+
+
+class MlaStoreDecodeSlotOffByOne(_DecodeSlotOffByOne, MLAAttention):
+    __doc__ = _DecodeSlotOffByOne.__doc__
+
+
+class PagedDecodeReadsOneShort(_DecodeReadsOneShort, Attention):
+    __doc__ = _DecodeReadsOneShort.__doc__
+
+
+class MlaDecodeReadsOneShort(_DecodeReadsOneShort, MLAAttention):
+    __doc__ = _DecodeReadsOneShort.__doc__
+
+
+class _RopeWrongInDecode:
+    """Rotates decode tokens as if at position 0 (positions read from a buffer the decode path
+    never fills) while prompt tokens are rotated right."""
+
+    def forward(self, positions, query, key):
+        which = decode_tokens(get_forward_context())
+        if which is None:
+            return super().forward(positions, query, key)
+        zeroed = torch.zeros_like(positions) if isinstance(which, str) else \
+            torch.where(which, torch.zeros_like(positions), positions)
+        return super().forward(zeroed, query, key)
+
+
+class RopeWrongInDecode(_RopeWrongInDecode, RotaryEmbedding):
+    __doc__ = _RopeWrongInDecode.__doc__
+
+
+class DeepseekRopeWrongInDecode(_RopeWrongInDecode, DeepseekScalingRotaryEmbedding):
+    __doc__ = _RopeWrongInDecode.__doc__
+
+
 BUILTIN_MUTANTS = {
-    "rope-ignores-positions": {RotaryEmbedding: RopeIgnoresPositions,
-                               DeepseekScalingRotaryEmbedding: DeepseekRopeIgnoresPositions},
-    "rms-norm-old-residual": {RMSNorm: RmsNormReturnsOldResidual},
-    "silu-and-mul-halves-swapped": {SiluAndMul: SiluAndMulHalvesSwapped},
+    "rope-ignores-positions": Mutant({RotaryEmbedding: RopeIgnoresPositions,
+                                      DeepseekScalingRotaryEmbedding: DeepseekRopeIgnoresPositions}),
+    "rms-norm-old-residual": Mutant({RMSNorm: RmsNormReturnsOldResidual}),
+    "silu-and-mul-halves-swapped": Mutant({SiluAndMul: SiluAndMulHalvesSwapped}),
     # Mixture-of-experts models only (a model without the class records "no module to replace").
-    "topk-expert-off-by-one": {TopKSoftmax: TopKExpertOffByOne},
+    "topk-expert-off-by-one": Mutant({TopKSoftmax: TopKExpertOffByOne}),
+    "rms-norm-eps-1000x": Mutant({RMSNorm: RmsNormEpsilonTooLarge}, GRADED),
+    "attention-scale-10pct-low": Mutant({Attention: AttentionScaleOff}, GRADED),
+    "kv-store-decode-slot-off-by-one": Mutant({Attention: KvStoreDecodeSlotOffByOne,
+                                               MLAAttention: MlaStoreDecodeSlotOffByOne}, DECODE_PATH),
+    "paged-decode-one-token-short": Mutant({Attention: PagedDecodeReadsOneShort,
+                                            MLAAttention: MlaDecodeReadsOneShort}, DECODE_PATH),
+    "rope-wrong-in-decode": Mutant({RotaryEmbedding: RopeWrongInDecode,
+                                    DeepseekScalingRotaryEmbedding: DeepseekRopeWrongInDecode}, DECODE_PATH),
 }

@@ -8,8 +8,8 @@ from conftest import CANDIDATES, ROOT
 from fk_pytest import status
 from fk_pytest.candidates import CandidateSource
 from fk_pytest.compose import candidate_lookup
-from fk_pytest.e2e import (FAIL_AT, E2EResult, MutantResult, blend, credit, discrepancies, percentile,
-                           sampling_allowance)
+from fk_pytest.e2e import (DECODE, FAIL_AT, GRADED, GROSS, PATHS, PREFILL, E2EResult, Mutant, blend, catch_at,
+                           credit, discrepancies, noise_floor, sampling_allowance)
 from fk_pytest.e2e_run import CalibrationCache, ScenarioRun, _judge, run_e2e
 from fk_pytest.macro import e2e_macro_eval
 from fk_pytest.report import format_table
@@ -44,15 +44,25 @@ def test_sampling_allowance_shrinks_with_the_compared_tokens():
     assert sampling_allowance(0.1, 0) == 0.0
 
 
-def test_percentile_discrepancy_and_blend():
-    assert percentile([0.0, 1.0], 95) == pytest.approx(0.95)
-    assert percentile([0.2], 95) == 0.2
-    assert percentile([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.0], 95) == pytest.approx(0.05)
+def test_noise_floor_discrepancy_and_blend():
+    # g is the same statistic as d: the largest mean over requests of any noise run
+    assert noise_floor({"a": [0.0, 0.2], "b": [0.05, 0.05]}) == pytest.approx(0.1)
+    assert noise_floor({"a": [0.0] * 19 + [1.0]}) == pytest.approx(0.05)  # one bad request of 20
+    with pytest.raises(ValueError):
+        noise_floor({})
     # sequences = prompt + generated; predictions cover the generated tokens only
     assert discrepancies([[5, 6, 7, 9]], [[1, 2, 5, 6, 7, 8]], [2]) == [0.25]
     with pytest.raises(ValueError):
         discrepancies([[5]], [[1, 5, 6]], [1])
     assert blend(4.0, 1.0) == pytest.approx(2.0)
+
+
+def test_mutant_kinds_and_where_each_is_caught():
+    assert catch_at(GROSS, 0.05) == FAIL_AT
+    assert catch_at(GRADED, 0.05) == pytest.approx(0.05 + 0.1 * 0.45)  # credit 0.9 there
+    assert credit(catch_at(GRADED, 0.05) + 1e-9, 0.05) < 0.9
+    with pytest.raises(ValueError, match="kind"):
+        Mutant({}, "subtle")
 
 
 def _result(model, scenario, status, credit_, speedup=None):
@@ -76,12 +86,14 @@ def test_e2e_macro_members_are_models():
 
 
 # ---- sensitivity: the mutants decide whether a case counts --------------------------------------
-def _judged(d_candidate, mutant_ds, noise=(0.0, 0.0, 0.0, 0.0), tokens=64):
+def _judged(d_candidate, mutant_ds, noise=(0.0, 0.0, 0.0, 0.0), tokens=64, d_decode=None, kinds=None):
+    """Judge a synthetic case: ``mutant_ds`` name -> d on both paths, or {path: d}."""
     result = E2EResult("m-chat", "llm_e2e", "llm", "m", "chat", output_tokens=tokens)
-    result.d_requests = [d_candidate] * 4
-    result.noise = {"chat/teacher-forced": list(noise)}
-    run = ScenarioRun("m-chat", [], [], [], {}, {n: (d, ["X"]) for n, d in mutant_ds.items()})
-    _judge(result, run)
+    result.noise = {f"chat/teacher-forced/{p}": list(noise) for p in PATHS}
+    candidate = {PREFILL: [d_candidate] * 4, DECODE: [d_candidate if d_decode is None else d_decode] * 4}
+    mutants = {n: ((kinds or {}).get(n, GROSS), None if d is None else d if isinstance(d, dict) else {DECODE: d, PREFILL: d},
+                   ["X"]) for n, d in mutant_ds.items()}
+    _judge(result, ScenarioRun("m-chat", [], [], [], {}, mutants), candidate)
     return result
 
 
@@ -99,6 +111,25 @@ def test_a_case_in_which_a_mutant_still_earns_credit_is_insensitive_and_does_not
     assert "rope" in r.message and r.mutants["rope"].credit > 0 and r.mutants["rope"].margin < 0
     m = e2e_macro_eval([r, _result("m2", "chat", "PASSED", 1.0)])
     assert [x["model"] for x in m["families"]["llm"]["models"]] == ["m2"] and "INSENSITIVE" in m["note"]
+
+
+def test_credit_needs_both_paths_and_names_the_one_that_decided():
+    r = _judged(0.0, {"rope": 0.8}, d_decode=0.3)  # right through prefill, wrong on decode steps
+    assert r.status == status.WRONG_RESULT and r.path == DECODE and r.credit < 0.9
+    assert r.paths[PREFILL]["credit"] == 1.0 and r.paths[DECODE]["d"] == pytest.approx(0.3)
+    assert "decode-forced d=0.300" in r.message and "on decode-forced" in r.message
+    assert _judged(0.3, {"rope": 0.8}, d_decode=0.0).path == PREFILL
+
+
+def test_graded_and_decode_path_mutants_must_fail_the_case_not_lose_every_credit():
+    kinds = {"eps": GRADED, "slot": "decode-path"}
+    r = _judged(0.0, {"rope": 0.8, "eps": 0.12, "slot": {DECODE: 0.2, PREFILL: 0.0}}, kinds=kinds)
+    assert r.status == status.PASSED, r.message
+    assert r.mutants["eps"].caught and 0 < r.mutants["eps"].credit < 0.9 and r.mutants["eps"].margin > 0
+    assert r.mutants["slot"].caught and r.mutants["slot"].d == 0.2 and r.mutants["slot"].paths[PREFILL] == 0.0
+    blind = _judged(0.0, {"rope": 0.8, "eps": 0.04}, kinds=kinds)  # within the floor: not seen
+    assert blind.status == status.INSENSITIVE and "eps (graded" in blind.message
+    assert not blind.mutants["eps"].caught and blind.mutants["eps"].margin < 0
 
 
 def test_a_mutant_the_model_does_not_contain_is_reported_not_counted():
@@ -129,8 +160,15 @@ def test_smollm2_case_is_sensitive_and_an_honest_minimal_tree_gets_full_credit(s
     assert r.output_tokens >= 64 and r.pooled_over == ["smollm2-135m-chat"]
     assert {"RMSNorm", "RotaryEmbedding", "SiluAndMul"} <= set(r.swapped)
     ran = {name: m for name, m in r.mutants.items() if m.d is not None}
-    assert set(ran) == {"rope-ignores-positions", "rms-norm-old-residual", "silu-and-mul-halves-swapped"}
+    assert {m.kind for m in ran.values()} == {"gross", "graded", "decode-path"}
     assert all(m.caught and m.margin >= 0 for m in ran.values()), r.mutants
+    # The floor is tight: a graded mutant with d <= 0.15 fails the case.
+    assert any(m.kind == "graded" and m.d <= 0.15 for m in ran.values()), r.mutants
+    # Decode-path mutants are seen on decode steps only: prefill-forced they stay within the floor.
+    for m in ran.values():
+        if m.kind == "decode-path" and "prefill-forced" in m.paths:
+            assert m.paths["prefill-forced"] <= r.paths["prefill-forced"]["g"] + r.paths["prefill-forced"]["allowance"]
+    assert r.paths["decode-forced"]["steps"].get("decode-padded", 0) >= 10  # the padded decode path ran
     assert "no module" in r.mutants["topk-expert-off-by-one"].note  # a dense model has no router
     # The kept reference holds no engine's KV cache (on the H200 one more cache beside the
     # candidate's engine ran Mixtral out of memory).
@@ -142,6 +180,19 @@ def test_smollm2_case_is_sensitive_and_an_honest_minimal_tree_gets_full_credit(s
 def test_smollm2_catches_each_wrong_kernel_with_zero_credit(smollm2, tree):
     r = smollm2(CANDIDATES / tree)
     assert r.status == status.WRONG_RESULT and r.credit == 0.0 and r.d >= FAIL_AT, (r.d, r.message)
+
+
+def test_smollm2_sees_a_decode_only_bug_that_prefill_scoring_passes(smollm2):
+    r = smollm2(CANDIDATES / "attn_decode_stale_slot")  # plain PyTorch, wrong on decode steps only
+    assert r.status == status.WRONG_RESULT and r.path == "decode-forced", r.message
+    assert r.paths["prefill-forced"]["credit"] == 1.0 and r.credit < 0.9
+
+
+def test_smollm2_a_crash_in_decode_only_names_the_path_step_and_batch(smollm2):
+    r = smollm2(CANDIDATES / "attn_decode_crash")
+    assert r.status == status.RUNTIME_ERROR
+    assert "(decode-forced): IndexError" in r.message and "in engine step" in r.message
+    assert "decode, 4 sequences" in r.message or "decode context lengths" in r.message, r.message
 
 
 def test_smollm2_names_the_class_that_failed_to_compose(smollm2, tmp_path):
@@ -175,7 +226,8 @@ def test_a_case_too_short_to_decide_is_a_task_error():
 def test_kernel_and_e2e_macroevals_side_by_side(suite_run, tmp_path):
     """One run, both scores, each labelled; JSON, HTML and the end-of-run table agree."""
     html, report = tmp_path / "r.html", tmp_path / "r.json"
-    select = ["-k", "(e2e and smollm2) or (rms and llama-3.1-8b-decode-T1-bf16 and correctness)"]
+    # The Mixtral CPU cut (seconds) rather than SmolLM2 (a minute of calibration): the same path.
+    select = ["-k", "(e2e and mixtral) or (rms and llama-3.1-8b-decode-T1-bf16 and correctness)"]
     result = suite_run(*select, f"--fk-candidate={CANDIDATES / 'minimal_signatures'}", f"--fk-report={report}",
                        f"--fk-html={html}")
     data = json.loads(report.read_text())
@@ -187,10 +239,12 @@ def test_kernel_and_e2e_macroevals_side_by_side(suite_run, tmp_path):
     line = (f"kernel-level MacroEval {k:.3f} (C x Cov, no GPU speed) | end-to-end MacroEval {e:.3f} "
             f"(credit x Cov, no GPU speed)   (two separate scores)")
     result.stdout.fnmatch_lines(["KERNEL LEVEL: 1 tasks on cpu*", "END TO END: 1 (model, scenario) cases*",
-                                 "*smollm2-135m-chat*PASSED*64*3/3*", line])
+                                 "*mixtral-8x7b-chat*PASSED*72*7/7*", line])
     assert format_table(data).endswith(line)
     case = data["e2e"]["cases"][0]
     assert case["mutants"]["rope-ignores-positions"]["caught"] and case["min_mutant_margin"] >= 0
-    assert data["schema_version"] >= "1.2"
+    assert set(case["paths"]) == {"prefill-forced", "decode-forced"} and case["path"] in case["paths"]
+    assert case["mutants"]["rope-wrong-in-decode"]["kind"] == "decode-path"
+    assert data["schema_version"] >= "1.4"
     page = html.read_text()
-    assert "end-to-end MacroEval" in page and "smollm2-135m-chat" in page and "rope-ignores-positions" in page
+    assert "end-to-end MacroEval" in page and "mixtral-8x7b-chat" in page and "rope-ignores-positions" in page

@@ -287,3 +287,51 @@ def test_the_replay_path_and_its_check_against_eager():
         else:
             with pytest.raises(RuntimeError, match="disagrees with the same step run eagerly"):
                 llm.generate(PROMPTS, params)
+
+
+@pytest.mark.parametrize("engine_args", [
+    dict(num_blocks=64, block_size=4),
+    dict(num_blocks=9, block_size=4, max_num_batched_tokens=5),  # chunks, mixed steps, preemption
+    dict(num_blocks=64, block_size=4, padded_decode=True, max_num_seqs=3),  # padded buckets 1, 2, 3
+])
+def test_decode_forced_scoring_of_greedy_output_replays_generate(engine_args):
+    """The reference scored decode-forced on its own greedy output predicts every token it
+    generated (the same steps run), through decode steps, not one packed prefill."""
+    _, model = _tiny()
+    outs = LLM(model, **engine_args).generate(PROMPTS, SamplingParams(max_tokens=7))
+    seqs, lens = [p + o for p, o in zip(PROMPTS, outs)], [len(p) for p in PROMPTS]
+    llm = LLM(model, **engine_args)
+    assert llm.score_decode(seqs, lens) == outs
+    decode_steps = sum(n for kind, n in llm.runner.steps.items() if kind.startswith("decode") or kind == "mixed")
+    assert decode_steps >= 6 and "teacher-forced" not in llm.runner.steps
+    if engine_args.get("padded_decode"):
+        assert llm.runner.steps["decode-padded"] >= 6
+
+
+def test_decode_forced_predictions_follow_the_given_tokens_not_the_model_samples():
+    _, model = _tiny()
+    outs = LLM(model, num_blocks=64, block_size=4).generate(PROMPTS, SamplingParams(max_tokens=6))
+    seqs, lens = [p + o for p, o in zip(PROMPTS, outs)], [len(p) for p in PROMPTS]
+    edited = [list(s) for s in seqs]
+    edited[0][lens[0] + 1] = (edited[0][lens[0] + 1] + 1) % model.config.vocab_size
+    got = LLM(model, num_blocks=64, block_size=4).score_decode(edited, lens)
+    # The edited token is fed as given: predictions before it are unchanged, and they agree with
+    # prefill-forced scoring of the same edited sequences at every position.
+    assert got[0][:2] == outs[0][:2] and got[1:] == outs[1:]
+    assert got == LLM(model, num_blocks=64, block_size=4).score(edited, lens)
+    assert LLM(model, num_blocks=64, block_size=4).score_decode([[4, 5, 6]], [3]) == [[]]
+    with pytest.raises(ValueError, match="prompt_len 0 outside"):
+        LLM(model, num_blocks=64, block_size=4).score_decode([[1, 2]], [0])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: CUDA-graph decode")
+def test_decode_forced_scoring_through_cuda_graphs_replays_generate():
+    """On the GPU, decode-forced steps are graph replays at padded batch sizes; scoring the
+    reference's own greedy output that way predicts every token it generated."""
+    _, model = _tiny()
+    model = model.to("cuda", torch.bfloat16)
+    args = dict(num_blocks=64, block_size=4, cuda_graphs=True, max_num_seqs=3, max_num_batched_tokens=6)
+    outs = LLM(model, **args).generate(PROMPTS, SamplingParams(max_tokens=9))
+    llm = LLM(model, **args)
+    assert llm.score_decode([p + o for p, o in zip(PROMPTS, outs)], [len(p) for p in PROMPTS]) == outs
+    assert llm.runner.steps["decode-graph"] >= 8

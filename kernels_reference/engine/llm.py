@@ -16,6 +16,21 @@ from .scheduler import Scheduler
 from .sequence import Sequence
 
 
+def describe_batch(batch) -> str:
+    """"decode, 3 sequences at context lengths 17, 20, 33" or a mixed / prefill step's shape."""
+    decoding = [seq for seq, n in batch if n == 1 and seq.num_cached > 0]
+    chunks = [(seq.num_cached, n) for seq, n in batch if not (n == 1 and seq.num_cached > 0)]
+    kind = "decode" if not chunks else "prefill" if not decoding else "mixed"
+    parts = [f"{kind}, {len(batch)} sequences, {sum(n for _, n in batch)} tokens"]
+    if decoding:
+        lens = [str(seq.num_cached) for seq in decoding[:8]]
+        parts.append(f"decode context lengths {', '.join(lens)}{' ...' if len(decoding) > 8 else ''}")
+    if chunks:
+        shown = [f"{n} at {c}" for c, n in chunks[:8]]
+        parts.append(f"prompt chunks (tokens at context) {', '.join(shown)}{' ...' if len(chunks) > 8 else ''}")
+    return "; ".join(parts)
+
+
 @dataclasses.dataclass
 class SamplingParams:
     max_tokens: int = 16
@@ -106,30 +121,65 @@ class LLM:
             self._check_length(len(prompt) + p.max_tokens, "prompt + max_tokens")
         seqs = [self._add(prompt, p.max_tokens, p) for prompt, p in zip(prompts, per_prompt)]
         self.sampler.reset()
+        self._serve(lambda ready, rows: self._sample(rows, [seq.params for seq in ready]))
+        return [s.output_ids for s in seqs]
+
+    def score_decode(self, sequences: List[List[int]], prompt_lens: List[int]) -> List[List[int]]:
+        """Decode-forced scoring: per sequence, the prompt is prefilled and every following given
+        token is fed back as one decode step, exactly as :meth:`generate` would feed its own
+        samples (the same scheduler: mixed prefill + decode batches, preemption, the padded and
+        CUDA-graph decode path). Returns the greedy top-1 prediction of each given output token,
+        the first from the prompt's last chunk and the rest from decode steps. Scoring the model's
+        own greedy output this way replays its :meth:`generate` run token for token."""
+        self._check_scored(sequences, prompt_lens)
+        seqs, targets, preds = [], {}, {}
+        for tokens, prompt_len in zip(sequences, prompt_lens):
+            if prompt_len == len(tokens):
+                seqs.append(None)
+                continue
+            seq = self._add(tokens[:prompt_len], len(tokens) - prompt_len, None)
+            targets[seq.seq_id], preds[seq.seq_id] = list(tokens), {}
+            seqs.append(seq)
+
+        def forced(ready, rows):
+            predicted = rows.argmax(-1).tolist()
+            for seq, token in zip(ready, predicted):
+                # Keyed by the position predicted: a preempted sequence's recomputation overwrites.
+                preds[seq.seq_id][len(seq.token_ids)] = int(token)
+            return [targets[seq.seq_id][len(seq.token_ids)] for seq in ready]
+
+        self._serve(forced)
+        return [[] if s is None else [preds[s.seq_id][p] for p in range(s.prompt_len, len(targets[s.seq_id]))]
+                for s in seqs]
+
+    def _serve(self, next_tokens) -> None:
+        """Run the queued sequences to their ``max_tokens``. After each step, ``next_tokens(ready,
+        logits)`` gets the sequences whose inputs are all cached (their last-token logits rows) and
+        returns the token each appends: a sample (generate) or the given one (decode-forced)."""
+        step = 0
         while self.scheduler.has_work():
             batch = self.scheduler.schedule()
-            logits = self.runner.run(batch)
+            step += 1
+            try:
+                logits = self.runner.run(batch)
+            except Exception as exc:  # the step and batch shape say where a model broke
+                exc.add_note(f"in engine step {step}: {describe_batch(batch)}")
+                raise
             ready = [i for i, (seq, _) in enumerate(batch) if seq.num_cached == len(seq.token_ids)]
             if not ready:  # only prompt chunks: nothing to sample yet
                 continue
             rows = logits if len(ready) == len(batch) else logits[ready]
-            for i, token in zip(ready, self._sample(rows, [batch[i][0].params for i in ready])):
-                seq = batch[i][0]
+            ready_seqs = [batch[i][0] for i in ready]
+            for seq, token in zip(ready_seqs, next_tokens(ready_seqs, rows)):
                 seq.token_ids.append(token)
                 if seq.num_generated >= seq.max_tokens:
                     self.scheduler.finish(seq)
-        return [s.output_ids for s in seqs]
 
     def score(self, sequences: List[List[int]], prompt_lens: List[int]) -> List[List[int]]:
         """Teacher forcing: per sequence, the greedy top-1 token the model predicts at every
         position from ``prompt_len - 1`` to ``len - 2`` (its guess of each given output token),
         through the engine's own path (paged cache, chunked prefill, preemption)."""
-        if len(sequences) != len(prompt_lens):
-            raise ValueError(f"{len(sequences)} sequences but {len(prompt_lens)} prompt lengths")
-        for tokens, prompt_len in zip(sequences, prompt_lens):  # all checked before any is queued
-            if not 1 <= prompt_len <= len(tokens):
-                raise ValueError(f"prompt_len {prompt_len} outside 1..{len(tokens)} (sequence length)")
-            self._check_length(len(tokens), "sequence")
+        self._check_scored(sequences, prompt_lens)
         first, preds, seqs = {}, {}, []
         for tokens, prompt_len in zip(sequences, prompt_lens):
             if prompt_len == len(tokens):  # no output token to predict
@@ -150,6 +200,14 @@ class LLM:
                     self.scheduler.finish(seq)
         return [[] if s is None else [preds[s.seq_id][p] for p in range(first[s.seq_id], len(s.token_ids))]
                 for s in seqs]
+
+    def _check_scored(self, sequences, prompt_lens) -> None:
+        if len(sequences) != len(prompt_lens):
+            raise ValueError(f"{len(sequences)} sequences but {len(prompt_lens)} prompt lengths")
+        for tokens, prompt_len in zip(sequences, prompt_lens):  # all checked before any is queued
+            if not 1 <= prompt_len <= len(tokens):
+                raise ValueError(f"prompt_len {prompt_len} outside 1..{len(tokens)} (sequence length)")
+            self._check_length(len(tokens), "sequence")
 
     def _add(self, tokens: List[int], max_tokens: int, params) -> Sequence:
         seq = Sequence(self._next_id, list(tokens), len(tokens), max_tokens, params)

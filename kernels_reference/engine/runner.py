@@ -6,6 +6,7 @@ buffers padded to a bucket size, replayed from CUDA graphs (``cuda_graphs``) or 
 (``padded_decode``, which is how the CPU tests check the padding). Every other step runs eagerly.
 ``compile`` puts the model body under ``torch.compile``; the graphs then capture the compiled code.
 """
+import collections
 from typing import List, Optional, Sequence as Seq, Tuple, Union
 
 import torch
@@ -36,6 +37,9 @@ class ModelRunner:
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         self.max_model_len = max_model_len or min(num_blocks * block_size, limit or num_blocks * block_size)
         self.cuda_graphs = cuda_graphs
+        # Steps run per path ("decode-graph", "decode-padded", "decode-eager", "mixed", "prefill",
+        # "teacher-forced"): what a score says it came from.
+        self.steps: collections.Counter = collections.Counter()
         padded = cuda_graphs if padded_decode is None else padded_decode
         # Padding rows carry cache slot -1. The fast attention path skips it; a plain PyTorch store
         # writes it to the cache's last slot, so that slot belongs to a block no sequence is given.
@@ -57,11 +61,14 @@ class ModelRunner:
     def run(self, batch: List[Tuple[Sequence, int]]) -> torch.Tensor:
         """Float32 logits [len(batch), vocab] of each sequence's last token this step. From the
         graphs the tensor is a view of a static buffer: valid until the next step."""
+        decoding = [n == 1 and seq.num_cached > 0 for seq, n in batch]
         if self.decoder is not None and all(n == 1 for _, n in batch) and self.decoder.bucket(len(batch)):
             logits = self.decoder.run(batch, graphs=self.cuda_graphs)
             for seq, _ in batch:
                 seq.num_cached += 1
+            self.steps["decode-graph" if self.cuda_graphs else "decode-padded"] += 1
             return logits
+        self.steps["decode-eager" if all(decoding) else "mixed" if any(decoding) else "prefill"] += 1
         hidden, lens = self._forward_packed(batch)
         last = torch.tensor(lens, device=self.device).cumsum(0) - 1
         return self.model.compute_logits(hidden[last]).float()
@@ -71,6 +78,7 @@ class ModelRunner:
         """Greedy top-1 next token at every position of each sequence's chunk that is at or after
         its ``first_positions`` entry (teacher forcing: the inputs are the given tokens)."""
         starts = [seq.num_cached for seq, _ in batch]
+        self.steps["teacher-forced"] += 1
         hidden, lens = self._forward_packed(batch)
         rows, counts, offset = [], [], 0
         for start, n, first in zip(starts, lens, first_positions):

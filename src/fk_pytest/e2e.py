@@ -6,25 +6,33 @@ candidate model is candidate code):
 
 1. **Reference run.** The reference model (real trained weights where the spec has them, else
    random weights at a trained scale, seeded) generates greedily through the engine; its sequences
-   are the teacher-forcing targets.
-2. **Noise runs.** The reference again, teacher-forced on those sequences under changes that move
-   numerics but not semantics: the scenario's own engine settings, a re-batched engine (other
-   request order and token budget), and on CUDA the reference's plain-PyTorch definition (a second
-   correct implementation). These are pooled per model over all its scenarios (the calibration is
-   made once per model), so one short scenario cannot set a floor by chance; a candidate that ran
-   interpreted Triton kernels on the CPU adds the reference's own interpreted Triton path for its
-   case. ``g`` = the 95th percentile of every request of every noise run.
-3. **Candidate run.** The composed candidate (every class the tree provides swapped in, weights
-   copied) teacher-forced: ``d`` = mean over requests of 1 - top-1 agreement; credit = 1 at or
-   below ``g`` plus a sampling allowance (two binomial standard errors at the compared token count,
-   :func:`sampling_allowance`), 0 at ``FAIL_AT`` = 0.5, linear between. A case must compare at least
+   are the targets.
+2. **Two scoring paths**, both through the engine's scheduler and paged cache: ``prefill-forced``
+   (every target token an input of packed, chunked prefill: ``LLM.score``) and ``decode-forced``
+   (the prompt prefilled, then each target token fed as one decode step beside the scenario's
+   other requests at their own lengths, mixed prefill + decode batches and preemption as the
+   scheduler makes them, on CUDA through the captured decode graphs with padded batch sizes:
+   ``LLM.score_decode``). A prefill-forced score alone cannot see a decode-only bug, nor an error
+   that shifts every position of a sequence alike (attention is shift-invariant within a prompt).
+3. **Noise runs.** The reference again, on both paths, under changes that move numerics but not
+   semantics: the scenario's own engine settings, a re-batched engine (other request order and
+   token budget), and on CUDA the reference's plain-PyTorch definition (a second correct
+   implementation). These are pooled per model over all its scenarios (the calibration is made
+   once per model); a candidate that ran interpreted Triton kernels on the CPU adds the
+   reference's own interpreted Triton path for its case. Per path, ``g`` = the largest mean over
+   requests of any noise run (:func:`noise_floor`): the same statistic as ``d``.
+4. **Candidate run.** The composed candidate (every class the tree provides swapped in, weights
+   copied) on both paths: per path ``d`` = mean over requests of 1 - top-1 agreement; credit = 1 at
+   or below ``g`` plus a sampling allowance (two binomial standard errors at the compared token
+   count, :func:`sampling_allowance`), 0 at ``FAIL_AT`` = 0.5, linear between. The case's credit is
+   the lower of the two paths' (credit needs both). A case must compare at least
    ``E2ESpec.min_compared_tokens`` tokens to decide anything (else TASK_ERROR).
-4. **Sensitivity.** Built-in mutants of the reference (the spec's :meth:`E2ESpec.mutants`: RoPE
-   ignoring positions, fused-add RMSNorm returning the old residual, SiluAndMul with its halves
-   swapped) are composed in exactly like a candidate; each mutant's ``d`` and credit are recorded.
-   A case in which some mutant still earns credit is ``INSENSITIVE``: it could not see that bug, so
-   its verdict does not count (it is left out of the end-to-end MacroEval).
-5. **Timing** (GPU only; CPU end-to-end timings are not taken, they would time the Triton
+5. **Sensitivity.** Built-in mutants of the reference (:meth:`E2ESpec.mutants`, kinds in
+   :class:`Mutant`: gross bugs, graded subtle ones, decode-path ones) are composed in exactly like
+   a candidate and scored on both paths. A case in which an applicable mutant is not caught is
+   ``INSENSITIVE``: it could not see that bug, so its verdict does not count (it is left out of the
+   end-to-end MacroEval, with a line saying so).
+6. **Timing** (GPU only; CPU end-to-end timings are not taken, they would time the Triton
    interpreter). Candidate and reference engines generate the scenario interleaved, order
    flipping each round: throughput (output tokens/s) and latency (ms per output token of the first
    request served alone). Speedup = throughput^LAMBDA x latency^(1 - LAMBDA).
@@ -43,13 +51,59 @@ import torch
 from . import status
 
 FAIL_AT = 0.5  # discrepancy at which credit reaches 0 (DESIGN: f = 0.5)
-NOISE_PERCENTILE = 95.0
 VALID_CREDIT = 0.9
 SAMPLING_Z = 2.0  # standard errors of the token-count sampling allowed on top of the noise floor
 LAMBDA = 0.5  # weight of throughput in the geometric speed blend
 MIN_COMPARED_TOKENS = 64  # fewer compared tokens cannot resolve a few flipped tokens from noise
 
 Request = Tuple[List[int], int]  # (prompt token ids, output tokens)
+
+# The two ways a case is scored, both through the engine's scheduler and paged cache:
+PREFILL = "prefill-forced"  # every target token an input of (chunked) prefill: LLM.score
+DECODE = "decode-forced"  # the prompt prefilled, each target token fed as one decode step: LLM.score_decode
+PATHS = (PREFILL, DECODE)
+
+# Kinds of built-in mutant, and what catching each takes (see ``catch_at``).
+GROSS, GRADED, DECODE_PATH = "gross", "graded", "decode-path"
+MUTANT_KINDS = (GROSS, GRADED, DECODE_PATH)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    """A built-in bug: ``classes`` maps reference classes to the mutant classes composed in.
+
+    ``gross``: breaks the model; caught when it loses all credit. ``graded``: a subtle mistake
+    (small but real discrepancy on a trained model); ``decode-path``: right in prefill, wrong on
+    decode steps. Those two are caught when the case fails them (credit below ``VALID_CREDIT``)."""
+
+    classes: Dict[type, type]
+    kind: str = GROSS
+
+    def __post_init__(self):
+        if self.kind not in MUTANT_KINDS:
+            raise ValueError(f"mutant kind must be one of {MUTANT_KINDS}, got {self.kind!r}")
+
+
+def as_mutant(value) -> Mutant:
+    """A spec's mutant entry: a :class:`Mutant`, or a bare class mapping (a gross mutant)."""
+    return value if isinstance(value, Mutant) else Mutant(dict(value))
+
+
+def catch_at(kind: str, floor: float) -> float:
+    """The discrepancy from which a mutant of ``kind`` is caught against ``floor`` (g + allowance):
+    ``FAIL_AT`` for a gross one (no credit left), else where the credit drops below VALID_CREDIT."""
+    if kind == GROSS:
+        return FAIL_AT
+    return floor + (1.0 - VALID_CREDIT) * (FAIL_AT - floor)
+
+
+def noise_floor(runs: Dict[str, Sequence[float]]) -> float:
+    """``g``: the largest mean-over-requests discrepancy of any noise run, the same statistic as a
+    candidate's ``d`` (a per-request percentile would set the floor by its shortest requests)."""
+    means = [sum(v) / len(v) for v in runs.values() if v]
+    if not means:
+        raise ValueError("no noise run to set a floor from")
+    return max(means)
 
 
 # ---- the scoring rules -------------------------------------------------------------------------
@@ -81,16 +135,6 @@ def sampling_allowance(g: float, tokens: int, z: float = SAMPLING_Z) -> float:
         return 0.0
     p = min(max(g, 1.0 / tokens), 1.0)
     return z * math.sqrt(p * (1.0 - p) / tokens)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolation percentile (numpy's default), without numpy."""
-    if not values:
-        raise ValueError("percentile of no values")
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def discrepancies(predictions: Sequence[Sequence[int]], sequences: Sequence[Sequence[int]],
@@ -149,8 +193,9 @@ class E2ESpec:
         """The same engine with another token budget / batch size (the noise run)."""
         raise NotImplementedError
 
-    def mutants(self) -> Dict[str, Dict[type, type]]:
-        """Built-in bugs: name -> {reference class: mutant class}, composed in like a candidate."""
+    def mutants(self, case=None) -> Dict[str, "Mutant"]:
+        """Built-in bugs that apply to ``case``: name -> :class:`Mutant` (or a bare {reference class:
+        mutant class} mapping, a gross one), composed in like a candidate."""
         return {}
 
 
@@ -169,25 +214,33 @@ def resolve_spec(ref: Tuple[str, str]) -> E2ESpec:
 # ---- the result ---------------------------------------------------------------------------------
 @dataclasses.dataclass
 class MutantResult:
-    """One built-in bug run inside a case: a sensitive case gives it no credit."""
+    """One built-in bug run inside a case: a sensitive case catches it (``Mutant`` says how)."""
 
-    d: Optional[float] = None
-    credit: Optional[float] = None
+    d: Optional[float] = None  # the worse path's discrepancy
+    credit: Optional[float] = None  # the lower of the two paths' credits
     swapped: List[str] = dataclasses.field(default_factory=list)
     note: str = ""
+    kind: str = GROSS
+    paths: Dict[str, float] = dataclasses.field(default_factory=dict)  # path -> d
+    catch_at: Optional[float] = None  # the d from which it is caught here
 
     @property
     def caught(self) -> bool:
-        return self.credit is not None and self.credit <= 0.0
+        if self.credit is None:
+            return False
+        return self.credit <= 0.0 if self.kind == GROSS else self.credit < VALID_CREDIT
 
     @property
     def margin(self) -> Optional[float]:
-        """How far past the zero-credit point the mutant's discrepancy lies (>= 0: caught)."""
-        return None if self.d is None else self.d - FAIL_AT
+        """How far past the point where it counts as caught its discrepancy lies (>= 0: caught)."""
+        if self.d is None:
+            return None
+        return self.d - (FAIL_AT if self.catch_at is None else self.catch_at)
 
     def as_json(self) -> dict:
         return {"d": self.d, "credit": self.credit, "margin": self.margin, "caught": self.caught,
-                "swapped": self.swapped, "note": self.note}
+                "swapped": self.swapped, "note": self.note, "kind": self.kind, "paths": self.paths,
+                "catch_at": self.catch_at}
 
 
 @dataclasses.dataclass
@@ -199,12 +252,16 @@ class E2EResult:
     scenario: str
     status: str = status.NOT_RUN
     message: str = ""
+    # d, g, allowance, credit and d_requests are the deciding path's (the lower credit); ``paths``
+    # holds both: path -> {d, g, allowance, credit, d_requests, steps (engine steps by kind)}.
     d: Optional[float] = None  # candidate discrepancy (mean over requests)
-    g: Optional[float] = None  # noise floor (95th percentile of the pooled noise samples)
+    g: Optional[float] = None  # noise floor (largest mean over requests of any pooled noise run)
     allowance: Optional[float] = None  # sampling allowance at this many compared tokens
     credit: float = 0.0
     d_requests: List[float] = dataclasses.field(default_factory=list)
-    noise: Dict[str, List[float]] = dataclasses.field(default_factory=dict)  # "scenario/run" -> per-request d
+    path: Optional[str] = None  # the deciding path
+    paths: Dict[str, dict] = dataclasses.field(default_factory=dict)
+    noise: Dict[str, List[float]] = dataclasses.field(default_factory=dict)  # "scenario/run/path" -> per-request d
     pooled_over: List[str] = dataclasses.field(default_factory=list)  # the model's cases in the floor
     mutants: Dict[str, MutantResult] = dataclasses.field(default_factory=dict)
     requests: int = 0

@@ -17,8 +17,8 @@ import torch
 from . import status
 from .build import copy_model, release_memory, with_paths
 from .compose import Composition, swap_children
-from .e2e import (FAIL_AT, NOISE_PERCENTILE, VALID_CREDIT, E2EResult, E2ESpec, MutantResult, Request,
-                  blend, credit, discrepancies, percentile, sampling_allowance)
+from .e2e import (DECODE, FAIL_AT, PATHS, PREFILL, VALID_CREDIT, E2EResult, E2ESpec, MutantResult, Request,
+                  as_mutant, blend, catch_at, credit, discrepancies, noise_floor, sampling_allowance)
 from .errors import CandidateError, short_traceback
 
 Progress = Callable[[str], None]
@@ -86,10 +86,29 @@ def _params(requests: Sequence[Request]):
     return [SamplingParams(max_tokens=n) for _, n in requests]
 
 
-def teacher_forced(llm, run: "ScenarioRun") -> List[float]:
-    """Per request, the discrepancy of ``llm``'s teacher-forced top-1 from the run's targets."""
-    predictions = [list(map(int, p)) for p in llm.score(run.sequences, run.prompt_lens)]
+def forced(llm, run: "ScenarioRun", path: str) -> List[float]:
+    """Per request, the discrepancy of ``llm``'s top-1 from the run's targets, scored on ``path``
+    (``PREFILL``: teacher-forced through prefill; ``DECODE``: one decode step per target token)."""
+    score = llm.score if path == PREFILL else llm.score_decode
+    predictions = [list(map(int, p)) for p in score(run.sequences, run.prompt_lens)]
     return discrepancies(predictions, run.sequences, run.prompt_lens)
+
+
+def both_paths(llm, run: "ScenarioRun", prefix: str = "") -> Dict[str, List[float]]:
+    """``{prefix + path: per-request d}`` for both scoring paths, on one engine."""
+    return {prefix + path: forced(llm, run, path) for path in PATHS}
+
+
+def mutant_discrepancies(llm, run: "ScenarioRun") -> Dict[str, float]:
+    """A mutant's mean d per path, decode-forced first; the prefill-forced path is skipped when
+    the first already took all credit (d >= FAIL_AT whatever the floor): it cannot undo a catch."""
+    out = {}
+    for path in (DECODE, PREFILL):
+        d = forced(llm, run, path)
+        out[path] = sum(d) / len(d)
+        if out[path] >= FAIL_AT:
+            break
+    return out
 
 
 def compose_candidate(reference: torch.nn.Module, lookup) -> Tuple[torch.nn.Module, Composition]:
@@ -110,8 +129,9 @@ class ScenarioRun:
     requests: List[Request]
     sequences: List[List[int]]
     prompt_lens: List[int]
-    noise: Dict[str, List[float]]
-    mutants: Dict[str, Tuple[Optional[float], List[str]]]  # name -> (mean d, classes swapped)
+    noise: Dict[str, List[float]]  # "run/path" -> per-request d
+    # name -> (kind, {path: mean d} or None when the model has no module it replaces, classes swapped)
+    mutants: Dict[str, Tuple[str, Optional[Dict[str, float]], List[str]]]
 
 
 @dataclasses.dataclass
@@ -123,6 +143,7 @@ class ModelCalibration:
     scenarios: Optional[Dict[str, ScenarioRun]] = None
 
     def pooled_noise(self) -> Dict[str, List[float]]:
+        """Every scenario's noise runs: "scenario/run/path" -> per-request d."""
         return {f"{sid}/{name}": samples for sid, run in self.scenarios.items()
                 for name, samples in run.noise.items()}
 
@@ -143,32 +164,38 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
         prompts = [list(p) for p, _ in requests]
         progress(f"{sc.id}: reference generates {len(requests)} requests, "
                  f"{sum(n for _, n in requests)} tokens")
-        outputs = _engine(reference, reference, args).generate(prompts, _params(requests))
+        engine = _engine(reference, reference, args)
+        outputs = engine.generate(prompts, _params(requests))
         run = ScenarioRun(sc.id, requests, [p + list(o) for p, o in zip(prompts, outputs)],
                           [len(p) for p in prompts], {}, {})
-        progress(f"{sc.id}: noise runs (teacher-forced, re-batched{', plain PyTorch' if device.type == 'cuda' else ''})")
-        run.noise["teacher-forced"] = teacher_forced(_engine(reference, reference, args), run)
+        progress(f"{sc.id}: noise runs on both paths (same engine, re-batched"
+                 f"{', plain PyTorch' if device.type == 'cuda' else ''})")
+        # Prefill-forced only: decode-forced on the engine that generated would replay its greedy
+        # run step for step (d = 0 by construction; the engine's tests check that it does).
+        run.noise["teacher-forced/" + PREFILL] = forced(engine, run, PREFILL)
+        del engine
         order = list(reversed(range(len(run.sequences))))
         shuffled = ScenarioRun(sc.id, [requests[i] for i in order], [run.sequences[i] for i in order],
                                [run.prompt_lens[i] for i in order], {}, {})
-        d = teacher_forced(_engine(reference, reference, rebatched), shuffled)
-        run.noise["rebatched"] = [d[order.index(i)] for i in range(len(order))]
+        for key, d in both_paths(_engine(reference, reference, rebatched), shuffled, "rebatched/").items():
+            run.noise[key] = [d[order.index(i)] for i in range(len(order))]
         if device.type == "cuda":
             # Two correct implementations of one model differ by their rounding: the reference's
-            # plain-PyTorch definition (eager, no graphs) is the second.
+            # plain-PyTorch definition (eager decode, no graphs) is the second.
             native = with_paths(reference, "forward_native")
-            run.noise["reference-native"] = teacher_forced(
-                _engine(native, reference, dict(args, cuda_graphs=False)), run)
+            run.noise.update(both_paths(_engine(native, reference, dict(args, cuda_graphs=False)), run,
+                                        "reference-native/"))
             del native
             release_memory()
-        for name, mapping in spec.mutants().items():
-            progress(f"{sc.id}: built-in mutant {name}")
-            mutant, composition = compose_candidate(reference, mapping.get)
+        for name, entry in spec.mutants(sc).items():
+            mutant_spec = as_mutant(entry)
+            progress(f"{sc.id}: built-in mutant {name} ({mutant_spec.kind})")
+            mutant, composition = compose_candidate(reference, mutant_spec.classes.get)
             if not composition.swapped:
-                run.mutants[name] = (None, [])
+                run.mutants[name] = (mutant_spec.kind, None, [])
                 continue
-            d = teacher_forced(_engine(mutant, reference, args), run)
-            run.mutants[name] = (sum(d) / len(d), composition.swapped)
+            run.mutants[name] = (mutant_spec.kind, mutant_discrepancies(_engine(mutant, reference, args), run),
+                                 composition.swapped)
             del mutant
             release_memory()
         scenarios[sc.id] = run
@@ -249,17 +276,23 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
 
     calibration = cache.scenarios(spec, case, device, progress)
     run = calibration.scenarios[case.id]
-    progress(f"{case.id}: candidate, teacher-forced ({', '.join(result.swapped)})")
+    progress(f"{case.id}: candidate, prefill-forced and decode-forced ({', '.join(result.swapped)})")
+    candidate_d, steps, path = {}, {}, "engine start-up"
     try:
         with interpreted_launches(candidate) as launches:
-            cand_llm = _engine(candidate, reference, args)
-            result.d_requests = teacher_forced(cand_llm, run)
+            cand_llm = _engine(candidate, reference, args)  # CUDA graphs are captured here
+            for path in PATHS:
+                before = dict(cand_llm.runner.steps)
+                candidate_d[path] = forced(cand_llm, run, path)
+                steps[path] = {k: n - before.get(k, 0) for k, n in cand_llm.runner.steps.items()
+                               if n - before.get(k, 0)}
     except CandidateError as exc:  # a call into a candidate class that cannot bind
         result.status, result.message = exc.status, exc.message
         return result
     except Exception as exc:
         result.status = status.RUNTIME_ERROR
-        result.message = f"the candidate model failed in the engine: {short_traceback(exc)}"
+        where = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))  # the engine's step and batch
+        result.message = f"the candidate model failed in the engine ({path}): {short_traceback(exc)}{where}"
         return result
     names = tampered()
     if names:
@@ -277,11 +310,11 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
         # Triton path, interpreted, as in the candidate's run; the rest stay native.
         progress(f"{case.id}: reference's own Triton path for {', '.join(interpreted_classes)}, interpreted")
         triton_ref = with_paths(reference, "forward_triton", interpreted_classes)
-        result.noise[f"{case.id}/reference-triton-interpreted"] = teacher_forced(
-            _engine(triton_ref, reference, args), run)
+        result.noise.update(both_paths(_engine(triton_ref, reference, args), run,
+                                       f"{case.id}/reference-triton-interpreted/"))
         del triton_ref
         release_memory()
-    _judge(result, run)
+    _judge(result, run, candidate_d, steps)
 
     if device.type == "cuda" and result.status not in (status.TASK_ERROR,):
         progress(f"{case.id}: timing candidate and reference engines")
@@ -294,37 +327,57 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
     return result
 
 
-def _judge(result: E2EResult, run: ScenarioRun) -> None:
-    """Credit against the pooled floor; the mutants decide whether the case can count at all."""
-    samples = [d for values in result.noise.values() for d in values]
-    result.g = percentile(samples, NOISE_PERCENTILE)
-    result.d = sum(result.d_requests) / len(result.d_requests)
-    result.allowance = sampling_allowance(result.g, result.output_tokens)
-    floor = result.g + result.allowance
-    result.credit = credit(result.d, floor) if floor < FAIL_AT else 0.0
-    for name, (d, swapped) in run.mutants.items():
-        result.mutants[name] = (MutantResult(note="the model has no module this mutant replaces")
-                                if d is None else MutantResult(d, credit(d, floor) if floor < FAIL_AT else 0.0,
-                                                               swapped))
-    blind = [f"{n} (d={m.d:.3f}, credit {m.credit:.2f})" for n, m in result.mutants.items()
+def _judge(result: E2EResult, run: ScenarioRun, candidate: Dict[str, List[float]],
+           steps: Optional[Dict[str, Dict[str, int]]] = None) -> None:
+    """Per path, credit against that path's pooled floor; the case's credit is the lower one. The
+    mutants, scored the same way, decide whether the case can count at all."""
+    floors = {}
+    for path in PATHS:
+        runs = {k: v for k, v in result.noise.items() if k.endswith("/" + path)}
+        g = noise_floor(runs)
+        allowance = sampling_allowance(g, result.output_tokens)
+        d_requests = candidate[path]
+        d = sum(d_requests) / len(d_requests)
+        floors[path] = g + allowance
+        result.paths[path] = {"d": d, "g": g, "allowance": allowance,
+                              "credit": credit(d, g + allowance) if g + allowance < FAIL_AT else 0.0,
+                              "d_requests": d_requests, "steps": dict((steps or {}).get(path, {}))}
+    # The deciding path: the lower credit; on a tie the one further above its floor.
+    result.path = min(PATHS, key=lambda p: (result.paths[p]["credit"], -(result.paths[p]["d"] - floors[p])))
+    decided = result.paths[result.path]
+    result.d, result.g, result.allowance = decided["d"], decided["g"], decided["allowance"]
+    result.credit, result.d_requests = decided["credit"], list(decided["d_requests"])
+
+    for name, (kind, ds, swapped) in run.mutants.items():
+        if ds is None:
+            result.mutants[name] = MutantResult(note="the model has no module this mutant replaces", kind=kind)
+            continue
+        credits = {p: credit(ds[p], floors[p]) if floors[p] < FAIL_AT else 0.0 for p in ds}
+        worst = min(ds, key=lambda p: (credits[p], -ds[p]))
+        result.mutants[name] = MutantResult(ds[worst], credits[worst], swapped, kind=kind, paths=dict(ds),
+                                            catch_at=catch_at(kind, floors[worst]))
+    blind = [f"{n} ({m.kind}, d={m.d:.3f}, credit {m.credit:.2f})" for n, m in result.mutants.items()
              if m.d is not None and not m.caught]
-    verdict = (f"teacher-forced top-1 discrepancy d={result.d:.3f} against the pooled noise floor "
-               f"g={result.g:.3f} (+{result.allowance:.3f} sampling allowance at {result.output_tokens} tokens)")
-    if floor >= FAIL_AT:
+    verdict = "; ".join(
+        f"{p} d={result.paths[p]['d']:.3f} vs g={result.paths[p]['g']:.3f} (+{result.paths[p]['allowance']:.3f} "
+        f"at {result.output_tokens} tokens), credit {result.paths[p]['credit']:.2f}" for p in PATHS)
+    high = [p for p in PATHS if floors[p] >= FAIL_AT]
+    if high:
+        p = high[0]
         result.status = status.TASK_ERROR
-        result.message = (f"the reference's own noise floor g={result.g:.3f} (+{result.allowance:.3f} sampling "
-                          f"allowance at {result.output_tokens} tokens) reaches {FAIL_AT}: this scenario "
-                          "cannot tell a right model from a wrong one (more requests or tokens needed)")
+        result.message = (f"the reference's own {p} noise floor g={result.paths[p]['g']:.3f} "
+                          f"(+{result.paths[p]['allowance']:.3f} sampling allowance at {result.output_tokens} "
+                          f"tokens) reaches {FAIL_AT}: this scenario cannot tell a right model from a wrong "
+                          "one (more requests or tokens needed)")
     elif blind:
         result.status = status.INSENSITIVE
-        result.message = (f"built-in mutant(s) {', '.join(blind)} still earn credit here, so this case "
-                          f"cannot see such bugs and does not count; the candidate had {verdict}, "
-                          f"credit {result.credit:.2f}")
+        result.message = (f"built-in mutant(s) {', '.join(blind)} not caught here, so this case cannot see "
+                          f"such bugs and does not count; the candidate had {verdict}")
     elif result.credit >= VALID_CREDIT:
         result.status = status.PASSED
     else:
         result.status = status.WRONG_RESULT
-        result.message = f"{verdict}: credit {result.credit:.2f} < {VALID_CREDIT}"
+        result.message = f"{verdict}: credit {result.credit:.2f} < {VALID_CREDIT} on {result.path}"
 
 
 # ---- timing (GPU) -------------------------------------------------------------------------------

@@ -28,8 +28,10 @@ SCHEMA = SCHEMA_ID  # the schema file: report.schema.json (fk_pytest.schema vali
 # Additive changes bump the minor version only (the schema string stays, so readers keep working):
 # 1.1 added the end-to-end section "e2e"; 1.2 the built-in mutants and pooled noise of e2e cases,
 # failed composed classes per task, and the amortised timing's calls per replay / one-call times;
-# 1.3 the suite that ran (run.suite: version, commit, dirty), for the leaderboard's grouping.
-SCHEMA_VERSION = "1.3"
+# 1.3 the suite that ran (run.suite: version, commit, dirty), for the leaderboard's grouping;
+# 1.4 both scoring paths of an e2e case (path, paths: prefill-forced and decode-forced), the
+# mutants' kind, paths and catch_at, and g as the largest mean of a noise run.
+SCHEMA_VERSION = "1.4"
 
 
 def environment(device: str, roofline: Optional[dict]) -> dict:
@@ -153,8 +155,16 @@ def _mutant_cell(c: dict) -> str:
 
 
 def _mutant_details(c: dict) -> str:
-    return "; ".join(f"{name} d={_fmt(m.get('d'))} credit={_fmt(m.get('credit'), '.2f')}"
-                     for name, m in (c.get("mutants") or {}).items())
+    return "; ".join(f"{name} ({m.get('kind', 'gross')}) d={_fmt(m.get('d'))} credit={_fmt(m.get('credit'), '.2f')} "
+                     f"margin={_fmt(m.get('margin'), '+.3f')}" for name, m in (c.get("mutants") or {}).items())
+
+
+def _by_path(c: dict, key: str) -> str:
+    """"prefill/decode" values of one field (older reports have the deciding path's only)."""
+    paths = c.get("paths") or {}
+    if not paths:
+        return _fmt(c.get(key))
+    return "/".join(_fmt(paths[p].get(key)) if p in paths else "-" for p in ("prefill-forced", "decode-forced"))
 
 
 def _e2e_lines(report: dict) -> list:
@@ -164,10 +174,11 @@ def _e2e_lines(report: dict) -> list:
     if not e2e:
         return []
     lines = [f"END TO END: {len(e2e['cases'])} (model, scenario) cases on {_where(report)}; "
-             "credit against the reference's pooled noise floor"]
-    rows = [("e2e case", "status", "tokens", "d", "g", "credit", "mutants", "thr x", "lat x", "S")]
+             "d and g prefill-forced/decode-forced, credit the lower of the two against each path's pooled "
+             "noise floor; mutants caught/run and the smallest margin past where each counts as caught"]
+    rows = [("e2e case", "status", "tokens", "d pre/dec", "g pre/dec", "credit", "mutants", "thr x", "lat x", "S")]
     for c in e2e["cases"]:
-        rows.append((c["case_id"], c["status"], str(c.get("output_tokens") or "-"), _fmt(c["d"]), _fmt(c["g"]),
+        rows.append((c["case_id"], c["status"], str(c.get("output_tokens") or "-"), _by_path(c, "d"), _by_path(c, "g"),
                      f"{c['credit']:.2f}", _mutant_cell(c), _speed_cell(c, "speedup_throughput"),
                      _speed_cell(c, "speedup_latency"), _speed_cell(c, "speedup_blended")))
     lines += _table(rows)
@@ -244,7 +255,7 @@ def write_html(report: dict, path: str | Path) -> None:
     e2e = report.get("e2e") or {"cases": [], "macro": None}
     e2e_rows = "".join(
         f"<tr class='{esc(c['status'].lower())}'><td>{esc(c['case_id'])}</td><td>{esc(c['status'])}</td>"
-        f"<td>{_fmt(c['d'])}</td><td>{_fmt(c['g'])}</td><td>{c['credit']:.2f}</td>"
+        f"<td>{_by_path(c, 'd')}</td><td>{_by_path(c, 'g')}</td><td>{c['credit']:.2f}</td>"
         f"<td>{esc(_mutant_details(c))}</td>"
         f"<td>{esc(_speed_cell(c, 'speedup_throughput'))}</td><td>{esc(_speed_cell(c, 'speedup_latency'))}</td>"
         f"<td>{esc(_speed_cell(c, 'speedup_blended'))}</td><td>{esc(c['message'][:400])}</td></tr>"
@@ -260,7 +271,7 @@ def write_html(report: dict, path: str | Path) -> None:
 <th>C_t</th><th>S_t</th><th>message</th></tr>{rows}</table>
 <h2>Speed</h2><table><tr><th>task</th><th>case</th><th>candidate us</th><th>reference us</th>
 <th>speedup</th><th>TB/s</th><th>roofline</th><th>mode</th></tr>{speed_rows}</table>
-<h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d</th><th>g</th><th>credit</th><th>built-in mutants (d, credit)</th>
+<h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d prefill/decode</th><th>g prefill/decode</th><th>credit</th><th>built-in mutants (d, credit)</th>
 <th>throughput x</th><th>latency x</th><th>S</th><th>message</th></tr>{e2e_rows}</table>""", _VERDICT_CSS)
     Path(path).write_text(page)
 
