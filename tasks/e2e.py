@@ -24,6 +24,7 @@ fewer).
 import functools
 import importlib.util
 import math
+import random
 from pathlib import Path
 from typing import List, Optional
 
@@ -63,12 +64,12 @@ _NARROW = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, he
 CPU_CUTS = {
     "mixtral-8x7b": dict(_NARROW, intermediate_size=128),
     "qwen3-30b-a3b": dict(_NARROW, moe_intermediate_size=32, intermediate_size=256),
-    # Both layers MoE (first_k_dense_replace 0): the full model is 26 MoE layers of 27, a two-layer
-    # cut with its one dense layer would halve the routed experts' share of the residual stream, and
-    # with it the router's visibility (an expert-id off-by-one then moved d only to 0.11).
+    # Three layers, all MoE (first_k_dense_replace 0): the full model is 26 MoE layers of 27; a
+    # two-layer cut with its one dense layer halved the routed experts' share of the residual
+    # stream, and an expert-id off-by-one moved d only to 0.11 (0.47 with two MoE layers).
     "deepseek-v2-lite": dict(_NARROW, num_key_value_heads=4, intermediate_size=256, moe_intermediate_size=64,
                              kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
-                             first_k_dense_replace=0),
+                             num_hidden_layers=3, first_k_dense_replace=0),
 }
 CPU_REQUESTS, CPU_PROMPT, CPU_OUTPUT = 4, (16, 40), 16
 CPU_TOKEN_BUDGET = 64  # small prefill chunks on the CPU keep chunked prefill (cache reads) in play
@@ -130,6 +131,20 @@ class LlmE2E(E2ESpec):
             vocab = model_config(case["model"], case["profile"])["vocab_size"]
             reqs = scenario.requests(vocab, seed=0, scale=case["scale"])
         return stretch_outputs(reqs, MIN_COMPARED_TOKENS)
+
+    def continuations(self, case) -> List[List[int]]:
+        """What each request is scored on after its prompt: the trained model reads on in the
+        same real text (a greedy continuation of SmolLM2 soon loops, and a loop is predicted with
+        certainty: the graded mutants moved d by 0.01 on the H200's 102-token batch-1 output);
+        a random-weight model gets fresh random ids, like its prompt (its greedy output can
+        settle on a repeated token just the same)."""
+        reqs = self.requests(case)
+        if case["weights"] == "gguf":
+            texts = corpus_prompts([len(p) + n for p, n in reqs])
+            return [text[len(p):] for text, (p, _) in zip(texts, reqs)]
+        vocab = model_config(case["model"], case["profile"])["vocab_size"]
+        rng = random.Random(f"{case.id}-continuations-{WEIGHT_SEED}")
+        return [[rng.randrange(vocab) for _ in range(n)] for _, n in reqs]
 
     def engine_args(self, case) -> dict:
         args = dict(SCENARIOS[case["scenario"]].engine_args)

@@ -138,9 +138,9 @@ def test_a_mutant_the_model_does_not_contain_is_reported_not_counted():
 
 
 # ---- inside the trained model, in process (one calibration shared by every tree) ----------------
-@pytest.fixture(scope="module")
-def smollm2():
+def _smollm2_scorer(with_mutants: bool):
     from tasks.e2e import E2E as SPEC
+    spec = SPEC if with_mutants else _spec_without_mutants()
     case = SPEC.cases("cpu")[0]
     why = SPEC.unavailable(case)
     if why:
@@ -149,12 +149,34 @@ def smollm2():
 
     def score(tree):
         lookup = candidate_lookup(CandidateSource(tree)) if tree else None
-        return run_e2e(SPEC, case, "cpu", lookup, tree is not None, cache=cache)
+        return run_e2e(spec, case, "cpu", lookup, tree is not None, cache=cache)
     score.cache = cache
     return score
 
 
-def test_smollm2_case_is_sensitive_and_an_honest_minimal_tree_gets_full_credit(smollm2):
+def _spec_without_mutants():
+    """The SmolLM2 spec without its built-in mutants: candidate verdicts only (each mutant costs a
+    calibration run per path; the sensitivity test runs them all once)."""
+    from tasks.e2e import LlmE2E
+
+    class NoMutants(LlmE2E):
+        def mutants(self, case=None):
+            return {}
+    return NoMutants()
+
+
+@pytest.fixture(scope="module")
+def smollm2_sensitivity():
+    return _smollm2_scorer(with_mutants=True)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return _smollm2_scorer(with_mutants=False)
+
+
+def test_smollm2_case_is_sensitive_and_an_honest_minimal_tree_gets_full_credit(smollm2_sensitivity):
+    smollm2 = smollm2_sensitivity
     r = smollm2(CANDIDATES / "minimal_signatures")  # PyTorch, inherited __init__, *args/**kwargs
     assert r.status == status.PASSED and r.credit == 1.0, r.message
     assert r.output_tokens >= 64 and r.pooled_over == ["smollm2-135m-chat"]

@@ -5,8 +5,9 @@ One e2e case is a (model, scenario) pair; the rules live here, the runs in
 candidate model is candidate code):
 
 1. **Reference run.** The reference model (real trained weights where the spec has them, else
-   random weights at a trained scale, seeded) generates greedily through the engine; its sequences
-   are the targets.
+   random weights at a trained scale, seeded) is scored decode-forced on each request's prompt and
+   continuation (:meth:`E2ESpec.continuations`: real text, fresh random ids, or by default its own
+   greedy output); its top-1 at every position is what every other run is compared with.
 2. **Two scoring paths**, both through the engine's scheduler and paged cache: ``prefill-forced``
    (every target token an input of packed, chunked prefill: ``LLM.score``) and ``decode-forced``
    (the prompt prefilled, then each target token fed as one decode step beside the scenario's
@@ -22,7 +23,8 @@ candidate model is candidate code):
    reference's own interpreted Triton path for its case. Per path, ``g`` = the largest mean over
    requests of any noise run (:func:`noise_floor`): the same statistic as ``d``.
 4. **Candidate run.** The composed candidate (every class the tree provides swapped in, weights
-   copied) on both paths: per path ``d`` = mean over requests of 1 - top-1 agreement; credit = 1 at
+   copied) on both paths: per path ``d`` = mean over requests of 1 - top-1 agreement with the
+   reference's; credit = 1 at
    or below ``g`` plus a sampling allowance (two binomial standard errors at the compared token
    count, :func:`sampling_allowance`), 0 at ``FAIL_AT`` = 0.5, linear between. The case's credit is
    the lower of the two paths' (credit needs both). A case must compare at least
@@ -137,16 +139,20 @@ def sampling_allowance(g: float, tokens: int, z: float = SAMPLING_Z) -> float:
     return z * math.sqrt(p * (1.0 - p) / tokens)
 
 
+def disagreement(predictions: Sequence[Sequence[int]], expected: Sequence[Sequence[int]]) -> List[float]:
+    """Per request: 1 - share of positions where the top-1 prediction is the expected one."""
+    out = []
+    for pred, want in zip(predictions, expected):
+        if len(pred) != len(want):
+            raise ValueError(f"scoring returned {len(pred)} predictions for {len(want)} tokens")
+        out.append(1.0 - sum(int(a) == int(b) for a, b in zip(pred, want)) / max(len(want), 1))
+    return out
+
+
 def discrepancies(predictions: Sequence[Sequence[int]], sequences: Sequence[Sequence[int]],
                   prompt_lens: Sequence[int]) -> List[float]:
-    """Per request: 1 - share of generated tokens that the teacher-forced top-1 reproduces."""
-    out = []
-    for pred, seq, n in zip(predictions, sequences, prompt_lens):
-        target = list(seq[n:])
-        if len(pred) != len(target):
-            raise ValueError(f"teacher forcing returned {len(pred)} predictions for {len(target)} tokens")
-        out.append(1.0 - sum(int(a) == int(b) for a, b in zip(pred, target)) / max(len(target), 1))
-    return out
+    """Per request: 1 - share of the sequence's tokens after its prompt that the top-1 reproduces."""
+    return disagreement(predictions, [list(seq[n:]) for seq, n in zip(sequences, prompt_lens)])
 
 
 def blend(throughput_speedup: float, latency_speedup: float, lam: float = LAMBDA) -> float:
@@ -184,6 +190,14 @@ class E2ESpec:
 
     def requests(self, case) -> List[Request]:
         raise NotImplementedError
+
+    def continuations(self, case) -> Optional[List[List[int]]]:
+        """The tokens each request is scored on after its prompt (as many as its output tokens),
+        or None to score on the reference's own greedy output. Given tokens keep every scored
+        position informative: a greedy continuation can fall into a loop the model predicts with
+        certainty, where no bug flips a token. Either way ``d`` compares against the reference's
+        own decode-forced top-1 on the same tokens."""
+        return None
 
     def engine_args(self, case) -> dict:
         """Keyword arguments of ``kernels_reference.engine.LLM`` for the scenario."""

@@ -18,7 +18,7 @@ from . import status
 from .build import copy_model, release_memory, with_paths
 from .compose import Composition, swap_children
 from .e2e import (DECODE, FAIL_AT, PATHS, PREFILL, VALID_CREDIT, E2EResult, E2ESpec, MutantResult, Request,
-                  as_mutant, blend, catch_at, credit, discrepancies, noise_floor, sampling_allowance)
+                  as_mutant, blend, catch_at, credit, disagreement, noise_floor, sampling_allowance)
 from .errors import CandidateError, short_traceback
 
 Progress = Callable[[str], None]
@@ -91,7 +91,7 @@ def forced(llm, run: "ScenarioRun", path: str) -> List[float]:
     (``PREFILL``: teacher-forced through prefill; ``DECODE``: one decode step per target token)."""
     score = llm.score if path == PREFILL else llm.score_decode
     predictions = [list(map(int, p)) for p in score(run.sequences, run.prompt_lens)]
-    return discrepancies(predictions, run.sequences, run.prompt_lens)
+    return disagreement(predictions, run.expected)
 
 
 def both_paths(llm, run: "ScenarioRun", prefix: str = "") -> Dict[str, List[float]]:
@@ -132,6 +132,7 @@ class ScenarioRun:
     noise: Dict[str, List[float]]  # "run/path" -> per-request d
     # name -> (kind, {path: mean d} or None when the model has no module it replaces, classes swapped)
     mutants: Dict[str, Tuple[str, Optional[Dict[str, float]], List[str]]]
+    expected: List[List[int]] = dataclasses.field(default_factory=list)  # the reference's decode-forced top-1
 
 
 @dataclasses.dataclass
@@ -162,21 +163,28 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
         requests = spec.requests(sc)
         args, rebatched = _engine_args(spec, sc, device)
         prompts = [list(p) for p, _ in requests]
-        progress(f"{sc.id}: reference generates {len(requests)} requests, "
+        continuations = spec.continuations(sc)
+        progress(f"{sc.id}: reference, decode-forced on {len(requests)} requests' "
+                 f"{'own greedy output' if continuations is None else 'given continuations'}, "
                  f"{sum(n for _, n in requests)} tokens")
         engine = _engine(reference, reference, args)
-        outputs = engine.generate(prompts, _params(requests))
-        run = ScenarioRun(sc.id, requests, [p + list(o) for p, o in zip(prompts, outputs)],
-                          [len(p) for p in prompts], {}, {})
+        if continuations is None:  # its own greedy output, which decode-forced scoring replays
+            outputs = engine.generate(prompts, _params(requests))
+            run = ScenarioRun(sc.id, requests, [p + list(o) for p, o in zip(prompts, outputs)],
+                              [len(p) for p in prompts], {}, {}, [list(o) for o in outputs])
+        else:
+            run = ScenarioRun(sc.id, requests, [p + list(c) for p, c in zip(prompts, continuations)],
+                              [len(p) for p in prompts], {}, {})
+            run.expected = [list(map(int, e)) for e in engine.score_decode(run.sequences, run.prompt_lens)]
         progress(f"{sc.id}: noise runs on both paths (same engine, re-batched"
                  f"{', plain PyTorch' if device.type == 'cuda' else ''})")
-        # Prefill-forced only: decode-forced on the engine that generated would replay its greedy
-        # run step for step (d = 0 by construction; the engine's tests check that it does).
+        # Prefill-forced only: decode-forced on this engine is what ``expected`` is (d = 0 by
+        # construction; for greedy output the engine's tests check that it replays generate).
         run.noise["teacher-forced/" + PREFILL] = forced(engine, run, PREFILL)
         del engine
         order = list(reversed(range(len(run.sequences))))
         shuffled = ScenarioRun(sc.id, [requests[i] for i in order], [run.sequences[i] for i in order],
-                               [run.prompt_lens[i] for i in order], {}, {})
+                               [run.prompt_lens[i] for i in order], {}, {}, [run.expected[i] for i in order])
         for key, d in both_paths(_engine(reference, reference, rebatched), shuffled, "rebatched/").items():
             run.noise[key] = [d[order.index(i)] for i in range(len(order))]
         if device.type == "cuda":
