@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import CANDIDATES, ROOT
+from conftest import CANDIDATES
 from fk_pytest import status
 from fk_pytest.candidates import CandidateSource
 from fk_pytest.compose import candidate_lookup

@@ -1,0 +1,61 @@
+"""The end-to-end table of FastKernels reports as markdown: per case both scoring paths' d, g and
+allowance, the credit, each built-in mutant's d, caught/run with the smallest margin, the speedups
+and the decode-forced run's engine steps.
+
+    python3 -m benchmarks e2e_table docs/perf/h200-e2e-decode/continuations/*.json
+"""
+import argparse
+import json
+import sys
+
+PATHS = ("prefill-forced", "decode-forced")
+SHORT = {"rope-ignores-positions": "rope", "rms-norm-old-residual": "res", "silu-and-mul-halves-swapped": "silu",
+         "topk-expert-off-by-one": "topk", "rms-norm-eps-1000x": "eps", "attention-scale-10pct-low": "scale",
+         "kv-store-decode-slot-off-by-one": "slot", "paged-decode-one-token-short": "short",
+         "rope-wrong-in-decode": "rope-dec"}
+
+
+def _num(x, fmt=".3f"):
+    return "-" if x is None else format(x, fmt)
+
+
+def rows(report: dict):
+    for c in report["e2e"]["cases"]:
+        if c["status"] == "NOT_RUN" or not c.get("paths"):
+            continue
+        paths, mutants = c["paths"], c["mutants"]
+        ran = [m for m in mutants.values() if m.get("d") is not None]
+        cells = []
+        for name in SHORT:
+            m = mutants.get(name)
+            if not m or m.get("d") is None:
+                cells.append("-")
+            else:  # bold: not caught
+                cells.append(_num(m["d"], ".2f") if m["caught"] else f"**{_num(m['d'], '.2f')}**")
+        steps = paths["decode-forced"].get("steps", {})
+        yield ([c["case_id"], c["status"], str(c["output_tokens"])]
+               + [" / ".join(_num(paths[p][k]) for p in PATHS) for k in ("d", "g", "allowance")]
+               + [f"{c['credit']:.2f}"] + cells
+               + [f"{sum(m['caught'] for m in ran)}/{len(ran)} {_num(c['min_mutant_margin'], '+.2f')}",
+                  _num(c.get("speedup_throughput")), _num(c.get("speedup_latency")),
+                  ", ".join(f"{k} {n}" for k, n in sorted(steps.items()))])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("reports", nargs="+")
+    args = parser.parse_args(argv)
+    head = (["e2e case", "status", "tokens", "d pre / dec", "g pre / dec", "allowance pre / dec", "credit"]
+            + list(SHORT.values()) + ["mutants caught, margin", "thr x", "lat x", "decode-forced steps"])
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for path in args.reports:
+        with open(path) as f:
+            report = json.load(f)
+        for row in rows(report):
+            print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
