@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import CANDIDATES
+from conftest import CANDIDATES, ROOT
 from fk_pytest import status
 from fk_pytest.candidates import CandidateSource
 from fk_pytest.compose import candidate_lookup
@@ -202,6 +202,16 @@ def test_smollm2_case_is_sensitive_and_an_honest_minimal_tree_gets_full_credit(s
 def test_smollm2_catches_each_wrong_kernel_with_zero_credit(smollm2, tree):
     r = smollm2(CANDIDATES / tree)
     assert r.status == status.WRONG_RESULT and r.credit == 0.0 and r.d >= FAIL_AT, (r.d, r.message)
+
+
+def test_smollm2_the_reference_tree_itself_as_candidate_agrees_on_both_paths(smollm2):
+    """A tree that copies the reference (relative imports of its forward context and configs
+    included) reads the engine's metadata, not a private empty copy: before 2026-12-02 it was
+    WRONG_RESULT here (d 0.28)."""
+    r = smollm2(ROOT / "kernels_reference")
+    assert r.status == status.PASSED and r.credit == 1.0, r.message
+    assert r.paths["prefill-forced"]["d"] == 0.0 and r.paths["decode-forced"]["d"] == 0.0
+    assert "LlamaForCausalLM" in r.swapped
 
 
 def test_smollm2_sees_a_decode_only_bug_that_prefill_scoring_passes(smollm2):

@@ -18,6 +18,9 @@ from typing import Dict
 from . import status
 from .errors import CandidateError, NotAttempted
 from .signatures import check_class
+
+# kernels_reference modules a candidate tree always shares with the framework (see _import_tree_module)
+FRAMEWORK_MODULES = ("forward_context", "model_config")
 from .task import Task
 
 
@@ -84,6 +87,13 @@ class CandidateSource:
             package.__path__ = [str(self.path)]
             package.__file__ = str(self.path / "__init__.py")
             sys.modules[self._package] = package
+            # The serving contract is the framework's, not the tree's: a tree that copies the
+            # reference's files (relative imports included) must read the step's metadata from the
+            # forward context the engine sets, and take the configs the models are built with, not
+            # private copies of those two modules (whose context would always be empty and whose
+            # config classes would be other types).
+            for name in FRAMEWORK_MODULES:
+                sys.modules[f"{self._package}.{name}"] = importlib.import_module(f"kernels_reference.{name}")
         dotted = ".".join(Path(rel).with_suffix("").parts)
         return importlib.import_module(f"{self._package}.{dotted}")
 
