@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-PATHS = ("prefill-forced", "decode-forced")
+from fk_pytest.e2e import PATHS
 SHORT = {"rope-ignores-positions": "rope", "rms-norm-old-residual": "res", "silu-and-mul-halves-swapped": "silu",
          "topk-expert-off-by-one": "topk", "rms-norm-eps-1000x": "eps", "attention-scale-10pct-low": "scale",
          "kv-store-decode-slot-off-by-one": "slot", "paged-decode-one-token-short": "short",

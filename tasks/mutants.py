@@ -17,7 +17,7 @@ one mistake; the decode-path ones change only what the step's forward context sa
 tokens, so they run inside the captured CUDA graphs as well.
 """
 import dataclasses
-from typing import Optional, Union
+from typing import List, Optional, Union
 
 import torch
 
@@ -110,6 +110,11 @@ class AttentionScaleOff(Attention):
 DecodeTokens = Union[None, str, torch.Tensor]  # None: no decode token; "all"; or a bool mask per token
 
 
+def _decoding_sequences(meta: AttentionMetadata) -> List[bool]:
+    """Per sequence, from the host lengths: one query token after cached context."""
+    return [q == 1 and n > 1 for q, n in zip(meta.query_lens_cpu, meta.seq_lens_cpu)]
+
+
 def decode_tokens(meta: Optional[AttentionMetadata]) -> DecodeTokens:
     """Which of the step's tokens are decode tokens (one query token of a sequence with context).
 
@@ -120,7 +125,7 @@ def decode_tokens(meta: Optional[AttentionMetadata]) -> DecodeTokens:
         return None
     if all(q == 1 for q in meta.query_lens_cpu):
         return "all"
-    per_seq = [q == 1 and n > 1 for q, n in zip(meta.query_lens_cpu, meta.seq_lens_cpu)]
+    per_seq = _decoding_sequences(meta)
     if not any(per_seq):
         return None
     mask = [d for d, q in zip(per_seq, meta.query_lens_cpu) for _ in range(q)]
@@ -131,8 +136,7 @@ def _sequence_mask(meta: AttentionMetadata, which: DecodeTokens) -> torch.Tensor
     """Per sequence, whether it decodes (``which`` not None)."""
     if isinstance(which, str):
         return torch.ones_like(meta.seq_lens, dtype=torch.bool)
-    return torch.tensor([q == 1 and n > 1 for q, n in zip(meta.query_lens_cpu, meta.seq_lens_cpu)],
-                        device=meta.seq_lens.device)
+    return torch.tensor(_decoding_sequences(meta), device=meta.seq_lens.device)
 
 
 def _cache_slots(kv_cache) -> int:
@@ -168,7 +172,7 @@ class _DecodeReadsOneShort:
             return super().forward(*args)
         decoding = _sequence_mask(meta, which)
         lens = torch.where(decoding, (meta.seq_lens - 1).clamp(min=0), meta.seq_lens).to(meta.seq_lens.dtype)
-        lens_cpu = tuple(n - 1 if q == 1 and n > 1 else n for q, n in zip(meta.query_lens_cpu, meta.seq_lens_cpu))
+        lens_cpu = tuple(n - d for n, d in zip(meta.seq_lens_cpu, _decoding_sequences(meta)))
         with set_forward_context(dataclasses.replace(meta, seq_lens=lens, seq_lens_cpu=lens_cpu)):
             return super().forward(*args)
 

@@ -18,8 +18,8 @@ from .sequence import Sequence
 
 def describe_batch(batch) -> str:
     """"decode, 3 sequences at context lengths 17, 20, 33" or a mixed / prefill step's shape."""
-    decoding = [seq for seq, n in batch if n == 1 and seq.num_cached > 0]
-    chunks = [(seq.num_cached, n) for seq, n in batch if not (n == 1 and seq.num_cached > 0)]
+    decoding = [seq for seq, n in batch if seq.decodes(n)]
+    chunks = [(seq.num_cached, n) for seq, n in batch if not seq.decodes(n)]
     kind = "decode" if not chunks else "prefill" if not decoding else "mixed"
     parts = [f"{kind}, {len(batch)} sequences, {sum(n for _, n in batch)} tokens"]
     if decoding:

@@ -61,13 +61,13 @@ class ModelRunner:
     def run(self, batch: List[Tuple[Sequence, int]]) -> torch.Tensor:
         """Float32 logits [len(batch), vocab] of each sequence's last token this step. From the
         graphs the tensor is a view of a static buffer: valid until the next step."""
-        decoding = [n == 1 and seq.num_cached > 0 for seq, n in batch]
         if self.decoder is not None and all(n == 1 for _, n in batch) and self.decoder.bucket(len(batch)):
             logits = self.decoder.run(batch, graphs=self.cuda_graphs)
             for seq, _ in batch:
                 seq.num_cached += 1
             self.steps["decode-graph" if self.cuda_graphs else "decode-padded"] += 1
             return logits
+        decoding = [seq.decodes(n) for seq, n in batch]
         self.steps["decode-eager" if all(decoding) else "mixed" if any(decoding) else "prefill"] += 1
         hidden, lens = self._forward_packed(batch)
         last = torch.tensor(lens, device=self.device).cumsum(0) - 1

@@ -21,6 +21,10 @@ class Sequence:
     block_table: List[int] = dataclasses.field(default_factory=list)
     status: Status = Status.WAITING
 
+    def decodes(self, num_tokens: int) -> bool:
+        """Whether running ``num_tokens`` of it this step is a decode (one token after its cache)."""
+        return num_tokens == 1 and self.num_cached > 0
+
     @property
     def num_generated(self) -> int:
         return len(self.token_ids) - self.prompt_len

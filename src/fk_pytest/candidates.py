@@ -18,10 +18,10 @@ from typing import Dict
 from . import status
 from .errors import CandidateError, NotAttempted
 from .signatures import check_class
+from .task import Task
 
 # kernels_reference modules a candidate tree always shares with the framework (see _import_tree_module)
 FRAMEWORK_MODULES = ("forward_context", "model_config")
-from .task import Task
 
 
 def tree_hash(path: Path) -> str:

@@ -335,6 +335,11 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
     return result
 
 
+def _credit(d: float, floor: float) -> float:
+    """Credit against ``floor`` (g + allowance); none when the floor itself reaches FAIL_AT."""
+    return credit(d, floor) if floor < FAIL_AT else 0.0
+
+
 def _judge(result: E2EResult, run: ScenarioRun, candidate: Dict[str, List[float]],
            steps: Optional[Dict[str, Dict[str, int]]] = None) -> None:
     """Per path, credit against that path's pooled floor; the case's credit is the lower one. The
@@ -347,8 +352,7 @@ def _judge(result: E2EResult, run: ScenarioRun, candidate: Dict[str, List[float]
         d_requests = candidate[path]
         d = sum(d_requests) / len(d_requests)
         floors[path] = g + allowance
-        result.paths[path] = {"d": d, "g": g, "allowance": allowance,
-                              "credit": credit(d, g + allowance) if g + allowance < FAIL_AT else 0.0,
+        result.paths[path] = {"d": d, "g": g, "allowance": allowance, "credit": _credit(d, floors[path]),
                               "d_requests": d_requests, "steps": dict((steps or {}).get(path, {}))}
     # The deciding path: the lower credit; on a tie the one further above its floor.
     result.path = min(PATHS, key=lambda p: (result.paths[p]["credit"], -(result.paths[p]["d"] - floors[p])))
@@ -360,7 +364,7 @@ def _judge(result: E2EResult, run: ScenarioRun, candidate: Dict[str, List[float]
         if ds is None:
             result.mutants[name] = MutantResult(note="the model has no module this mutant replaces", kind=kind)
             continue
-        credits = {p: credit(ds[p], floors[p]) if floors[p] < FAIL_AT else 0.0 for p in ds}
+        credits = {p: _credit(ds[p], floors[p]) for p in ds}
         worst = min(ds, key=lambda p: (credits[p], -ds[p]))
         result.mutants[name] = MutantResult(ds[worst], credits[worst], swapped, kind=kind, paths=dict(ds),
                                             catch_at=catch_at(kind, floors[worst]))

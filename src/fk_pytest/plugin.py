@@ -274,19 +274,13 @@ def pytest_generate_tests(metafunc):
 @pytest.hookimpl(trylast=True)  # after -k / -m have deselected: the shards split what is selected
 def pytest_collection_modifyitems(session, config, items):
     fk = config.stash.get(SESSION_KEY, None)
-    if fk is None:
+    if fk is None or fk.shard is None:
         return
-    if fk.shard is not None:
-        from .shard import split
-        kept, dropped = split(items, *fk.shard, costs=fk.shard_costs)
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = kept
-    from .xdist import worker_id
-    if worker_id(config) is not None:
-        # End-to-end tests first: their file is one worker's (loadfile) and the longest, so started
-        # last it left the other workers idle at the end (the CPU main job: 60 s of one worker).
-        items.sort(key=lambda item: getattr(getattr(item, "function", None), "_fk_e2e", None) is None)
+    from .shard import split
+    kept, dropped = split(items, *fk.shard, costs=fk.shard_costs)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_collection_finish(session):
