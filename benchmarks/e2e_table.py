@@ -33,7 +33,8 @@ def rows(report: dict):
             else:  # bold: not caught
                 cells.append(_num(m["d"], ".2f") if m["caught"] else f"**{_num(m['d'], '.2f')}**")
         steps = paths["decode-forced"].get("steps", {})
-        yield ([c["case_id"], c["status"], str(c["output_tokens"])]
+        tokens = f"{c['compared_tokens']}/{c['output_tokens']}" if c.get("compared_tokens") else str(c["output_tokens"])
+        yield ([c["case_id"], c["status"], tokens]
                + [" / ".join(_num(paths[p][k]) for p in PATHS) for k in ("d", "g", "allowance")]
                + [f"{c['credit']:.2f}"] + cells
                + [f"{sum(m['caught'] for m in ran)}/{len(ran)} {_num(c['min_mutant_margin'], '+.2f')}",
@@ -45,7 +46,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+")
     args = parser.parse_args(argv)
-    head = (["e2e case", "status", "tokens", "d pre / dec", "g pre / dec", "allowance pre / dec", "credit"]
+    head = (["e2e case", "status", "tokens stable/all", "d pre / dec", "g pre / dec", "allowance pre / dec", "credit"]
             + list(SHORT.values()) + ["mutants caught, margin", "thr x", "lat x", "decode-forced steps"])
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))

@@ -9,7 +9,7 @@ from fk_pytest import status
 from fk_pytest.candidates import CandidateSource
 from fk_pytest.compose import candidate_lookup
 from fk_pytest.e2e import (DECODE, FAIL_AT, GRADED, GROSS, PATHS, PREFILL, E2EResult, Mutant, blend, catch_at,
-                           credit, discrepancies, noise_floor, sampling_allowance)
+                           credit, noise_floor, noise_tallies, sampling_allowance, stable_positions, tally)
 from fk_pytest.e2e_run import CalibrationCache, ScenarioRun, _judge, run_e2e
 from fk_pytest.macro import e2e_macro_eval
 from fk_pytest.report import format_table
@@ -44,16 +44,37 @@ def test_sampling_allowance_shrinks_with_the_compared_tokens():
     assert sampling_allowance(0.1, 0) == 0.0
 
 
-def test_noise_floor_discrepancy_and_blend():
-    # g is the same statistic as d: the largest mean over requests of any noise run
-    assert noise_floor({"a": [0.0, 0.2], "b": [0.05, 0.05]}) == pytest.approx(0.1)
-    assert noise_floor({"a": [0.0] * 19 + [1.0]}) == pytest.approx(0.05)  # one bad request of 20
+def test_a_flip_is_counted_only_where_no_noise_run_flips_and_pooled_over_tokens():
+    expected = [[1, 2, 3, 4], [5, 6]]
+    noise = {"a/prefill-forced": [[1, 2, 3, 4], [5, 6]], "b/prefill-forced": [[1, 9, 3, 4], [5, 6]]}
+    stable = stable_positions(noise, expected)
+    assert stable == [[True, False, True, True], [True, True]]  # b flips position 1: a near-tie
+    t = tally([[1, 7, 3, 8], [0, 6]], expected, stable)  # flips at 1 (near-tie), 3 and (1, 0)
+    assert (t.flipped, t.compared) == (2, 5) and t.d == pytest.approx(0.4)  # tokens, not requests
+    assert t.per_request == [pytest.approx(1 / 3), 0.5] and t.compared_per_request == [3, 2]
+    with pytest.raises(ValueError, match="predictions for"):
+        tally([[1, 2]], [[1, 2, 3]], [[True] * 3])
+
+
+def test_each_noise_run_is_scored_on_the_positions_the_others_keep():
+    expected = [[1, 2, 3, 4]]
+    noise = {"a/decode-forced": [[9, 2, 3, 4]], "b/decode-forced": [[9, 2, 3, 8]]}
+    t = noise_tallies({"chat": (expected, noise)})
+    # a is scored where b agrees (positions 1, 2): no flip there; b where a agrees (1, 2, 3): one flip
+    assert (t["chat/a/decode-forced"].flipped, t["chat/a/decode-forced"].compared) == (0, 2)
+    assert (t["chat/b/decode-forced"].flipped, t["chat/b/decode-forced"].compared) == (1, 3)
+    g, run = noise_floor(t, DECODE)
+    assert g == pytest.approx(1 / 3) and run == "b/decode-forced"
+
+
+def test_the_floor_pools_a_kind_of_noise_run_over_the_models_scenarios():
+    # one flip in a 4-token scenario and none in a 60-token one: 1/64, not 1/4
+    short = ([[1, 2, 3, 4]], {"r/prefill-forced": [[1, 2, 3, 9]], "s/prefill-forced": [[1, 2, 3, 4]]})
+    long_ = ([[7] * 60], {"r/prefill-forced": [[7] * 60], "s/prefill-forced": [[7] * 60]})
+    g, run = noise_floor(noise_tallies({"batch-1": short, "chat": long_}), PREFILL)
+    assert g == pytest.approx(1 / 64) and run == "r/prefill-forced"
     with pytest.raises(ValueError):
         noise_floor({})
-    # sequences = prompt + generated; predictions cover the generated tokens only
-    assert discrepancies([[5, 6, 7, 9]], [[1, 2, 5, 6, 7, 8]], [2]) == [0.25]
-    with pytest.raises(ValueError):
-        discrepancies([[5]], [[1, 5, 6]], [1])
     assert blend(4.0, 1.0) == pytest.approx(2.0)
 
 
@@ -86,14 +107,27 @@ def test_e2e_macro_members_are_models():
 
 
 # ---- sensitivity: the mutants decide whether a case counts --------------------------------------
-def _judged(d_candidate, mutant_ds, noise=(0.0, 0.0, 0.0, 0.0), tokens=64, d_decode=None, kinds=None):
+TOKENS = 100  # a synthetic case: 4 requests of 25 target tokens, every noise run exact
+
+
+def _top1(d: float) -> list:
+    """Predictions of the synthetic case with a share ``d`` of its tokens flipped."""
+    flips = round(d * TOKENS)
+    return [[1 if r * 25 + i < flips else 0 for i in range(25)] for r in range(4)]
+
+
+def _judged(d_candidate, mutant_ds, d_decode=None, kinds=None):
     """Judge a synthetic case: ``mutant_ds`` name -> d on both paths, or {path: d}."""
-    result = E2EResult("m-chat", "llm_e2e", "llm", "m", "chat", output_tokens=tokens)
-    result.noise = {f"chat/teacher-forced/{p}": list(noise) for p in PATHS}
-    candidate = {PREFILL: [d_candidate] * 4, DECODE: [d_candidate if d_decode is None else d_decode] * 4}
-    mutants = {n: ((kinds or {}).get(n, GROSS), None if d is None else d if isinstance(d, dict) else {DECODE: d, PREFILL: d},
+    result = E2EResult("m-chat", "llm_e2e", "llm", "m", "chat", output_tokens=TOKENS)
+    expected = _top1(0.0)
+    candidate = {PREFILL: _top1(d_candidate), DECODE: _top1(d_candidate if d_decode is None else d_decode)}
+    mutants = {n: ((kinds or {}).get(n, GROSS),
+                   None if d is None else {p: _top1(v) for p, v in (d if isinstance(d, dict) else
+                                                                      {DECODE: d, PREFILL: d}).items()},
                    ["X"]) for n, d in mutant_ds.items()}
-    _judge(result, ScenarioRun("m-chat", [], [], [], {}, mutants), candidate)
+    noise = {f"teacher-forced/{p}": expected for p in PATHS}
+    run = ScenarioRun("m-chat", [], [], [], noise, mutants, expected)
+    _judge(result, {"m-chat": run}, "m-chat", candidate)
     return result
 
 
@@ -280,3 +314,71 @@ def test_kernel_and_e2e_macroevals_side_by_side(suite_run, tmp_path):
     assert data["schema_version"] >= "1.4"
     page = html.read_text()
     assert "end-to-end MacroEval" in page and "mixtral-8x7b-chat" in page and "rope-ignores-positions" in page
+
+
+# ---- the calibration kept on disk -----------------------------------------------------------------
+def _mixtral_cut():
+    from tasks.e2e import E2E as SPEC
+    return SPEC, next(c for c in SPEC.cases("cpu") if c["model"] == "mixtral-8x7b")
+
+
+def test_a_stored_calibration_is_reused_and_a_corrupt_or_stale_one_recomputed(tmp_path):
+    import fk_pytest.e2e_run as e2e_run
+    spec, case = _mixtral_cut()
+    tree = candidate_lookup(CandidateSource(CANDIDATES / "minimal_signatures"))
+    calls, lines = [], []
+    real = e2e_run.calibrate
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    def score():
+        cache = CalibrationCache(tmp_path, progress=lines.append)
+        return run_e2e(spec, case, "cpu", tree, True, cache=cache)
+
+    e2e_run.calibrate = counted
+    try:
+        first = score()
+        entries = list((tmp_path / "e2e").glob("*.json"))
+        assert len(calls) == 1 and len(entries) == 1
+        second = score()  # a new run: the calibration comes from disk
+        assert len(calls) == 1 and any("reused" in line for line in lines)
+        assert (second.status, second.d, second.g, second.compared_tokens) == \
+            (first.status, first.d, first.g, first.compared_tokens)
+        assert {n: m.d for n, m in second.mutants.items()} == {n: m.d for n, m in first.mutants.items()}
+
+        entry = json.loads(entries[0].read_text())  # a flipped target token: digest no longer matches
+        scenario = next(iter(entry["payload"].values()))
+        scenario["expected"][0][0] += 1
+        entries[0].write_text(json.dumps(entry))
+        third = score()
+        assert len(calls) == 2 and any("does not match its digest" in line for line in lines)
+        assert third.d == first.d
+        entries[0].write_text("{not json")
+        score()
+        assert len(calls) == 3 and any("recomputed" in line for line in lines[-3:])
+
+        # Other weights are another key: a new entry, not the old one.
+        from tasks import e2e as tasks_e2e
+        seed = tasks_e2e.WEIGHT_SEED
+        tasks_e2e.WEIGHT_SEED = seed + 1
+        try:
+            score()
+        finally:
+            tasks_e2e.WEIGHT_SEED = seed
+        assert len(calls) == 4 and len(list((tmp_path / "e2e").glob("*.json"))) == 2
+    finally:
+        e2e_run.calibrate = real
+
+
+def test_the_cache_options_reach_the_evaluator(suite_run, tmp_path):
+    cache = tmp_path / "cache"
+    select = ["-k", "e2e and mixtral", f"--fk-candidate={CANDIDATES / 'minimal_signatures'}"]
+    first = suite_run(*select, f"--fk-cache-dir={cache}")  # the worker writes the entry
+    entries = list((cache / "e2e").glob("*.json"))
+    assert first.ret == 0 and len(entries) == 1
+    written = entries[0].stat().st_mtime_ns
+    off = suite_run(*select, f"--fk-cache-dir={cache}", "--fk-no-cache")  # neither reads nor writes
+    assert off.ret == 0 and "calibration reused" not in off.stdout.str()
+    assert entries[0].stat().st_mtime_ns == written

@@ -18,17 +18,21 @@ candidate model is candidate code):
 3. **Noise runs.** The reference again, on both paths, under changes that move numerics but not
    semantics: the scenario's own engine settings, a re-batched engine (other request order and
    token budget), and on CUDA the reference's plain-PyTorch definition (a second correct
-   implementation). These are pooled per model over all its scenarios (the calibration is made
-   once per model); a candidate that ran interpreted Triton kernels on the CPU adds the
-   reference's own interpreted Triton path for its case. Per path, ``g`` = the largest mean over
-   requests of any noise run (:func:`noise_floor`): the same statistic as ``d``.
-4. **Candidate run.** The composed candidate (every class the tree provides swapped in, weights
-   copied) on both paths: per path ``d`` = mean over requests of 1 - top-1 agreement with the
-   reference's; credit = 1 at
-   or below ``g`` plus a sampling allowance (two binomial standard errors at the compared token
-   count, :func:`sampling_allowance`), 0 at ``FAIL_AT`` = 0.5, linear between. The case's credit is
-   the lower of the two paths' (credit needs both). A case must compare at least
-   ``E2ESpec.min_compared_tokens`` tokens to decide anything (else TASK_ERROR).
+   implementation). A candidate that ran interpreted Triton kernels on the CPU adds the
+   reference's own interpreted Triton path for its case.
+4. **Stable positions.** A position some noise run flips is a near-tie of the reference's own
+   logits: a flip there tells nothing about a kernel (with every position counted, the H200's bf16
+   floors were 0.03-0.18 on 2026-12-02, docs/perf/h200-e2e-decode.md). Every run is scored on the positions all noise runs of its scenario
+   keep (:func:`stable_positions`); each noise run itself on the positions the *other* noise runs
+   keep (leave one out, :func:`noise_tallies`), so no run helps choose the positions it is scored
+   on. ``d`` = flipped / compared stable tokens of the case (pooled over its requests). Per path,
+   ``g`` = the largest flip rate of any kind of noise run pooled over the model's scenarios
+   (:func:`noise_floor`): the same statistic. A case needs ``E2ESpec.min_compared_tokens`` target
+   tokens (else TASK_ERROR) and ``MIN_STABLE_TOKENS`` stable ones.
+   **Candidate run.** The composed candidate (every class the tree provides swapped in, weights
+   copied) on both paths: credit = 1 at or below ``g`` plus a sampling allowance (two binomial
+   standard errors at the stable token count, :func:`sampling_allowance`), 0 at ``FAIL_AT`` = 0.5,
+   linear between. The case's credit is the lower of the two paths' (credit needs both).
 5. **Sensitivity.** Built-in mutants of the reference (:meth:`E2ESpec.mutants`, kinds in
    :class:`Mutant`: gross bugs, graded subtle ones, decode-path ones) are composed in exactly like
    a candidate and scored on both paths. A case in which an applicable mutant is not caught is
@@ -57,6 +61,7 @@ VALID_CREDIT = 0.9
 SAMPLING_Z = 2.0  # standard errors of the token-count sampling allowed on top of the noise floor
 LAMBDA = 0.5  # weight of throughput in the geometric speed blend
 MIN_COMPARED_TOKENS = 64  # fewer compared tokens cannot resolve a few flipped tokens from noise
+MIN_STABLE_TOKENS = 32  # of which at least this many must be positions no noise run flips
 
 Request = Tuple[List[int], int]  # (prompt token ids, output tokens)
 
@@ -99,15 +104,6 @@ def catch_at(kind: str, floor: float) -> float:
     return floor + (1.0 - VALID_CREDIT) * (FAIL_AT - floor)
 
 
-def noise_floor(runs: Dict[str, Sequence[float]]) -> float:
-    """``g``: the largest mean-over-requests discrepancy of any noise run, the same statistic as a
-    candidate's ``d`` (a per-request percentile would set the floor by its shortest requests)."""
-    means = [sum(v) / len(v) for v in runs.values() if v]
-    if not means:
-        raise ValueError("no noise run to set a floor from")
-    return max(means)
-
-
 # ---- the scoring rules -------------------------------------------------------------------------
 def credit(d: float, g: float, fail_at: float = FAIL_AT) -> float:
     """1 at or below the noise floor ``g``, 0 at or above ``fail_at``, linear between.
@@ -139,20 +135,86 @@ def sampling_allowance(g: float, tokens: int, z: float = SAMPLING_Z) -> float:
     return z * math.sqrt(p * (1.0 - p) / tokens)
 
 
-def disagreement(predictions: Sequence[Sequence[int]], expected: Sequence[Sequence[int]]) -> List[float]:
-    """Per request: 1 - share of positions where the top-1 prediction is the expected one."""
-    out = []
+Predictions = List[List[int]]  # per request, the top-1 at each compared position
+
+
+@dataclasses.dataclass
+class Tally:
+    """Flipped and compared tokens of one run against the reference's top-1, on the stable positions."""
+
+    flipped: int = 0
+    compared: int = 0
+    per_request: List[float] = dataclasses.field(default_factory=list)  # d of each request
+    compared_per_request: List[int] = dataclasses.field(default_factory=list)
+
+    @property
+    def d(self) -> float:
+        return self.flipped / self.compared if self.compared else 0.0
+
+    def __add__(self, other: "Tally") -> "Tally":
+        return Tally(self.flipped + other.flipped, self.compared + other.compared,
+                     self.per_request + other.per_request, self.compared_per_request + other.compared_per_request)
+
+
+def _check_lengths(predictions: Predictions, expected: Predictions) -> None:
+    if len(predictions) != len(expected):
+        raise ValueError(f"scoring returned {len(predictions)} requests for {len(expected)}")
     for pred, want in zip(predictions, expected):
         if len(pred) != len(want):
             raise ValueError(f"scoring returned {len(pred)} predictions for {len(want)} tokens")
-        out.append(1.0 - sum(int(a) == int(b) for a, b in zip(pred, want)) / max(len(want), 1))
+
+
+def stable_positions(noise: Dict[str, Predictions], expected: Predictions,
+                     leave_out: Optional[str] = None) -> List[List[bool]]:
+    """Per request and position: whether every noise run (but ``leave_out``) predicted the
+    reference's top-1 there. A position a correct implementation flips is a near-tie: a flip there
+    says nothing about a kernel, so no run is scored on it."""
+    runs = [p for name, p in noise.items() if name != leave_out]
+    for p in runs:
+        _check_lengths(p, expected)
+    return [[all(int(p[r][i]) == int(want[i]) for p in runs) for i in range(len(want))]
+            for r, want in enumerate(expected)]
+
+
+def tally(predictions: Predictions, expected: Predictions, stable: List[List[bool]]) -> Tally:
+    """``predictions`` against ``expected`` on the ``stable`` positions: the flips, pooled over
+    requests (d is the share of compared tokens flipped) and per request."""
+    _check_lengths(predictions, expected)
+    out = Tally()
+    for pred, want, keep in zip(predictions, expected, stable):
+        n = sum(keep)
+        flips = sum(1 for a, b, k in zip(pred, want, keep) if k and int(a) != int(b))
+        out.flipped, out.compared = out.flipped + flips, out.compared + n
+        out.per_request.append(flips / n if n else 0.0)
+        out.compared_per_request.append(n)
     return out
 
 
-def discrepancies(predictions: Sequence[Sequence[int]], sequences: Sequence[Sequence[int]],
-                  prompt_lens: Sequence[int]) -> List[float]:
-    """Per request: 1 - share of the sequence's tokens after its prompt that the top-1 reproduces."""
-    return disagreement(predictions, [list(seq[n:]) for seq, n in zip(sequences, prompt_lens)])
+def noise_tallies(scenarios: Dict[str, Tuple[Predictions, Dict[str, Predictions]]]) -> Dict[str, Tally]:
+    """Every noise run of every scenario ("scenario/run/path" -> :class:`Tally`), each scored on
+    the positions its scenario's *other* noise runs keep stable (leave one out): the statistic a
+    candidate's d is, and no run helps choose the positions it is scored on."""
+    out = {}
+    for sid, (expected, noise) in scenarios.items():
+        for name, predictions in noise.items():
+            out[f"{sid}/{name}"] = tally(predictions, expected, stable_positions(noise, expected, leave_out=name))
+    return out
+
+
+def noise_floor(tallies: Dict[str, Tally], path: Optional[str] = None) -> Tuple[float, str]:
+    """``g`` and the run that sets it: per kind of noise run ("run/path", pooled over the model's
+    scenarios: one flip rate from all their tokens), the largest flip rate. A per-scenario or
+    per-request maximum would set the floor by the shortest sample's luck."""
+    pooled: Dict[str, Tally] = {}
+    for key, t in tallies.items():
+        run = key.split("/", 1)[1] if "/" in key else key
+        if path is None or run.endswith("/" + path):
+            pooled[run] = pooled.get(run, Tally()) + t
+    pooled = {k: t for k, t in pooled.items() if t.compared}
+    if not pooled:
+        raise ValueError("no noise run to set a floor from")
+    run = max(pooled, key=lambda k: pooled[k].d)
+    return pooled[run].d, run
 
 
 def blend(throughput_speedup: float, latency_speedup: float, lam: float = LAMBDA) -> float:
@@ -268,18 +330,20 @@ class E2EResult:
     message: str = ""
     # d, g, allowance, credit and d_requests are the deciding path's (the lower credit); ``paths``
     # holds both: path -> {d, g, allowance, credit, d_requests, steps (engine steps by kind)}.
-    d: Optional[float] = None  # candidate discrepancy (mean over requests)
-    g: Optional[float] = None  # noise floor (largest mean over requests of any pooled noise run)
-    allowance: Optional[float] = None  # sampling allowance at this many compared tokens
+    d: Optional[float] = None  # candidate discrepancy (share of the stable compared tokens flipped)
+    g: Optional[float] = None  # noise floor (largest pooled flip rate of any kind of noise run)
+    allowance: Optional[float] = None  # sampling allowance at this many stable compared tokens
     credit: float = 0.0
     d_requests: List[float] = dataclasses.field(default_factory=list)
     path: Optional[str] = None  # the deciding path
     paths: Dict[str, dict] = dataclasses.field(default_factory=dict)
     noise: Dict[str, List[float]] = dataclasses.field(default_factory=dict)  # "scenario/run/path" -> per-request d
+    noise_compared: Dict[str, List[int]] = dataclasses.field(default_factory=dict)  # same keys -> tokens scored
     pooled_over: List[str] = dataclasses.field(default_factory=list)  # the model's cases in the floor
     mutants: Dict[str, MutantResult] = dataclasses.field(default_factory=dict)
     requests: int = 0
-    output_tokens: int = 0  # compared tokens (the teacher-forced positions)
+    output_tokens: int = 0  # target tokens (the forced positions)
+    compared_tokens: int = 0  # of which stable under the reference's noise runs: what d is scored on
     swapped: List[str] = dataclasses.field(default_factory=list)
     failed_classes: Dict[str, str] = dataclasses.field(default_factory=dict)
     interpreted: bool = False  # the candidate launched Triton kernels through the CPU interpreter

@@ -17,8 +17,9 @@ import torch
 from . import status
 from .build import copy_model, release_memory, with_paths
 from .compose import Composition, swap_children
-from .e2e import (DECODE, FAIL_AT, PATHS, PREFILL, VALID_CREDIT, E2EResult, E2ESpec, MutantResult, Request,
-                  as_mutant, blend, catch_at, credit, disagreement, noise_floor, sampling_allowance)
+from .e2e import (DECODE, FAIL_AT, MIN_STABLE_TOKENS, PATHS, PREFILL, VALID_CREDIT, E2EResult, E2ESpec,
+                  MutantResult, Predictions, Request, as_mutant, blend, catch_at, credit, noise_floor,
+                  noise_tallies, sampling_allowance, stable_positions, tally)
 from .errors import CandidateError, short_traceback
 
 Progress = Callable[[str], None]
@@ -86,27 +87,25 @@ def _params(requests: Sequence[Request]):
     return [SamplingParams(max_tokens=n) for _, n in requests]
 
 
-def forced(llm, run: "ScenarioRun", path: str) -> List[float]:
-    """Per request, the discrepancy of ``llm``'s top-1 from the run's targets, scored on ``path``
+def forced(llm, run: "ScenarioRun", path: str) -> Predictions:
+    """Per request, ``llm``'s top-1 at each of the run's target positions, scored on ``path``
     (``PREFILL``: teacher-forced through prefill; ``DECODE``: one decode step per target token)."""
     score = llm.score if path == PREFILL else llm.score_decode
-    predictions = [list(map(int, p)) for p in score(run.sequences, run.prompt_lens)]
-    return disagreement(predictions, run.expected)
+    return [list(map(int, p)) for p in score(run.sequences, run.prompt_lens)]
 
 
-def both_paths(llm, run: "ScenarioRun", prefix: str = "") -> Dict[str, List[float]]:
-    """``{prefix + path: per-request d}`` for both scoring paths, on one engine."""
+def both_paths(llm, run: "ScenarioRun", prefix: str = "") -> Dict[str, Predictions]:
+    """``{prefix + path: predictions}`` for both scoring paths, on one engine."""
     return {prefix + path: forced(llm, run, path) for path in PATHS}
 
 
-def mutant_discrepancies(llm, run: "ScenarioRun") -> Dict[str, float]:
-    """A mutant's mean d per path, decode-forced first; the prefill-forced path is skipped when
-    the first already took all credit (d >= FAIL_AT whatever the floor): it cannot undo a catch."""
-    out = {}
+def mutant_predictions(llm, run: "ScenarioRun") -> Dict[str, Predictions]:
+    """A mutant's predictions per path, decode-forced first; the prefill-forced path is skipped
+    when the first already took all credit (d >= FAIL_AT whatever the floor): it cannot undo a catch."""
+    out, stable = {}, run.stable()
     for path in (DECODE, PREFILL):
-        d = forced(llm, run, path)
-        out[path] = sum(d) / len(d)
-        if out[path] >= FAIL_AT:
+        out[path] = forced(llm, run, path)
+        if tally(out[path], run.expected, stable).d >= FAIL_AT:
             break
     return out
 
@@ -123,16 +122,20 @@ def compose_candidate(reference: torch.nn.Module, lookup) -> Tuple[torch.nn.Modu
 # ---- per model: targets, noise and mutants of every scenario -----------------------------------
 @dataclasses.dataclass
 class ScenarioRun:
-    """What the reference gives one scenario: targets, noise samples, mutant discrepancies."""
+    """What the reference gives one scenario: targets, and the noise runs' and mutants' top-1."""
 
     case_id: str
     requests: List[Request]
     sequences: List[List[int]]
     prompt_lens: List[int]
-    noise: Dict[str, List[float]]  # "run/path" -> per-request d
-    # name -> (kind, {path: mean d} or None when the model has no module it replaces, classes swapped)
-    mutants: Dict[str, Tuple[str, Optional[Dict[str, float]], List[str]]]
+    noise: Dict[str, Predictions]  # "run/path" -> per-request top-1
+    # name -> (kind, {path: top-1} or None when the model has no module it replaces, classes swapped)
+    mutants: Dict[str, Tuple[str, Optional[Dict[str, Predictions]], List[str]]]
     expected: List[List[int]] = dataclasses.field(default_factory=list)  # the reference's decode-forced top-1
+
+    def stable(self, extra: Optional[Dict[str, Predictions]] = None) -> List[List[bool]]:
+        """The positions every noise run (and ``extra``'s) predicts as the reference does."""
+        return stable_positions({**self.noise, **(extra or {})}, self.expected)
 
 
 @dataclasses.dataclass
@@ -143,10 +146,6 @@ class ModelCalibration:
     reference: torch.nn.Module
     scenarios: Optional[Dict[str, ScenarioRun]] = None
 
-    def pooled_noise(self) -> Dict[str, List[float]]:
-        """Every scenario's noise runs: "scenario/run/path" -> per-request d."""
-        return {f"{sid}/{name}": samples for sid, run in self.scenarios.items()
-                for name, samples in run.noise.items()}
 
 
 def _calibration_key(spec: E2ESpec, case) -> tuple:
@@ -185,8 +184,8 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
         order = list(reversed(range(len(run.sequences))))
         shuffled = ScenarioRun(sc.id, [requests[i] for i in order], [run.sequences[i] for i in order],
                                [run.prompt_lens[i] for i in order], {}, {}, [run.expected[i] for i in order])
-        for key, d in both_paths(_engine(reference, reference, rebatched), shuffled, "rebatched/").items():
-            run.noise[key] = [d[order.index(i)] for i in range(len(order))]
+        for key, p in both_paths(_engine(reference, reference, rebatched), shuffled, "rebatched/").items():
+            run.noise[key] = [p[order.index(i)] for i in range(len(order))]
         if device.type == "cuda":
             # Two correct implementations of one model differ by their rounding: the reference's
             # plain-PyTorch definition (eager decode, no graphs) is the second.
@@ -202,7 +201,7 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
             if not composition.swapped:
                 run.mutants[name] = (mutant_spec.kind, None, [])
                 continue
-            run.mutants[name] = (mutant_spec.kind, mutant_discrepancies(_engine(mutant, reference, args), run),
+            run.mutants[name] = (mutant_spec.kind, mutant_predictions(_engine(mutant, reference, args), run),
                                  composition.swapped)
             del mutant
             release_memory()
@@ -219,10 +218,25 @@ def _engine_args(spec: E2ESpec, case, device: torch.device) -> Tuple[dict, dict]
     return args, rebatched
 
 
-class CalibrationCache:
-    """One model's calibration at a time (a GPU holds one 8B reference, not four)."""
+def _as_json(run: ScenarioRun) -> dict:
+    return dataclasses.asdict(run)
 
-    def __init__(self):
+
+def _from_json(data: dict) -> ScenarioRun:
+    run = ScenarioRun(**data)
+    run.requests = [(list(p), int(n)) for p, n in run.requests]
+    run.mutants = {name: (kind, preds, list(swapped)) for name, (kind, preds, swapped) in run.mutants.items()}
+    return run
+
+
+class CalibrationCache:
+    """One model's calibration at a time (a GPU holds one 8B reference, not four); with
+    ``directory`` (``--fk-cache-dir``) also kept on disk for the next run (:mod:`fk_pytest.e2e_cache`)."""
+
+    def __init__(self, directory=None, progress: Progress = _quiet):
+        from .e2e_cache import DiskCalibrations, cache_dir
+        directory = directory if directory is not None else cache_dir()
+        self.disk = DiskCalibrations(directory, progress) if directory else None
         self.current: Optional[ModelCalibration] = None
 
     def model(self, spec: E2ESpec, case, device: torch.device) -> ModelCalibration:
@@ -238,7 +252,17 @@ class CalibrationCache:
     def scenarios(self, spec: E2ESpec, case, device: torch.device, progress: Progress) -> ModelCalibration:
         calibration = self.model(spec, case, device)
         if calibration.scenarios is None:
-            calibration.scenarios = calibrate(spec, case, calibration.reference, device, progress)
+            key = stored = None
+            if self.disk is not None:
+                from .e2e_cache import fingerprint
+                key = fingerprint(spec, case, calibration.reference, device)
+                stored = self.disk.load(key)
+            if stored is not None:
+                calibration.scenarios = {sid: _from_json(run) for sid, run in stored.items()}
+            else:
+                calibration.scenarios = calibrate(spec, case, calibration.reference, device, progress)
+                if key is not None:
+                    self.disk.store(key, {sid: _as_json(run) for sid, run in calibration.scenarios.items()})
         return calibration
 
 
@@ -285,13 +309,13 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
     calibration = cache.scenarios(spec, case, device, progress)
     run = calibration.scenarios[case.id]
     progress(f"{case.id}: candidate, prefill-forced and decode-forced ({', '.join(result.swapped)})")
-    candidate_d, steps, path = {}, {}, "engine start-up"
+    candidate_top1, steps, path = {}, {}, "engine start-up"
     try:
         with interpreted_launches(candidate) as launches:
             cand_llm = _engine(candidate, reference, args)  # CUDA graphs are captured here
             for path in PATHS:
                 before = dict(cand_llm.runner.steps)
-                candidate_d[path] = forced(cand_llm, run, path)
+                candidate_top1[path] = forced(cand_llm, run, path)
                 steps[path] = {k: n - before.get(k, 0) for k, n in cand_llm.runner.steps.items()
                                if n - before.get(k, 0)}
     except CandidateError as exc:  # a call into a candidate class that cannot bind
@@ -309,8 +333,8 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
     result.interpreted = bool(launches["n"])
     result.interpreted_classes = interpreted_classes = sorted(launches["by_class"])
 
-    result.noise = calibration.pooled_noise()
     result.pooled_over = list(calibration.scenarios)
+    extra = {}  # noise runs of this case only
     if result.interpreted and next(reference.parameters()).dtype == torch.bfloat16:
         # The interpreter truncates bf16: the reference's own Triton path, interpreted, is the
         # noise such a candidate must be allowed (see fk_pytest.compare).
@@ -318,11 +342,10 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
         # Triton path, interpreted, as in the candidate's run; the rest stay native.
         progress(f"{case.id}: reference's own Triton path for {', '.join(interpreted_classes)}, interpreted")
         triton_ref = with_paths(reference, "forward_triton", interpreted_classes)
-        result.noise.update(both_paths(_engine(triton_ref, reference, args), run,
-                                       f"{case.id}/reference-triton-interpreted/"))
+        extra = both_paths(_engine(triton_ref, reference, args), run, "reference-triton-interpreted/")
         del triton_ref
         release_memory()
-    _judge(result, run, candidate_d, steps)
+    _judge(result, calibration.scenarios, case.id, candidate_top1, steps, extra)
 
     if device.type == "cuda" and result.status not in (status.TASK_ERROR,):
         progress(f"{case.id}: timing candidate and reference engines")
@@ -340,30 +363,40 @@ def _credit(d: float, floor: float) -> float:
     return credit(d, floor) if floor < FAIL_AT else 0.0
 
 
-def _judge(result: E2EResult, run: ScenarioRun, candidate: Dict[str, List[float]],
-           steps: Optional[Dict[str, Dict[str, int]]] = None) -> None:
+def _judge(result: E2EResult, scenarios: Dict[str, ScenarioRun], case_id: str,
+           candidate: Dict[str, Predictions], steps: Optional[Dict[str, Dict[str, int]]] = None,
+           extra_noise: Optional[Dict[str, Predictions]] = None) -> None:
     """Per path, credit against that path's pooled floor; the case's credit is the lower one. The
-    mutants, scored the same way, decide whether the case can count at all."""
+    mutants, scored the same way, decide whether the case can count at all. Every run is scored
+    on the positions the reference's own noise runs keep stable (``stable_positions``)."""
+    run = scenarios[case_id]
+    noise_sets = {sid: (sc.expected, dict(sc.noise, **(extra_noise or {})) if sid == case_id else sc.noise)
+                  for sid, sc in scenarios.items()}
+    tallies = noise_tallies(noise_sets)
+    result.noise = {k: t.per_request for k, t in tallies.items()}
+    result.noise_compared = {k: t.compared_per_request for k, t in tallies.items()}
+    stable = run.stable(extra_noise)
+    result.compared_tokens = sum(map(sum, stable))
     floors = {}
     for path in PATHS:
-        runs = {k: v for k, v in result.noise.items() if k.endswith("/" + path)}
-        g = noise_floor(runs)
-        allowance = sampling_allowance(g, result.output_tokens)
-        d_requests = candidate[path]
-        d = sum(d_requests) / len(d_requests)
+        g, g_run = noise_floor(tallies, path)
+        allowance = sampling_allowance(g, result.compared_tokens)
+        scored = tally(candidate[path], run.expected, stable)
         floors[path] = g + allowance
-        result.paths[path] = {"d": d, "g": g, "allowance": allowance, "credit": _credit(d, floors[path]),
-                              "d_requests": d_requests, "steps": dict((steps or {}).get(path, {}))}
+        result.paths[path] = {"d": scored.d, "g": g, "g_run": g_run, "allowance": allowance,
+                              "credit": _credit(scored.d, floors[path]), "d_requests": scored.per_request,
+                              "steps": dict((steps or {}).get(path, {}))}
     # The deciding path: the lower credit; on a tie the one further above its floor.
     result.path = min(PATHS, key=lambda p: (result.paths[p]["credit"], -(result.paths[p]["d"] - floors[p])))
     decided = result.paths[result.path]
     result.d, result.g, result.allowance = decided["d"], decided["g"], decided["allowance"]
     result.credit, result.d_requests = decided["credit"], list(decided["d_requests"])
 
-    for name, (kind, ds, swapped) in run.mutants.items():
-        if ds is None:
+    for name, (kind, predictions, swapped) in run.mutants.items():
+        if predictions is None:
             result.mutants[name] = MutantResult(note="the model has no module this mutant replaces", kind=kind)
             continue
+        ds = {p: tally(top1, run.expected, stable).d for p, top1 in predictions.items()}
         credits = {p: _credit(ds[p], floors[p]) for p in ds}
         worst = min(ds, key=lambda p: (credits[p], -ds[p]))
         result.mutants[name] = MutantResult(ds[worst], credits[worst], swapped, kind=kind, paths=dict(ds),
@@ -372,13 +405,18 @@ def _judge(result: E2EResult, run: ScenarioRun, candidate: Dict[str, List[float]
              if m.d is not None and not m.caught]
     verdict = "; ".join(
         f"{p} d={result.paths[p]['d']:.3f} vs g={result.paths[p]['g']:.3f} (+{result.paths[p]['allowance']:.3f} "
-        f"at {result.output_tokens} tokens), credit {result.paths[p]['credit']:.2f}" for p in PATHS)
+        f"at {result.compared_tokens} tokens), credit {result.paths[p]['credit']:.2f}" for p in PATHS)
     high = [p for p in PATHS if floors[p] >= FAIL_AT]
-    if high:
+    if result.compared_tokens < MIN_STABLE_TOKENS:
+        result.status = status.TASK_ERROR
+        result.message = (f"only {result.compared_tokens} of {result.output_tokens} compared tokens are stable "
+                          f"under the reference's own noise runs (minimum {MIN_STABLE_TOKENS}): the rest are "
+                          "near-ties, so this scenario cannot tell a right model from a wrong one (more tokens needed)")
+    elif high:
         p = high[0]
         result.status = status.TASK_ERROR
         result.message = (f"the reference's own {p} noise floor g={result.paths[p]['g']:.3f} "
-                          f"(+{result.paths[p]['allowance']:.3f} sampling allowance at {result.output_tokens} "
+                          f"(+{result.paths[p]['allowance']:.3f} sampling allowance at {result.compared_tokens} "
                           f"tokens) reaches {FAIL_AT}: this scenario cannot tell a right model from a wrong "
                           "one (more requests or tokens needed)")
     elif blind:

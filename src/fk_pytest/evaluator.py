@@ -124,7 +124,7 @@ class Evaluator:
         from .e2e import resolve_spec
         from .e2e_run import CalibrationCache, run_e2e
         if self._e2e_cache is None:
-            self._e2e_cache = CalibrationCache()
+            self._e2e_cache = CalibrationCache(progress=self.progress)
         return run_e2e(resolve_spec(ref), case, self.device, self._e2e_lookup, self.source is not None,
                        cache=self._e2e_cache, progress=self.progress)
 

@@ -9,6 +9,7 @@ table; final JSON/HTML; the report is also embedded in pytest-benchmark's JSON).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import signal
 import threading
 
@@ -70,6 +71,12 @@ def pytest_addoption(parser):
     group.addoption("--fk-e2e-scale", type=float, default=None, metavar="X",
                     help="shrink the end-to-end serving scenarios (request count and lengths) by X in (0, 1] "
                          "(default: 0.25 on the full profile, 0.02 plus small caps on cpu)")
+    group.addoption("--fk-cache-dir", metavar="DIR", default=None,
+                    help="keep each end-to-end model's calibration (the reference's targets, noise runs and "
+                         "built-in mutants) under DIR/e2e and reuse it in later runs whose suite source, weights, "
+                         "device and versions are the same (default: $FK_CACHE_DIR, else no cache)")
+    group.addoption("--fk-no-cache", action="store_true", default=False,
+                    help="neither read nor write the calibration cache, whatever --fk-cache-dir or $FK_CACHE_DIR say")
     group.addoption("--fk-stubs", metavar="DIR", default=None,
                     help="write a stub candidate tree with one prompt per task for the selected tasks "
                          "into DIR (new or empty), then end without running tests (fk_pytest.stubs)")
@@ -133,6 +140,11 @@ def pytest_configure(config):
         # workers): the FastKernels report carries the times, merged from the workers.
         opt.benchmark_disable = True
     device = _resolve_device(opt.fk_device)
+    from .e2e_cache import CACHE_DIR_ENV
+    if opt.fk_no_cache:  # the evaluator, in this process or a worker spawned from it, reads the variable
+        os.environ.pop(CACHE_DIR_ENV, None)
+    elif opt.fk_cache_dir:
+        os.environ[CACHE_DIR_ENV] = str(Path(opt.fk_cache_dir).resolve())
     if device == "cpu":
         # Triton kernels run on CPU tensors only through the interpreter, and Triton reads this
         # when a kernel is decorated: set it before any kernel module is imported.

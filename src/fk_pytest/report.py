@@ -30,8 +30,10 @@ SCHEMA = SCHEMA_ID  # the schema file: report.schema.json (fk_pytest.schema vali
 # failed composed classes per task, and the amortised timing's calls per replay / one-call times;
 # 1.3 the suite that ran (run.suite: version, commit, dirty), for the leaderboard's grouping;
 # 1.4 both scoring paths of an e2e case (path, paths: prefill-forced and decode-forced), the
-# mutants' kind, paths and catch_at, and g as the largest mean of a noise run.
-SCHEMA_VERSION = "1.4"
+# mutants' kind, paths and catch_at, and g as the largest mean of a noise run; 1.5 e2e runs scored
+# on the stable positions only (compared_tokens, noise_compared, paths' g_run) and g as the largest
+# pooled flip rate of a kind of noise run.
+SCHEMA_VERSION = "1.5"
 
 
 def environment(device: str, roofline: Optional[dict]) -> dict:
@@ -159,6 +161,13 @@ def _mutant_details(c: dict) -> str:
                      f"margin={_fmt(m.get('margin'), '+.3f')}" for name, m in (c.get("mutants") or {}).items())
 
 
+def _tokens_cell(c: dict) -> str:
+    """Stable compared tokens / target tokens (the positions no noise run flips are what d is on)."""
+    if not c.get("output_tokens"):
+        return "-"
+    return f"{c['compared_tokens']}/{c['output_tokens']}" if c.get("compared_tokens") else str(c["output_tokens"])
+
+
 def _by_path(c: dict, key: str) -> str:
     """"prefill/decode" values of one field (older reports have the deciding path's only)."""
     paths = c.get("paths") or {}
@@ -178,7 +187,7 @@ def _e2e_lines(report: dict) -> list:
              "noise floor; mutants caught/run and the smallest margin past where each counts as caught"]
     rows = [("e2e case", "status", "tokens", "d pre/dec", "g pre/dec", "credit", "mutants", "thr x", "lat x", "S")]
     for c in e2e["cases"]:
-        rows.append((c["case_id"], c["status"], str(c.get("output_tokens") or "-"), _by_path(c, "d"), _by_path(c, "g"),
+        rows.append((c["case_id"], c["status"], _tokens_cell(c), _by_path(c, "d"), _by_path(c, "g"),
                      f"{c['credit']:.2f}", _mutant_cell(c), _speed_cell(c, "speedup_throughput"),
                      _speed_cell(c, "speedup_latency"), _speed_cell(c, "speedup_blended")))
     lines += _table(rows)

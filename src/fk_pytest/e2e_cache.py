@@ -1,0 +1,147 @@
+"""A model's end-to-end calibration kept on disk, so a second candidate pays only for itself.
+
+The calibration of a model (:func:`fk_pytest.e2e_run.calibrate`: the reference's targets, its noise
+runs and every built-in mutant, on both paths) depends on the reference and never on a candidate;
+on the H200 it is most of an end-to-end run (Llama-3.1-8B: 90 of 170 s on 2026-12-02). With
+``--fk-cache-dir=DIR`` it is stored under ``DIR/e2e`` and reused by the next run of the same suite.
+
+An entry is keyed by everything its numbers depend on (:func:`fingerprint`): the spec and the
+model's cases (ids, dtypes, params), the device (GPU name, CUDA and driver versions), torch and
+triton, the source of the suite (every file of ``kernels_reference``, the spec's package and
+``fk_pytest``) and the reference's weights (per parameter: shape, dtype, sum and sum of squares).
+Any change gives another key. An entry that does not parse, whose key is not the one asked for, or
+whose payload does not match its digest is reported and recomputed, never trusted.
+
+The directory is trusted input, like the suite's own files: candidate code runs in the process
+that writes it (the sterile worker), so a leaderboard run starts from an empty directory or none
+(docs/threat-model.md).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+import torch
+
+CACHE_DIR_ENV = "FK_CACHE_DIR"  # set by --fk-cache-dir; read by the evaluator (a worker inherits it)
+FORMAT = 1
+_FK_ROOT = Path(__file__).resolve().parent
+
+
+def cache_dir() -> Optional[Path]:
+    value = os.environ.get(CACHE_DIR_ENV)
+    return Path(value) if value else None
+
+
+def _tree_digest(roots) -> str:
+    """sha256 over the relative paths and bytes of every source file under ``roots``."""
+    h = hashlib.sha256()
+    for root in roots:
+        root = Path(root)
+        files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".txt", ".json")
+                       and "__pycache__" not in p.parts)
+        for p in files:
+            h.update(str(p.relative_to(root.parent)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _weights_digest(model: torch.nn.Module) -> str:
+    """A digest of the reference's weights: per tensor its name, shape, dtype, sum and sum of
+    squares (read on the device the model lives on: a few ms for an 8B model)."""
+    h = hashlib.sha256()
+    chunk = 1 << 24  # float64 copies of at most this many elements at a time
+    with torch.no_grad():
+        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+            flat = t.detach().reshape(-1)
+            total = torch.zeros(2, dtype=torch.float64, device=flat.device)
+            for start in range(0, flat.numel(), chunk):
+                x = flat[start:start + chunk].to(torch.float64)
+                total += torch.stack((x.sum(), (x * x).sum()))
+            s, q = total.tolist()
+            h.update(f"{name}:{tuple(t.shape)}:{t.dtype}:{s:.17g}:{q:.17g}".encode())
+    return h.hexdigest()
+
+
+def _device(device: torch.device) -> dict:
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        driver = None
+        try:
+            import subprocess
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
+        except Exception:
+            pass
+        return {"type": "cuda", "name": torch.cuda.get_device_name(index), "cuda": torch.version.cuda,
+                "driver": driver}
+    return {"type": device.type, "machine": platform.machine(), "threads": torch.get_num_threads()}
+
+
+def fingerprint(spec, case, reference: torch.nn.Module, device: torch.device) -> dict:
+    import importlib
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    spec_package = Path(importlib.import_module(type(spec).__module__).__file__).resolve().parent
+    import kernels_reference
+    roots = [Path(kernels_reference.__file__).resolve().parent, spec_package, _FK_ROOT]
+    return {
+        "format": FORMAT,
+        "spec": [type(spec).__module__, type(spec).__qualname__, spec.name],
+        "cases": [[c.id, str(c.dtype), sorted((k, repr(v)) for k, v in c.params.items())]
+                  for c in spec.model_cases(case)],
+        "device": _device(device),
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "interpret": os.environ.get("TRITON_INTERPRET"),
+        "source": _tree_digest(roots),
+        "weights": _weights_digest(reference),
+    }
+
+
+def _payload_digest(payload) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+class DiskCalibrations:
+    """Calibrations under ``root/e2e``, one JSON file per key."""
+
+    def __init__(self, root: Path, progress: Callable[[str], None]):
+        self.root, self.progress = Path(root) / "e2e", progress
+
+    def path(self, key: dict) -> Path:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+        return self.root / f"{key['spec'][2]}-{key['cases'][0][0]}-{digest}.json"
+
+    def load(self, key: dict) -> Optional[dict]:
+        path = self.path(key)
+        if not path.exists():
+            return None
+        try:
+            entry = json.loads(path.read_text())
+            if entry.get("key") != json.loads(json.dumps(key)):
+                raise ValueError("its key is not this run's")
+            if entry.get("sha256") != _payload_digest(entry.get("payload")):
+                raise ValueError("its payload does not match its digest")
+        except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+            self.progress(f"calibration cache entry {path.name} not used ({exc}): recomputed")
+            return None
+        self.progress(f"calibration reused from {path}")
+        return entry["payload"]
+
+    def store(self, key: dict, payload: Dict) -> None:
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entry = {"key": key, "sha256": _payload_digest(payload), "payload": payload}
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(entry, f)
+        os.replace(tmp, path)  # a reader sees the old entry or the whole new one
