@@ -24,8 +24,10 @@ from .task import Task
 FRAMEWORK_MODULES = ("forward_context", "model_config")
 
 
-def tree_hash(path: Path) -> str:
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*.py") if "__pycache__" not in p.parts)
+def tree_hash(path: Path, suffixes=(".py",)) -> str:
+    """sha256 over the relative paths and bytes of the file, or of the tree's files with ``suffixes``."""
+    files = [path] if path.is_file() else sorted(
+        p for p in path.rglob("*") if p.is_file() and p.suffix in suffixes and "__pycache__" not in p.parts)
     digest = hashlib.sha256()
     for f in files:
         digest.update(str(f.relative_to(path.parent if path.is_file() else path)).encode())

@@ -39,16 +39,9 @@ def cache_dir() -> Optional[Path]:
 
 
 def _tree_digest(roots) -> str:
-    """sha256 over the relative paths and bytes of every source file under ``roots``."""
-    h = hashlib.sha256()
-    for root in roots:
-        root = Path(root)
-        files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".txt", ".json")
-                       and "__pycache__" not in p.parts)
-        for p in files:
-            h.update(str(p.relative_to(root.parent)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()
+    """One digest of the suite's source under ``roots`` (code and the data files tasks read)."""
+    from .candidates import tree_hash
+    return hashlib.sha256("".join(tree_hash(Path(r), (".py", ".txt", ".json")) for r in roots).encode()).hexdigest()
 
 
 def _weights_digest(model: torch.nn.Module) -> str:
@@ -71,13 +64,8 @@ def _weights_digest(model: torch.nn.Module) -> str:
 def _device(device: torch.device) -> dict:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
-        driver = None
-        try:
-            import subprocess
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
-        except Exception:
-            pass
+        from .report import _nvidia_smi  # the report's own query of the driver
+        driver = _nvidia_smi().get("driver")
         return {"type": "cuda", "name": torch.cuda.get_device_name(index), "cuda": torch.version.cuda,
                 "driver": driver}
     return {"type": device.type, "machine": platform.machine(), "threads": torch.get_num_threads()}
