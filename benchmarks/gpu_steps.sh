@@ -38,6 +38,10 @@ step_cmd() {
     l4-deepseek) echo "$PYTEST tasks/L4/test_deepseek_v2_for_causal_lm.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l4-deepseek.json" ;;
     # The example tree, then the reference-equivalent tree on the first's calibrations (one cache directory).
     e2e-trees) echo "for t in examples/candidates/triton:example kernels_reference:reference; do $PYTEST tasks/L4/test_e2e.py -k '${E2E_K:-llama-3.1-8b}' --fk-device=cuda --fk-profile=full --fk-e2e-scale=${E2E_SCALE:-0.1} --fk-timeout=590 --fk-cache-dir=/tmp/fk-cache --fk-candidate=\${t%%:*} --fk-report=$OUT/e2e-\${t##*:}-${E2E_NAME:-run}.json; done" ;;
+    # Which classes of the example tree move a model's d: each E2E_TREES entry name=file,file,...
+    # is a tree of just those files of examples/candidates/triton, run on the same calibration cache
+    # (after e2e-trees, or the first entry pays for the calibration).
+    e2e-classes) echo "for spec in \${E2E_TREES}; do n=\${spec%%=*}; d=/tmp/fk-trees/\$n; rm -rf \$d; for f in \$(echo \${spec#*=} | tr , ' '); do mkdir -p \$d/\$(dirname \$f); cp examples/candidates/triton/\$f \$d/\$f; done; $PYTEST tasks/L4/test_e2e.py -k '${E2E_K:-llama-3.1-8b}' --fk-device=cuda --fk-profile=full --fk-e2e-scale=${E2E_SCALE:-0.1} --fk-timeout=590 --fk-cache-dir=/tmp/fk-cache --fk-candidate=\$d --fk-report=$OUT/e2e-class-\$n.json; done" ;;
     e2e-decode) echo "$PYTEST tasks/L4/test_e2e.py -k '${E2E_K:-llama-3.1-8b}' --fk-device=cuda --fk-profile=full --fk-e2e-scale=${E2E_SCALE:-0.1} --fk-timeout=590 --fk-candidate=${E2E_TREE:-examples/candidates/triton} --fk-report=$OUT/e2e-decode.json --fk-html=$OUT/e2e-decode.html" ;;
     engine-gpu-tests) echo "$PYTEST -rA tests/test_engine.py -k 'cuda_graphs or replay'" ;;
     e2e-moe) echo "$PYTEST tasks/L4/test_e2e.py -k '(mixtral or qwen3-30b or deepseek) and chat' --fk-device=cuda --fk-profile=full --fk-e2e-scale=0.1 --fk-timeout=500 --fk-candidate=examples/candidates/triton --fk-report=$OUT/e2e-moe.json --fk-html=$OUT/e2e-moe.html" ;;

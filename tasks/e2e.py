@@ -34,6 +34,7 @@ from fk_pytest import Case
 from fk_pytest.e2e import GRADED, MIN_COMPARED_TOKENS, E2ESpec, Request
 from kernels_reference.engine.scenarios import SCENARIOS
 from kernels_reference.gguf import SMOLLM2_MISSING, smollm2_gguf_path
+from kernels_reference.L2.llama_attention import LlamaAttention
 from kernels_reference.L4.llama import init_random_weights, model_for
 
 from .configs import load_config
@@ -75,6 +76,11 @@ CPU_REQUESTS, CPU_PROMPT, CPU_OUTPUT = 4, (16, 40), 16
 CPU_TOKEN_BUDGET = 64  # small prefill chunks on the CPU keep chunked prefill (cache reads) in play
 CPU_DECODE_BUCKETS = (1, 2, 4, 8)
 WEIGHT_SEED = 0
+# How much of a local head's key projection is its query projection (the rest stays random): see
+# local_heads. At 0.7 a head's logit on its own position is 0.7 sqrt(head_dim) (7.9 at 128) against
+# unit-variance logits elsewhere: about a third of its attention in the 32k scenario's ~3300 keys
+# at FULL_SCALE, most of it in a chat-length context.
+LOCAL_HEAD_MIX = 0.7
 # Target tokens a full-profile case compares at least (outputs stretched where a scaled scenario
 # has fewer). The trained model's graded mutants flip a tenth of the tokens or less; at 102 tokens
 # (SmolLM2 batch-1 on the H200, 2026-12-02) the sampling allowance alone was 0.035-0.045, and the
@@ -123,7 +129,7 @@ class LlmE2E(E2ESpec):
         gen = torch.Generator(device=device).manual_seed(WEIGHT_SEED)
         with torch.device(device):
             model = model_for(model_config(case["model"], case["profile"]))
-        return init_random_weights(model, gen).to(case.dtype).eval()
+        return local_heads(init_random_weights(model, gen)).to(case.dtype).eval()
 
     def requests(self, case) -> List[Request]:
         scenario = SCENARIOS[case["scenario"]]
@@ -194,6 +200,32 @@ def model_config(model: str, profile: str) -> dict:
     elif model in FULL_LAYERS:
         cfg["num_hidden_layers"] = FULL_LAYERS[model]
     return cfg
+
+
+@torch.no_grad()
+def local_heads(model: torch.nn.Module, mix: float = LOCAL_HEAD_MIX) -> torch.nn.Module:
+    """Make the first query head of every KV group of each ``LlamaAttention`` attend to its own
+    position, as trained models' local heads do: its KV head's key projection becomes ``mix`` times
+    that query head's projection plus the rest of its own random draw (unit scale kept).
+
+    With independent N(0, 1/fan_in) q and k projections every attention logit is about N(0, 1):
+    over the long-context scenario's thousands of keys a head's weights are near-uniform, so a
+    decode step that reads one key short, or writes its key one slot off, moves each head by one
+    key in thousands (on the H200 on 2026-12-03 those mutants flipped 1-3% of Llama-3.1-8B's
+    long-context tokens, under the floor). A key correlated with the query at the same position
+    puts a real share of the attention on the token being decoded, as in trained models; the other
+    heads of the group stay diffuse, so position-wide bugs (RoPE) still show there. MLA
+    (DeepSeek-V2) builds its keys from a shared low-rank latent and is left as drawn."""
+    keep = math.sqrt(1.0 - mix * mix)
+    for attention in model.modules():
+        if not isinstance(attention, LlamaAttention):
+            continue
+        weight, hd = attention.qkv_proj.weight, attention.head_dim
+        group = attention.num_heads // attention.num_kv_heads
+        q = weight[:attention.q_size].view(attention.num_heads, hd, -1)
+        k = weight[attention.q_size:attention.q_size + attention.kv_size].view(attention.num_kv_heads, hd, -1)
+        k.mul_(keep).add_(q[::group], alpha=mix)
+    return model
 
 
 def compared_tokens(case) -> int:
