@@ -172,9 +172,8 @@ def test_a_mutant_the_model_does_not_contain_is_reported_not_counted():
 
 
 # ---- inside the trained model, in process (one calibration shared by every tree) ----------------
-def _smollm2_scorer(with_mutants: bool):
+def _smollm2_scorer():
     from tasks.e2e import E2E as SPEC
-    spec = SPEC if with_mutants else _spec_without_mutants()
     case = SPEC.cases("cpu")[0]
     why = SPEC.unavailable(case)
     if why:
@@ -183,34 +182,20 @@ def _smollm2_scorer(with_mutants: bool):
 
     def score(tree):
         lookup = candidate_lookup(CandidateSource(tree)) if tree else None
-        return run_e2e(spec, case, "cpu", lookup, tree is not None, cache=cache)
+        return run_e2e(SPEC, case, "cpu", lookup, tree is not None, cache=cache)
     score.cache = cache
     return score
 
 
-def _spec_without_mutants():
-    """The SmolLM2 spec without its built-in mutants: candidate verdicts only (each mutant costs a
-    calibration run per path; the sensitivity test runs them all once)."""
-    from tasks.e2e import LlmE2E
-
-    class NoMutants(LlmE2E):
-        def mutants(self, case=None):
-            return {}
-    return NoMutants()
-
-
-@pytest.fixture(scope="module")
-def smollm2_sensitivity():
-    return _smollm2_scorer(with_mutants=True)
-
-
+# One calibration (noise runs and every built-in mutant: about 170 s on a 2-core machine) serves
+# every ``test_smollm2_*`` test of this module: under ``-n`` they run on one worker
+# (tests/conftest.py, SHARED_FIXTURE_GROUPS), so a second worker does not calibrate the model again.
 @pytest.fixture(scope="module")
 def smollm2():
-    return _smollm2_scorer(with_mutants=False)
+    return _smollm2_scorer()
 
 
-def test_smollm2_case_is_sensitive_and_an_honest_minimal_tree_gets_full_credit(smollm2_sensitivity):
-    smollm2 = smollm2_sensitivity
+def test_smollm2_case_is_sensitive_and_an_honest_minimal_tree_gets_full_credit(smollm2):
     r = smollm2(CANDIDATES / "minimal_signatures")  # PyTorch, inherited __init__, *args/**kwargs
     assert r.status == status.PASSED and r.credit == 1.0, r.message
     assert r.output_tokens >= 64 and r.pooled_over == ["smollm2-135m-chat"]
@@ -318,8 +303,15 @@ def test_kernel_and_e2e_macroevals_side_by_side(suite_run, tmp_path):
 
 # ---- the calibration kept on disk -----------------------------------------------------------------
 def _mixtral_cut():
-    from tasks.e2e import E2E as SPEC
-    return SPEC, next(c for c in SPEC.cases("cpu") if c["model"] == "mixtral-8x7b")
+    """The Mixtral CPU cut with one built-in mutant: the cache stores mutants like noise runs, and
+    one stands for all (the seven cost four of the test's five calibrations' time)."""
+    from tasks.e2e import LlmE2E
+
+    class OneMutant(LlmE2E):
+        def mutants(self, case=None):
+            return dict(list(super().mutants(case).items())[:1])
+    spec = OneMutant()
+    return spec, next(c for c in spec.cases("cpu") if c["model"] == "mixtral-8x7b")
 
 
 def test_a_stored_calibration_is_reused_and_a_corrupt_or_stale_one_recomputed(tmp_path):
@@ -346,6 +338,7 @@ def test_a_stored_calibration_is_reused_and_a_corrupt_or_stale_one_recomputed(tm
         assert len(calls) == 1 and any("reused" in line for line in lines)
         assert (second.status, second.d, second.g, second.compared_tokens) == \
             (first.status, first.d, first.g, first.compared_tokens)
+        assert len(second.mutants) == 1
         assert {n: m.d for n, m in second.mutants.items()} == {n: m.d for n, m in first.mutants.items()}
 
         entry = json.loads(entries[0].read_text())  # a flipped target token: digest no longer matches
