@@ -8,8 +8,9 @@ Two kinds of model:
   on real text has confident, position-dependent predictions, so a kernel bug shows as flipped
   tokens: this is the default end-to-end model on the CPU profile and an additional one on CUDA.
 * **Real configs, random weights** (the Llama family, full depth and vocabulary on CUDA): the real
-  shapes and speeds, but near-tied logits; the built-in mutants tell whether such a case can see a
-  bug at all (INSENSITIVE otherwise).
+  shapes and speeds, but near-tied logits; one local head per KV group (:func:`local_heads`) so
+  that attention is not uniform over long contexts; the built-in mutants tell whether such a case
+  can see a bug at all (INSENSITIVE otherwise).
 * **Mixture-of-experts models, random weights** (Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V2-Lite): on
   CUDA their real configs cut in depth (``FULL_LAYERS``: the evaluator holds the reference and a
   composed copy of a model at once, and two whole Mixtrals in bf16 are 187 GB); on the CPU a cut
