@@ -375,3 +375,35 @@ def test_the_cache_options_reach_the_evaluator(suite_run, tmp_path):
     off = suite_run(*select, f"--fk-cache-dir={cache}", "--fk-no-cache")  # neither reads nor writes
     assert off.ret == 0 and "calibration reused" not in off.stdout.str()
     assert entries[0].stat().st_mtime_ns == written
+
+
+# ---- random-weight models' local heads -----------------------------------------------------------
+def test_random_weight_models_get_one_local_head_per_kv_group_and_mla_is_left_as_drawn():
+    import torch
+    from kernels_reference.L2.llama_attention import LlamaAttention
+    from kernels_reference.L4.llama import init_random_weights, model_for
+    from tasks.e2e import E2E as SPEC, LOCAL_HEAD_MIX, WEIGHT_SEED, model_config
+
+    def attention_of(model):
+        return next(m for m in model.modules() if isinstance(m, LlamaAttention))
+
+    mixtral = next(c for c in SPEC.cases("cpu") if c["model"] == "mixtral-8x7b")
+    attn = attention_of(SPEC.build_reference(mixtral, "cpu"))
+    w, hd, group = attn.qkv_proj.weight.detach(), attn.head_dim, attn.num_heads // attn.num_kv_heads
+    q = w[:attn.q_size].view(attn.num_heads, -1)
+    k = w[attn.q_size:attn.q_size + attn.kv_size].view(attn.num_kv_heads, -1)
+    cos = torch.nn.functional.cosine_similarity(q[:, None], k[None], dim=-1)  # [query head, kv head]
+    for j in range(attn.num_kv_heads):
+        local = float(cos[j * group, j])  # the group's local head
+        assert local > 0.5 and abs(local - LOCAL_HEAD_MIX) < 0.05, local
+        others = [h for h in range(attn.num_heads) if h != j * group]
+        assert float(cos[others, j].abs().max()) < 0.2  # every other pair stays independent
+    assert abs(float(k.std()) * w.shape[1] ** 0.5 - 1.0) < 0.05  # the keys keep their scale
+
+    # DeepSeek-V2's MLA has no LlamaAttention: its weights are exactly the plain draw.
+    deepseek = next(c for c in SPEC.cases("cpu") if c["model"] == "deepseek-v2-lite")
+    built = SPEC.build_reference(deepseek, "cpu")
+    gen = torch.Generator().manual_seed(WEIGHT_SEED)
+    plain = init_random_weights(model_for(model_config("deepseek-v2-lite", "cpu")), gen).to(deepseek.dtype)
+    assert not any(isinstance(m, LlamaAttention) for m in built.modules())
+    assert all(torch.equal(a, b) for a, b in zip(built.state_dict().values(), plain.state_dict().values()))
