@@ -389,7 +389,7 @@ def test_random_weight_models_get_one_local_head_per_kv_group_and_mla_is_left_as
 
     mixtral = next(c for c in SPEC.cases("cpu") if c["model"] == "mixtral-8x7b")
     attn = attention_of(SPEC.build_reference(mixtral, "cpu"))
-    w, hd, group = attn.qkv_proj.weight.detach(), attn.head_dim, attn.num_heads // attn.num_kv_heads
+    w, group = attn.qkv_proj.weight.detach(), attn.num_heads // attn.num_kv_heads
     q = w[:attn.q_size].view(attn.num_heads, -1)
     k = w[attn.q_size:attn.q_size + attn.kv_size].view(attn.num_kv_heads, -1)
     cos = torch.nn.functional.cosine_similarity(q[:, None], k[None], dim=-1)  # [query head, kv head]
