@@ -59,6 +59,13 @@ step_cmd() {
     attention) echo "env OUT=$OUT/$1 python3 -m benchmarks attention" ;;
     hf-agreement) echo "python3 -m benchmarks hf_agreement" ;;
     timing-test) echo "$PYTEST -s -rA tests/test_timing_gpu.py" ;;
+    timing-adaptive) echo "$PYTEST -rA tests/test_timing_gpu.py -k adaptive" ;;
+    # A sample of every task's kernel-level tests (2 correctness, 2 speed, 1 fuzz each) priced per
+    # kind, to estimate a full run (python3 -m benchmarks suite_cost table, docs/perf/h200-suite-cost.md).
+    suite-sample) echo "python3 -m benchmarks suite_cost sample --per-kind 2 --out $OUT/sample.txt && $PYTEST \$(cat $OUT/sample.txt) --fk-device=cuda --fk-profile=full --fk-fuzz-examples=${SAMPLE_FUZZ:-2} --fk-candidate=${SAMPLE_TREE:-examples/candidates/triton} ${SAMPLE_ARGS:-} --fk-report=$OUT/sample.json" ;;
+    # One task's speed tests three times, default timing, --fk-thorough, default again: the
+    # reference's times across runs and S_t of the two timings side by side.
+    speed-modes) echo "for r in quick1:'' thorough:--fk-thorough quick2:''; do $PYTEST tasks/L1/test_${SPEED_TASK:-rms_norm}.py -k speed --fk-device=cuda --fk-candidate=examples/candidates/triton \${r#*:} --fk-report=$OUT/speed-\${r%%:*}.json; done" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
     *) echo "false unknown-step-$1" ;;
   esac

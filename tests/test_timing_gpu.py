@@ -114,3 +114,20 @@ def test_a_sleep_padded_copy_measures_its_true_ratio_at_t1():
     assert abs(measured / true_ratio - 1.0) <= 0.10, detail
     # the one-call replay, floor included, is far off: what the amortised method is for
     assert abs(single / true_ratio - 1.0) > abs(measured / true_ratio - 1.0), detail
+
+
+@pytest.mark.parametrize("tokens", [1, 8192])
+def test_adaptive_rounds_stop_when_the_speedup_is_known_to_one_percent(tokens):
+    """The default timing stops once the ratio's 95% CI is within +-1%: an identical copy then
+    measures 1.00 within that interval's width (plus a margin), in fewer rounds than the budget's."""
+    make = _make(tokens)
+    sets = [make(i) for i in range(4)]
+    impls = {"candidate": _norm(), "reference": _norm()}
+    runners = {n: _GpuRunner(m, sets, True, lambda f, s: f(**s)) for n, m in impls.items()}
+    flusher = L2Flusher(torch.device("cuda"))
+    out = time_pair_cuda(runners, flusher, budget_s=1.0, min_rounds=20, max_rounds=1000, target_ci=0.01,
+                         more_sets=lambda n: [make(4 + i) for i in range(n)])
+    cand, ref = out["candidate"], out["reference"]
+    assert cand.ratio_ci is not None and cand.ratio_ci <= 0.01, cand.ratio_ci
+    assert 20 <= cand.rounds < 1000
+    assert abs(cand.median_us / ref.median_us - 1) < 0.03

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 
@@ -82,10 +82,22 @@ def check_discriminating(name: str, truth: torch.Tensor) -> None:
             "zero or constant outputs cannot tell a right kernel from a wrong one")
 
 
+def reference_error(truth: torch.Tensor, ref: torch.Tensor) -> Tuple[float, float]:
+    """(relative L2 error, max element error in units of the truth's RMS) of one reference output:
+    what :func:`output_error` derives from ``refs``, kept by the reference cache."""
+    truth = truth.to(torch.float64)
+    norm = float(torch.linalg.vector_norm(truth.flatten()))
+    rms = norm / max(truth.numel(), 1) ** 0.5
+    return _rel_l2(ref, truth, norm), _rel_max(ref, truth, rms)
+
+
 def output_error(name: str, truth: torch.Tensor, refs: Sequence[torch.Tensor], cand: torch.Tensor,
-                 dtype: Optional[torch.dtype] = None, truncating: bool = False) -> OutputError:
+                 dtype: Optional[torch.dtype] = None, truncating: bool = False,
+                 ref_errors: Optional[Tuple[float, float]] = None) -> OutputError:
     """``refs``: the reference's outputs (several when it ran more than one way; the worst counts).
-    ``truncating``: the candidate's conversions truncate (interpreted Triton; see above)."""
+    ``ref_errors``: the reference's (L2, element) errors known without its outputs (the reference
+    cache), counted as one more way it ran. ``truncating``: the candidate's conversions truncate
+    (interpreted Triton; see above)."""
     if isinstance(refs, torch.Tensor):
         refs = [refs]
     dtype = dtype or refs[0].dtype
@@ -95,8 +107,9 @@ def output_error(name: str, truth: torch.Tensor, refs: Sequence[torch.Tensor], c
     stored = represent(truth, dtype, truncating)
     floor = max(_rel_l2(stored, truth, norm), ABS_FLOOR.get(dtype, 0.0))
     elem_floor = max(_rel_max(stored, truth, rms), ABS_FLOOR.get(dtype, 0.0))
-    e_ref = max(_rel_l2(r, truth, norm) for r in refs)
-    m_ref = max(_rel_max(r, truth, rms) for r in refs)
+    known = [ref_errors] if ref_errors is not None else []
+    e_ref = max([_rel_l2(r, truth, norm) for r in refs] + [e for e, _ in known])
+    m_ref = max([_rel_max(r, truth, rms) for r in refs] + [m for _, m in known])
     e_cand, m_cand = _rel_l2(cand, truth, norm), _rel_max(cand, truth, rms)
     return OutputError(
         name=name, e_ref=e_ref, e_cand=e_cand, floor=floor, ratio=_ratio(e_cand, max(e_ref, floor)),

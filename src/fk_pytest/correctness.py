@@ -18,7 +18,7 @@ import torch
 from . import status
 from .build import (SENTINEL, clone_inputs, draw_inputs, instantiate, instantiate_candidate, master_state,
                     poisoned_allocations, sentinel_allocations, synchronize, upcast_inputs, with_paths)
-from .compare import OutputError, check_discriminating, output_error, triton_interpreter_active
+from .compare import OutputError, check_discriminating, output_error, reference_error, triton_interpreter_active
 from .errors import CandidateError, TaskDefinitionError, short_traceback
 from .guards import ReferenceTracer, new_threads, tampered
 from .phases import phase
@@ -39,6 +39,7 @@ class CaseResult:
     failed: Dict[str, str] = dataclasses.field(default_factory=dict)  # candidate class -> why it failed
     excluded: Dict[str, float] = dataclasses.field(default_factory=dict)  # output -> share of rows left out
     phases: Dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per phase (fk_pytest.phases)
+    reference: str = "run"  # where the reference's side came from: "run" or "cache" (fk_pytest.ref_cache)
 
     @property
     def passed(self) -> bool:
@@ -49,7 +50,7 @@ class CaseResult:
         return {"case": self.case_id, "kind": self.kind, "seed": self.seed, "status": self.status,
                 "message": self.message, "ratio": worst.ratio if worst else None,
                 "outputs": [dataclasses.asdict(e) for e in self.errors], "delegated": self.delegated,
-                "swapped": self.swapped, "failed_classes": self.failed,
+                "swapped": self.swapped, "failed_classes": self.failed, "reference": self.reference,
                 **({"excluded_share": self.excluded} if self.excluded else {}),
                 **({"params": self.case} if self.kind == "fuzz" else {})}
 
@@ -78,12 +79,13 @@ def _storage(t: torch.Tensor) -> int:
 
 def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device,
                   kind: str = "workload", history: Optional[Dict[str, str]] = None,
-                  trace_reference: bool = False, compose=None) -> CaseResult:
+                  trace_reference: bool = False, compose=None, cache=None) -> CaseResult:
     """Verdict of ``candidate_cls`` on one case and one input draw.
 
     ``history`` (digest of earlier candidate outputs -> label) lets a caller that evaluates many
     cases in one process catch replayed outputs; ``trace_reference`` records delegation to the
-    reference's code (costly under the Triton interpreter, so callers choose when).
+    reference's code (costly under the Triton interpreter, so callers choose when); ``cache`` (a
+    :class:`fk_pytest.ref_cache.ReferenceCache`) holds the reference's side of earlier runs.
     """
     device = torch.device(device)
     names = task.output_names(case)
@@ -98,13 +100,9 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             result.excluded = {n: float(m.float().mean()) for n, m in excluded.items()}
             for name, t in zip(names + written, truths):
                 check_discriminating(name, t)
-            with phase("build", device):
-                reference = instantiate(task.reference, task, case, state, device, case.dtype)
-            with phase("reference", device), poisoned_allocations():
-                ref_inputs = clone_inputs(inputs)
-                refs = [as_outputs(task.call(reference, ref_inputs), names, "reference")
-                        + [ref_inputs[w] for w in written]]
-            synchronize(device)
+            ref_side = _reference_side(task, case, seed, kind, state, device, names + written, inputs, truths,
+                                       excluded, cache)
+            result.reference = ref_side.source
         except TaskDefinitionError:
             raise
         except Exception as exc:
@@ -148,15 +146,56 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             return dataclasses.replace(result, status=exc.status, message=exc.message)
 
         with phase("compare", device):
-            return _compare(task, case, seed, device, result, names + written, inputs, cand_inputs, refs,
-                            cands, truths, excluded, candidate, reference, launches, history)
+            return _compare(task, case, seed, device, result, names + written, inputs, cand_inputs, ref_side,
+                            cands, truths, excluded, candidate, state, launches, history)
 
 
-def _compare(task, case, seed, device, result, names, inputs, cand_inputs, refs, cands, truths, excluded,
-             candidate, reference, launches, history) -> CaseResult:
+@dataclasses.dataclass
+class ReferenceSide:
+    """What a verdict needs of the reference: per output its (shape, dtype, device) and its
+    (L2, element) errors against the truth on the scored rows; ``source``: "run" or "cache"."""
+    meta: List[tuple]
+    errors: List[tuple]
+    source: str
+
+
+def _reference_side(task, case, seed, kind, state, device, names, inputs, truths, excluded, cache) -> ReferenceSide:
+    """The reference's side of one case: from the reference cache when it holds this case (and
+    the recomputed truth is the one it was measured against), else from running the reference
+    (stored in the cache, when there is one)."""
+    from . import ref_cache
+    key = ref_cache.case_key(task, case, seed, kind, device) if cache is not None else None
+    fingerprint = ref_cache.truth_fingerprint(truths) if cache is not None else None
+    payload = cache.load(key) if cache is not None else None
+    if payload is not None:
+        if ref_cache.same_truth(payload["truth"], fingerprint) and len(payload["outputs"]) == len(names):
+            cache.hit()
+            meta = [(tuple(o["shape"]), getattr(torch, o["dtype"]), t.device)
+                    for o, t in zip(payload["outputs"], truths)]
+            return ReferenceSide(meta, [(o["e_ref"], o["elem_ref"]) for o in payload["outputs"]], "cache")
+        cache.stale(key, "the recomputed truth is not the one it was measured against")
+    with phase("build", device):
+        reference = instantiate(task.reference, task, case, state, device, case.dtype)
+    with phase("reference", device), poisoned_allocations():
+        ref_inputs = clone_inputs(inputs)
+        refs = (as_outputs(task.call(reference, ref_inputs), task.output_names(case), "reference")
+                + [ref_inputs[w] for w in task.inplace_outputs(case)])
+    synchronize(device)
+    errors = [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
+              for n, t, r in zip(names, truths, refs)]
+    side = ReferenceSide([(tuple(r.shape), r.dtype, r.device) for r in refs], errors, "run")
+    if cache is not None:
+        cache.store(key, {"truth": fingerprint, "outputs": [
+            {"name": n, "shape": list(m[0]), "dtype": str(m[1]).replace("torch.", ""), "e_ref": e, "elem_ref": el}
+            for n, m, (e, el) in zip(names, side.meta, errors)]})
+    return side
+
+
+def _compare(task, case, seed, device, result, names, inputs, cand_inputs, ref_side, cands, truths, excluded,
+             candidate, state, launches, history) -> CaseResult:
     """The checks after the candidate ran, in order; the first failure names the status."""
     written = task.inplace_outputs(case)
-    problem = _structural_problem(task.mutable_inputs(case), names, inputs, cand_inputs, refs[0], cands)
+    problem = _structural_problem(task.mutable_inputs(case), names, inputs, cand_inputs, ref_side.meta, cands)
     if problem is None:
         problem = _nonfinite_problem(task, case, names, cands, truths, candidate, inputs, device)
     if problem is None:
@@ -166,19 +205,21 @@ def _compare(task, case, seed, device, result, names, inputs, cand_inputs, refs,
         return result
 
     interpreted = bool(launches["n"]) and _interpreted_bf16(case, device)
+    twins = []  # the reference run another way, as the candidate's kernels ran
     if interpreted:
         # The reference with the classes whose candidate modules launched interpreted kernels
         # on their own Triton paths (the task's class itself at L1, children at L2..L4): the
         # error the interpreter's truncating conversions cause there is the candidate's bar.
+        reference = instantiate(task.reference, task, case, state, device, case.dtype)
         twin = with_paths(reference, "forward_triton", sorted(launches["by_class"]), include_root=True)
         if any(m.__dict__.get("forward") is not None for m in twin.modules()):
             with poisoned_allocations():
                 triton_inputs = clone_inputs(inputs)
-                refs.append(as_outputs(task.call(twin, triton_inputs), task.output_names(case), "reference")
-                            + [triton_inputs[w] for w in written])
+                twins.append(as_outputs(task.call(twin, triton_inputs), task.output_names(case), "reference")
+                             + [triton_inputs[w] for w in written])
     kept = [excluded.get(n) for n in names]  # routing-aware: undetermined rows left out
-    result.errors = [output_error(n, _kept(truths[i], kept[i]), [_kept(r[i], kept[i]) for r in refs],
-                                  _kept(cands[i], kept[i]), case.dtype, interpreted)
+    result.errors = [output_error(n, _kept(truths[i], kept[i]), [_kept(r[i], kept[i]) for r in twins],
+                                  _kept(cands[i], kept[i]), case.dtype, interpreted, ref_errors=ref_side.errors[i])
                      for i, n in enumerate(names)]
     digest, label = _digest(cands), f"[{case.id}, seed {seed}]"
     bad = [e for e in result.errors if not e.passed(task.limit)]
@@ -326,14 +367,14 @@ def _interpreted_bf16(case, device) -> bool:
     return case.dtype == torch.bfloat16 and device.type == "cpu" and triton_interpreter_active()
 
 
-def _structural_problem(mutable, names, inputs, cand_inputs, refs, cands):
-    for name, r, c in zip(names, refs, cands):
-        if tuple(c.shape) != tuple(r.shape):
-            return status.WRONG_SHAPE, f"output {name!r} has shape {tuple(c.shape)}, expected {tuple(r.shape)}"
-        if c.dtype != r.dtype:
-            return status.WRONG_DTYPE, f"output {name!r} has dtype {c.dtype}, expected {r.dtype}"
-        if c.device != r.device:
-            return status.WRONG_OUTPUTS, f"output {name!r} is on {c.device}, expected {r.device}"
+def _structural_problem(mutable, names, inputs, cand_inputs, ref_meta, cands):
+    for name, (shape, dtype, where), c in zip(names, ref_meta, cands):
+        if tuple(c.shape) != tuple(shape):
+            return status.WRONG_SHAPE, f"output {name!r} has shape {tuple(c.shape)}, expected {tuple(shape)}"
+        if c.dtype != dtype:
+            return status.WRONG_DTYPE, f"output {name!r} has dtype {c.dtype}, expected {dtype}"
+        if c.device != where:
+            return status.WRONG_OUTPUTS, f"output {name!r} is on {c.device}, expected {where}"
     protected = {k: v for k, v in cand_inputs.items()
                  if isinstance(v, torch.Tensor) and k not in mutable}
     for name, c in zip(names, cands):

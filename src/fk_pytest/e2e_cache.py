@@ -18,6 +18,7 @@ that writes it (the sterile worker), so a leaderboard run starts from an empty d
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -38,10 +39,31 @@ def cache_dir() -> Optional[Path]:
     return Path(value) if value else None
 
 
+@functools.lru_cache(maxsize=None)
 def _tree_digest(roots) -> str:
-    """One digest of the suite's source under ``roots`` (code and the data files tasks read)."""
+    """One digest of the suite's source under ``roots`` (code and the data files tasks read);
+    once per process and set of roots (a run does not change its own source)."""
     from .candidates import tree_hash
     return hashlib.sha256("".join(tree_hash(Path(r), (".py", ".txt", ".json")) for r in roots).encode()).hexdigest()
+
+
+def suite_digest(package_file: str) -> str:
+    """The digest of kernels_reference, the package holding ``package_file`` (a task or spec
+    module) and fk_pytest: everything a reference-side number can depend on in this checkout."""
+    import kernels_reference
+    roots = (Path(kernels_reference.__file__).resolve().parent, Path(package_file).resolve().parent, _FK_ROOT)
+    return _tree_digest(roots)
+
+
+def versions(device: torch.device) -> dict:
+    """The device and the versions a number measured or computed on it depends on."""
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {"device": _device(device), "torch": torch.__version__, "triton": triton_version,
+            "interpret": os.environ.get("TRITON_INTERPRET")}
 
 
 def _weights_digest(model: torch.nn.Module) -> str:
@@ -73,24 +95,13 @@ def _device(device: torch.device) -> dict:
 
 def fingerprint(spec, case, reference: torch.nn.Module, device: torch.device) -> dict:
     import importlib
-    try:
-        import triton
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
-    spec_package = Path(importlib.import_module(type(spec).__module__).__file__).resolve().parent
-    import kernels_reference
-    roots = [Path(kernels_reference.__file__).resolve().parent, spec_package, _FK_ROOT]
     return {
         "format": FORMAT,
         "spec": [type(spec).__module__, type(spec).__qualname__, spec.name],
         "cases": [[c.id, str(c.dtype), sorted((k, repr(v)) for k, v in c.params.items())]
                   for c in spec.model_cases(case)],
-        "device": _device(device),
-        "torch": torch.__version__,
-        "triton": triton_version,
-        "interpret": os.environ.get("TRITON_INTERPRET"),
-        "source": _tree_digest(roots),
+        **versions(device),
+        "source": suite_digest(importlib.import_module(type(spec).__module__).__file__),
         "weights": _weights_digest(reference),
     }
 
@@ -99,17 +110,24 @@ def _payload_digest(payload) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-class DiskCalibrations:
-    """Calibrations under ``root/e2e``, one JSON file per key."""
+class JsonEntries:
+    """Entries under ``root/sub``, one JSON file per key, each holding its key and its payload's
+    digest: an entry that does not parse, answers another key or fails its digest is reported
+    through ``progress`` and treated as absent (the caller recomputes and overwrites it)."""
 
-    def __init__(self, root: Path, progress: Callable[[str], None]):
-        self.root, self.progress = Path(root) / "e2e", progress
+    what, reused = "cache", "cache entry"  # how progress lines name an entry and a reuse
+
+    def __init__(self, root: Path, sub: str, progress: Callable[[str], None]):
+        self.root, self.progress = Path(root) / sub, progress
+
+    def stem(self, key: dict) -> str:
+        return "entry"
 
     def path(self, key: dict) -> Path:
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-        return self.root / f"{key['spec'][2]}-{key['cases'][0][0]}-{digest}.json"
+        return self.root / f"{self.stem(key)}-{digest}.json"
 
-    def load(self, key: dict) -> Optional[dict]:
+    def load(self, key: dict, quiet: bool = False) -> Optional[dict]:
         path = self.path(key)
         if not path.exists():
             return None
@@ -120,9 +138,10 @@ class DiskCalibrations:
             if entry.get("sha256") != _payload_digest(entry.get("payload")):
                 raise ValueError("its payload does not match its digest")
         except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
-            self.progress(f"calibration cache entry {path.name} not used ({exc}): recomputed")
+            self.progress(f"{self.what} entry {path.name} not used ({exc}): recomputed")
             return None
-        self.progress(f"calibration reused from {path}")
+        if not quiet:
+            self.progress(f"{self.reused} reused from {path}")
         return entry["payload"]
 
     def store(self, key: dict, payload: Dict) -> None:
@@ -133,3 +152,15 @@ class DiskCalibrations:
         with os.fdopen(fd, "w") as f:
             json.dump(entry, f)
         os.replace(tmp, path)  # a reader sees the old entry or the whole new one
+
+
+class DiskCalibrations(JsonEntries):
+    """End-to-end calibrations under ``root/e2e``, one per model."""
+
+    what, reused = "calibration cache", "calibration"
+
+    def __init__(self, root: Path, progress: Callable[[str], None]):
+        super().__init__(root, "e2e", progress)
+
+    def stem(self, key: dict) -> str:
+        return f"{key['spec'][2]}-{key['cases'][0][0]}"

@@ -39,8 +39,9 @@ def resolve_task(ref: TaskRef) -> Task:
 
 class Evaluator:
     def __init__(self, candidate_path: Optional[str], device: str, mode: str = "independent",
-                 progress=None):
+                 progress=None, thorough: bool = False):
         self.device, self.mode = device, mode
+        self.thorough = thorough  # timing: fixed rounds (True) or until the speedup's CI is +-1%
         self.progress = progress or (lambda text: None)  # long runs (end to end) report phases here
         self._e2e_cache = None  # one model's end-to-end calibration (fk_pytest.e2e_run)
         self.source = CandidateSource(candidate_path) if candidate_path else None
@@ -51,6 +52,8 @@ class Evaluator:
         self._traced: Dict[str, set] = {}  # per task: case variants already traced for delegation
         self.roofline: Optional[dict] = None
         self._flusher = None
+        from .ref_cache import ReferenceCache
+        self.ref_cache = ReferenceCache.from_environment(self.progress)  # --fk-cache-dir, else None
 
     def _class(self, task: Task) -> type:
         return self._resolve(task)[0]
@@ -105,7 +108,7 @@ class Evaluator:
         traced.add(variant)
         result = evaluate_case(task, case, seed, cls, self.device, kind,
                                history=self._history.setdefault(task.name, {}), trace_reference=trace,
-                               compose=self._lookup)
+                               compose=self._lookup, cache=self.ref_cache)
         result.phases = phases.take()
         if self.source is not None and not own and not result.swapped and not result.failed:
             # Composed mode found no candidate class anywhere inside this task's module (a class
@@ -138,6 +141,7 @@ class Evaluator:
             if self._flusher is None:
                 self._flusher = L2Flusher(torch.device("cuda"))
         result = measure_speed(task, case, self._class(task), self.device, seed,
-                               roofline=self.roofline, flusher=self._flusher, compose=self._lookup)
+                               roofline=self.roofline, flusher=self._flusher, compose=self._lookup,
+                               thorough=self.thorough, cache=self.ref_cache)
         result.phases = phases.take()
         return result, self.roofline

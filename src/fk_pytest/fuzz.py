@@ -11,17 +11,24 @@ from typing import Optional, Sequence
 from hypothesis import HealthCheck, Phase, seed as hypothesis_seed, settings
 from hypothesis import strategies as st
 
-EXAMPLES = {"cpu": 4, "full": 25}  # the CPU draws fewer: each interpreted example costs seconds
+# Examples per fuzz test, per profile. The CPU draws fewer: each interpreted example costs seconds.
+# ``--fk-thorough`` keeps the full profile's 25; the default draws FULL_QUICK_EXAMPLES there.
+EXAMPLES = {"cpu": 4, "full": 25}
+FULL_QUICK_EXAMPLES = 8
 
 # Token counts production produces that kernels get wrong: 1, just off powers of two, odd sizes.
 AWKWARD_TOKENS = (1, 2, 3, 5, 7, 31, 33, 127, 129, 255, 257, 1000)
 
 
-def fuzz_settings(profile: str, examples: Optional[int], seed: Optional[int]):
+def default_examples(profile: str, thorough: bool = False) -> int:
+    return FULL_QUICK_EXAMPLES if profile == "full" and not thorough else EXAMPLES[profile]
+
+
+def fuzz_settings(profile: str, examples: Optional[int], seed: Optional[int], thorough_mode: bool = False):
     """A decorator applying the settings (and seed) for one fuzz run."""
     thorough = profile == "full"
     config = settings(
-        max_examples=examples or EXAMPLES[profile],
+        max_examples=examples or default_examples(profile, thorough_mode),
         deadline=None,
         database=None,
         derandomize=seed is None,

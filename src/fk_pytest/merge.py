@@ -14,7 +14,7 @@ from .macro import e2e_macro_eval, macro_eval
 from .phases import total
 
 # What must be equal in every shard for the union to be one run (run settings and environment).
-SAME_RUN = ("device", "mode", "profile", "seed", "isolation", "e2e_scale", "candidate", "suite")
+SAME_RUN = ("device", "mode", "profile", "seed", "isolation", "e2e_scale", "candidate", "suite", "effort")
 SAME_ENVIRONMENT = ("torch", "triton", "device", "gpu", "driver", "triton_interpreter")
 
 

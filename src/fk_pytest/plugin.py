@@ -55,7 +55,12 @@ def pytest_addoption(parser):
                     help="workload profile: cpu (small real shapes) or full (production shapes); "
                          "default: cpu on a CPU, full on CUDA")
     group.addoption("--fk-fuzz-examples", type=int, default=None, metavar="N",
-                    help="hypothesis examples per fuzz test (default 6 for cpu, 25 for full)")
+                    help="hypothesis examples per fuzz test (default 4 for cpu, 8 for full, 25 for full "
+                         "with --fk-thorough)")
+    group.addoption("--fk-thorough", action="store_true", default=False,
+                    help="the costlier settings: 25 fuzz examples per test on the full profile and GPU "
+                         "timing of fixed rounds (0.5 s a case, at least 50) instead of rounds that stop "
+                         "once the speedup's 95%% confidence interval is within +-1%%")
     group.addoption("--fk-isolation", choices=ISOLATION, default="process",
                     help="process: candidate code runs in a worker process that may crash or hang "
                          "without ending the run (default); none: in the pytest process")
@@ -73,11 +78,13 @@ def pytest_addoption(parser):
                     help="shrink the end-to-end serving scenarios (request count and lengths) by X in (0, 1] "
                          "(default: 0.25 on the full profile, 0.02 plus small caps on cpu)")
     group.addoption("--fk-cache-dir", metavar="DIR", default=None,
-                    help="keep each end-to-end model's calibration (the reference's targets, noise runs and "
-                         "built-in mutants) under DIR/e2e and reuse it in later runs whose suite source, weights, "
-                         "device and versions are the same (default: $FK_CACHE_DIR, else no cache)")
+                    help="keep the reference's side of every case under DIR and reuse it in later runs whose "
+                         "suite source, device and versions are the same: its errors against the float64 truth "
+                         "and its GPU timings (DIR/ref), each end-to-end model's calibration (DIR/e2e: targets, "
+                         "noise runs, built-in mutants); default: $FK_CACHE_DIR, else no cache")
     group.addoption("--fk-no-cache", action="store_true", default=False,
-                    help="neither read nor write the calibration cache, whatever --fk-cache-dir or $FK_CACHE_DIR say")
+                    help="neither read nor write the cache (reference sides and calibrations), whatever "
+                         "--fk-cache-dir or $FK_CACHE_DIR say: the reference runs, and is timed beside the candidate")
     group.addoption("--fk-stubs", metavar="DIR", default=None,
                     help="write a stub candidate tree with one prompt per task for the selected tasks "
                          "into DIR (new or empty), then end without running tests (fk_pytest.stubs)")
@@ -165,7 +172,7 @@ def pytest_configure(config):
                             fuzz_examples=opt.fk_fuzz_examples, isolation=opt.fk_isolation,
                             timeout_s=opt.fk_timeout, e2e_scale=opt.fk_e2e_scale,
                             worker_env=xdist.gpu_env(config) if device == "cuda" else None,
-                            journal=on_worker)
+                            journal=on_worker, thorough=opt.fk_thorough)
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(str(exc))
     session.record_cpu_benchmarks = opt.fk_benchmark_cpu
@@ -240,7 +247,8 @@ def pytest_runtest_makereport(item, call):
     fk = item.config.stash.get(SESSION_KEY, None)
     task = getattr(getattr(item, "function", None), "_fk_task", None)
     if fk is not None and task is not None:  # what each task costs a run (the report's "seconds")
-        fk.results.add_seconds(task, call.duration)
+        fk.results.add_seconds(task, call.duration, getattr(item.function, "_fk_kind", None),
+                               first_phase=call.when == "setup")
     if fk is not None and fk.results.journal is not None:
         from .xdist import attach_journal
         attach_journal(outcome.get_result(), fk.results)

@@ -33,7 +33,7 @@ SCHEMA = SCHEMA_ID  # the schema file: report.schema.json (fk_pytest.schema vali
 # mutants' kind, paths and catch_at, and g as the largest mean of a noise run; 1.5 e2e runs scored
 # on the stable positions only (compared_tokens, noise_compared, paths' g_run) and g as the largest
 # pooled flip rate of a kind of noise run.
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 
 
 def environment(device: str, roofline: Optional[dict]) -> dict:
@@ -131,6 +131,10 @@ def _kernel_lines(report: dict) -> list:
                          f"{t['name']} {t['seconds']:.0f} s" for t in costly[:3]))
     if report.get("phases"):
         lines.append("evaluation phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in report["phases"].items()))
+    sides = [c.get("reference") for t in report["tasks"] for c in t["cases"] + t["speed"]]
+    if "cache" in sides:
+        lines.append(f"reference cache: the reference's side of {sides.count('cache')} of {len(sides)} "
+                     "cases and timings came from an earlier run (--fk-no-cache: run and time it beside the candidate)")
     for t in report["tasks"]:
         if t["status"] not in ("PASSED",) and t["message"]:
             lines.append(f"{t['name']}: {t['status']}: {t['message'][:300]}")

@@ -26,6 +26,8 @@ class TaskRecord:
     swapped: List[str] = dataclasses.field(default_factory=list)  # candidate classes composed in
     failed_classes: Dict[str, str] = dataclasses.field(default_factory=dict)  # class -> "STATUS: why"
     seconds: float = 0.0  # wall time of the task's tests (setup, call, teardown): what it costs a run
+    seconds_by_kind: Dict[str, float] = dataclasses.field(default_factory=dict)  # correctness/fuzz/speed
+    tests_by_kind: Dict[str, int] = dataclasses.field(default_factory=dict)  # tests that ran, per kind
 
     # ---- derived --------------------------------------------------------------------------------
     @property
@@ -121,6 +123,8 @@ class TaskRecord:
             "informational_cpu_speedup": self.informational_speedup,
             "swapped_modules": self.swapped, "failed_classes": self.failed_classes,
             "delegated": self.delegated, "seconds": round(self.seconds, 3),
+            "seconds_by_kind": {k: round(v, 3) for k, v in self.seconds_by_kind.items()},
+            "tests_by_kind": dict(self.tests_by_kind),
             "phases": total([c.phases for c in self.cases.values()] + [s.phases for s in self.speed.values()]),
             "cases": [c.as_json() for c in self.cases.values()],
             "speed": [s.as_json() for s in self.speed.values()],
@@ -207,10 +211,16 @@ class Results:
         self._log("record_candidate_problem", TaskInfo.of(task), problem_status, message)
         rec.candidate_status, rec.candidate_message = problem_status, message
 
-    def add_seconds(self, task, seconds: float) -> None:
+    def add_seconds(self, task, seconds: float, kind: Optional[str] = None, first_phase: bool = False) -> None:
+        """``seconds`` of one test phase (setup, call or teardown) of a test of ``kind``;
+        ``first_phase`` marks its setup, so each test counts once in ``tests_by_kind``."""
         rec = self.register(task)
-        self._log("add_seconds", TaskInfo.of(task), seconds)
+        self._log("add_seconds", TaskInfo.of(task), seconds, kind, first_phase)
         rec.seconds += seconds
+        if kind is not None:
+            rec.seconds_by_kind[kind] = rec.seconds_by_kind.get(kind, 0.0) + seconds
+            if first_phase:
+                rec.tests_by_kind[kind] = rec.tests_by_kind.get(kind, 0) + 1
 
     def record_task_error(self, task, message: str) -> None:
         rec = self.register(task)

@@ -26,7 +26,7 @@ class FKSession:
                  seed: Optional[int], report_path: Optional[str], html_path: Optional[str] = None,
                  fuzz_examples: Optional[int] = None, isolation: str = "process",
                  timeout_s: float = 600.0, e2e_scale: Optional[float] = None,
-                 worker_env: Optional[dict] = None, journal: bool = False):
+                 worker_env: Optional[dict] = None, journal: bool = False, thorough: bool = False):
         self.device = device
         self.mode = mode
         self.profile = profile
@@ -34,6 +34,7 @@ class FKSession:
         self.report_path = report_path
         self.html_path = html_path
         self.fuzz_examples = fuzz_examples
+        self.thorough = thorough  # --fk-thorough: every fuzz example and timing round of the full settings
         self.isolation = isolation
         self.timeout_s = timeout_s
         self.e2e_scale = e2e_scale  # None: the e2e spec's default for the profile
@@ -51,11 +52,11 @@ class FKSession:
         self._progress_started = time.monotonic()
         if isolation == "process":
             self.evaluator = WorkerClient(candidate, device, timeout_s, mode, progress=self._progress,
-                                          env=worker_env)
+                                          env=worker_env, thorough=thorough)
         else:
             from .guards import genuine_snapshot
             genuine_snapshot()  # before any candidate code is imported into this process
-            self.evaluator = Evaluator(candidate, device, mode, progress=self._progress)
+            self.evaluator = Evaluator(candidate, device, mode, progress=self._progress, thorough=thorough)
 
     def _progress(self, text: str) -> None:
         if self.progress_sink is not None:
@@ -138,7 +139,8 @@ class FKSession:
     # ---- report ---------------------------------------------------------------------------------
     def run_info(self) -> dict:
         return {"device": self.device, "mode": self.mode, "profile": self.profile, "seed": self.seed,
-                "isolation": self.isolation, "timeout_s": self.timeout_s, "e2e_scale": self.e2e_scale,
+                "isolation": self.isolation, "timeout_s": self.timeout_s,
+                "effort": "thorough" if self.thorough else "quick", "e2e_scale": self.e2e_scale,
                 "candidate": self.candidates.describe() if self.candidates else None,
                 "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,
                 "suite": suite_info()}

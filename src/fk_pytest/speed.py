@@ -8,7 +8,7 @@ import torch
 
 from . import status
 from .build import draw_inputs, instantiate, instantiate_candidate, master_state, upcast_inputs
-from .compare import output_error
+from .compare import output_error, reference_error
 from .correctness import as_outputs
 from .errors import CandidateError, short_traceback
 from .guards import tampered
@@ -18,6 +18,11 @@ from .task import Case, Task
 from .timing import L2Flusher, Timing, make_runners, time_pair_cpu, time_pair_cuda
 
 SUSPECT_FRACTION = 0.85  # a time under 85% of the roofline floor is not a record but a suspect
+# The default timing stops once the speedup's 95% confidence interval is within +-1% (after at least
+# QUICK_MIN_ROUNDS rounds, at most the rounds the thorough mode runs); --fk-thorough runs the
+# fixed rounds of the 0.5 s budget, at least 50, whatever the interval.
+TARGET_CI = 0.01
+QUICK_MIN_ROUNDS = 20
 
 
 @dataclasses.dataclass
@@ -45,6 +50,8 @@ class SpeedResult:
     cand_single_us: Optional[float] = None  # one call per replay (the launch floor included)
     ref_single_us: Optional[float] = None
     phases: Dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per phase (fk_pytest.phases)
+    ratio_ci: Optional[float] = None  # the speedup's 95% CI half-width, relative (default timing)
+    reference: str = "run"  # the reference's timing: measured beside the candidate ("run") or "cache"
 
     def as_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -54,19 +61,27 @@ class SpeedResult:
 
 def measure_speed(task: Task, case: Case, candidate_cls: type, device, seed: int,
                   roofline: Optional[Dict[str, float]] = None, flusher: Optional[L2Flusher] = None,
-                  input_sets: int = 4, compose=None) -> SpeedResult:
+                  input_sets: int = 4, compose=None, thorough: bool = False, cache=None) -> SpeedResult:
     try:
         return _measure(task, case, candidate_cls, torch.device(device), seed, roofline, flusher,
-                        input_sets, compose)
+                        input_sets, compose, thorough, cache)
     except NotImplementedError as exc:  # a path the candidate has not written: not a crash
         raise CandidateError(status.NOT_IMPLEMENTED,
                              f"candidate raised {short_traceback(exc)} while being timed") from exc
 
 
-def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_sets, compose) -> SpeedResult:
+def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_sets, compose,
+             thorough, cache) -> SpeedResult:
+    rounds = {} if thorough else {"target_ci": TARGET_CI, "min_rounds": QUICK_MIN_ROUNDS}
+    key = cached = None
+    if cache is not None and device.type == "cuda":  # CPU timings are informational: never cached
+        from .ref_cache import case_key
+        key = case_key(task, case, seed, "speed", device, timing={"thorough": thorough, **rounds,
+                                                                  "input_sets": input_sets})
+        cached = cache.load(key)
     with phase("build", device):
         state = master_state(task, case, seed, device)
-        reference = instantiate(task.reference, task, case, state, device, case.dtype)
+        reference = None if cached else instantiate(task.reference, task, case, state, device, case.dtype)
         candidate = instantiate_candidate(candidate_cls, task, case, state, device, case.dtype, compose)
     with phase("inputs", device):
         sets = draw_inputs(task, case, device, range(seed, seed + (input_sets if device.type == "cuda" else 2)))
@@ -77,15 +92,30 @@ def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_s
             remove_call_checks(candidate)  # calls were checked while warming up and capturing: no hook when timed
             more = seed + input_sets  # the amortised timing's extra sets, after the rotated ones
             timings = time_pair_cuda(runners, flusher or L2Flusher(device), l2_hot=task.l2_hot(case),
-                                     more_sets=lambda n: draw_inputs(task, case, device, range(more, more + n)))
+                                     more_sets=lambda n: draw_inputs(task, case, device, range(more, more + n)),
+                                     calls=cached["timing"]["calls"] if cached else None, **rounds)
         else:
             timings = time_pair_cpu(runners)
     with phase("timed_check", device):
-        _check_after_timing(task, case, state, runners, sets, device)
-    return _result(task, case, timings["candidate"], timings["reference"], roofline)
+        checks = _check_after_timing(task, case, state, runners, sets, device, cached["checks"] if cached else None)
+    if cached:
+        cache.hit()
+        ref = Timing(**cached["timing"])
+        cand = timings["candidate"]
+        if cand.median_ci is not None and ref.median_ci is not None:
+            cand.ratio_ci = (cand.median_ci ** 2 + ref.median_ci ** 2) ** 0.5
+    else:
+        ref = timings["reference"]
+        if key is not None:
+            stored = {f: getattr(ref, f) for f in ("median_us", "spread", "rounds", "mode", "note", "calls",
+                                                   "single_us", "single_spread", "median_ci")}
+            cache.store(key, {"timing": {**stored, "samples_us": []}, "checks": checks})
+    result = _result(task, case, timings["candidate"], ref, roofline)
+    result.reference = "cache" if cached else "run"
+    return result
 
 
-def _check_after_timing(task, case, state, runners, sets, device) -> None:
+def _check_after_timing(task, case, state, runners, sets, device, ref_checks=None) -> dict:
     """The path that was timed must compute the op, and the timers must be the genuine ones.
 
     Set 0's buffers receive set 1's values and the timed path (graph replay or eager launch) runs
@@ -93,6 +123,9 @@ def _check_after_timing(task, case, state, runners, sets, device) -> None:
     there is no captured graph and a call-counting candidate could behave only while checked, the
     outputs of the timed calls themselves are checked as well. A candidate that computes only when
     it is checked, replays a cached result or leaves its work on another stream fails here.
+
+    The bar is the reference's error on the same inputs: measured here, or ``ref_checks`` (the
+    reference cache's, with no reference runner). Returns the reference's errors it used.
     """
     names = tampered()
     if names:
@@ -109,29 +142,46 @@ def _check_after_timing(task, case, state, runners, sets, device) -> None:
             return [(t, masks.get(n)) for n, t in zip(task.output_names(case), truths)]
 
         for (i, cand_out), (_, ref_out) in zip(getattr(runners["candidate"], "timed_outputs", []),
-                                               getattr(runners["reference"], "timed_outputs", [])):
-            _sane(task, case, truths_for(sets[i % len(sets)]), ref_out, cand_out, "a timed call")
+                                               getattr(runners.get("reference"), "timed_outputs", [])):
+            truths = truths_for(sets[i % len(sets)])
+            _sane(task, case, truths, _errors(truths, ref_out), cand_out, "a timed call")
         values = sets[1 % len(sets)]
         truths = truths_for(values)
-    ref_out = runners["reference"].verify(0, values)
+    checks = dict(ref_checks or {})
+    if "single" not in checks:
+        checks["single"] = _errors(truths, runners["reference"].verify(0, values))
     cand_out = runners["candidate"].verify(0, values)
-    _sane(task, case, truths, ref_out, cand_out, "the timed path, run again on fresh inputs,")
+    _sane(task, case, truths, checks["single"], cand_out, "the timed path, run again on fresh inputs,")
     if getattr(runners["candidate"], "calls", 1) > 1:  # the K-call replay is timed too: check it
-        ref_out = runners["reference"].verify(0, values, many=True)
+        if "many" not in checks:
+            checks["many"] = _errors(truths, runners["reference"].verify(0, values, many=True))
         cand_out = runners["candidate"].verify(0, values, many=True)
-        _sane(task, case, truths, ref_out, cand_out, "the amortised (K-call) timed path on fresh inputs")
+        _sane(task, case, truths, checks["many"], cand_out, "the amortised (K-call) timed path on fresh inputs")
+    return checks
 
 
-def _sane(task, case, truths, ref_out, cand_out, what: str) -> None:
+def _errors(truths, outs) -> list:
+    """The reference's (L2, element) errors per output on the rows the truth determines."""
+    errors = []
+    for (t, left_out), r in zip(truths, outs):
+        if left_out is not None and not bool(left_out.all()):
+            t, r = (x[~left_out.to(x.device)] for x in (t, r))
+        errors.append(list(reference_error(t, r)))
+    return errors
+
+
+def _sane(task, case, truths, ref_errors, cand_out, what: str) -> None:
     """A sanity bound on what was timed, not the verdict (that is the correctness tests'):
-    finite where the truth is, and within twice the task's limit."""
+    finite where the truth is, and within twice the task's limit (the bar: the reference's
+    ``ref_errors`` on the same inputs, see :func:`_errors`)."""
     if len(cand_out) != len(truths) or any(c.shape != t.shape for c, (t, _) in zip(cand_out, truths)):
         raise CandidateError(status.TIMED_OUTPUT_WRONG, f"{what} returned outputs of another structure")
-    for name, (t, left_out), r, c in zip(task.output_names(case), truths, ref_out, cand_out):
+    for name, (t, left_out), err, c in zip(task.output_names(case), truths, ref_errors, cand_out):
         finite = bool(torch.isfinite(c).all()) or not bool(torch.isfinite(t).all())
         if left_out is not None and not bool(left_out.all()):  # routing-aware: as the correctness check
-            t, r, c = (x[~left_out.to(x.device)] for x in (t, r, c))
-        if not finite or not output_error(name, t, [r], c, case.dtype, truncating=True).passed(task.limit * 2):
+            t, c = (x[~left_out.to(x.device)] for x in (t, c))
+        if not finite or not output_error(name, t, [], c, case.dtype, truncating=True,
+                                          ref_errors=tuple(err)).passed(task.limit * 2):
             raise CandidateError(
                 status.TIMED_OUTPUT_WRONG,
                 f"output {name!r} of {what} is wrong: the code that was timed does not compute the op "
@@ -148,7 +198,7 @@ def _result(task: Task, case: Case, cand: Timing, ref: Timing, roofline) -> Spee
         + (f" x{cand.calls}" if cand.calls > 1 else ""),
         informational=cand.mode == "cpu-wall", bytes=nbytes, flops=flops,
         note="; ".join(n for n in (cand.note, ref.note) if n), samples_us=cand.samples_us,
-        calls=cand.calls, cand_single_us=cand.single_us, ref_single_us=ref.single_us)
+        calls=cand.calls, cand_single_us=cand.single_us, ref_single_us=ref.single_us, ratio_ci=cand.ratio_ci)
     seconds = cand.median_us * 1e-6
     if seconds > 0:
         res.tbps = nbytes / seconds / 1e12 if nbytes else None

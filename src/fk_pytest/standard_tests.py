@@ -78,7 +78,7 @@ def standard_tests(task: Task):
 
         resolve_candidate(fk_session, task)  # skip/fail before hypothesis starts drawing
 
-        @fuzz_settings(fk_session.profile, fk_session.fuzz_examples, fk_session.seed)
+        @fuzz_settings(fk_session.profile, fk_session.fuzz_examples, fk_session.seed, fk_session.thorough)
         @given(task.fuzz_strategy(dtype, fk_session.profile))
         def fuzz(case):
             failures = check_case(fk_session, task, case, "fuzz", 1)

@@ -52,6 +52,8 @@ class Timing:
     calls: int = 1  # K, calls per timed replay
     single_us: Optional[float] = None  # median of the one-call replays
     single_spread: Optional[float] = None
+    ratio_ci: Optional[float] = None  # adaptive rounds: the speedup's 95% CI half-width, relative
+    median_ci: Optional[float] = None  # adaptive rounds: this runner's median's 95% CI half-width, relative
 
 
 def _summary(samples_us: List[float], mode: str, note: str = "") -> Timing:
@@ -202,10 +204,12 @@ def _verify_launch(runner, i: int, values: Mapping[str, Any], buffers=None, laun
 
 
 def make_runners(candidate, reference, input_sets, device, call: Callable = None) -> Dict[str, Any]:
+    """A runner per implementation; ``reference`` None: the candidate's alone (its side is known
+    from the reference cache)."""
+    impls = {"candidate": candidate, **({"reference": reference} if reference is not None else {})}
     if torch.device(device).type == "cuda":
-        return {"candidate": _GpuRunner(candidate, input_sets, True, call),
-                "reference": _GpuRunner(reference, input_sets, True, call)}
-    return {"candidate": _CpuRunner(candidate, input_sets, call), "reference": _CpuRunner(reference, input_sets, call)}
+        return {name: _GpuRunner(m, input_sets, True, call) for name, m in impls.items()}
+    return {name: _CpuRunner(m, input_sets, call) for name, m in impls.items()}
 
 
 def _event_pair():
@@ -243,15 +247,24 @@ def _estimate_single_us(runners: Dict[str, _GpuRunner], flusher: L2Flusher, trie
 def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s: float = 0.5,
                    min_rounds: int = 50, max_rounds: int = 500,
                    more_sets: Optional[Callable[[int], Sequence[Mapping[str, Any]]]] = None,
-                   l2_hot: bool = False) -> Dict[str, Timing]:
+                   l2_hot: bool = False, target_ci: Optional[float] = None,
+                   calls: Optional[int] = None) -> Dict[str, Timing]:
     """Time every runner interleaved. With ``more_sets`` (n -> n fresh input sets) short calls are
     also timed amortised: K calls per replay (see the module docstring), the same K for all runners
-    so their per-call times compare."""
+    so their per-call times compare.
+
+    The number of rounds is what ``budget_s`` buys, within ``min_rounds`` and ``max_rounds``. With
+    ``target_ci`` (two runners only) the rounds stop earlier, once ``min_rounds`` are done and the
+    95% confidence interval of the ratio of the two medians lies within +-``target_ci`` of it
+    (checked every ``CI_CHECK_EVERY`` rounds; see :func:`ratio_ci`): rounds past that point move
+    the speedup by less than the interval says and only cost time. One runner alone (the other
+    side's time known from the reference cache) stops on the interval of its own median.
+    ``calls`` fixes K (the cached side's), else it is chosen from the runners' one-call times."""
     single = _estimate_single_us(runners, flusher)
-    calls = 1
+    fixed_calls, calls = calls, 1
     if more_sets is not None:
         first = next(iter(runners.values()))
-        calls = calls_per_replay(min(single.values()), set_bytes(first.sets[0]))
+        calls = fixed_calls or calls_per_replay(min(single.values()), set_bytes(first.sets[0]))
         if calls > 1:
             extra = list(more_sets(calls - len(first.sets))) if l2_hot is False and calls > len(first.sets) else []
             for r in runners.values():
@@ -259,10 +272,12 @@ def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s:
             del extra
     per_round_s = sum(single.values()) * (1 + calls) * 1e-6 + len(runners) * (2 if calls > 1 else 1) * 2e-5
     rounds = int(min(max(budget_s / max(per_round_s, 1e-6), min_rounds), max_rounds))
+    adaptive = target_ci is not None and len(runners) in (1, 2)
 
     events = {k: [_event_pair() for _ in range(rounds)] for k in runners}
     multi = {k: [_event_pair() for _ in range(rounds)] for k in runners} if calls > 1 else None
     order = list(runners)
+    done, ci = rounds, None
     for i in range(rounds):
         for name in (order if i % 2 == 0 else order[::-1]):
             flusher()
@@ -276,20 +291,66 @@ def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s:
                 ev_start.record()
                 runners[name].launch_many()
                 ev_end.record()
+        if adaptive and i + 1 >= min_rounds and (i + 1) % CI_CHECK_EVERY == 0 and i + 1 < rounds:
+            torch.cuda.synchronize()
+            per_call = [_per_call(events[n][:i + 1], multi[n][:i + 1] if multi else None, calls) for n in order]
+            ci = ratio_ci(*per_call)
+            if ci <= target_ci:
+                done = i + 1
+                break
     torch.cuda.synchronize()
     out = {}
     for name, r in runners.items():
-        one = _summary([s.elapsed_time(e) * 1e3 for s, e in events[name]], r.mode, r.note)
+        one = _summary([s.elapsed_time(e) * 1e3 for s, e in events[name][:done]], r.mode, r.note)
         if multi is None:
             one.single_us, one.single_spread = one.median_us, one.spread
             out[name] = one
-            continue
-        marginal = [max((m0.elapsed_time(m1) - s0.elapsed_time(s1)) * 1e3 / (calls - 1), 1e-3)
-                    for (m0, m1), (s0, s1) in zip(multi[name], events[name])]
-        timing = _summary(marginal, r.mode, r.note)
-        timing.calls, timing.single_us, timing.single_spread = calls, one.median_us, one.spread
-        out[name] = timing
+        else:
+            timing = _summary(_per_call(events[name][:done], multi[name][:done], calls), r.mode, r.note)
+            timing.calls, timing.single_us, timing.single_spread = calls, one.median_us, one.spread
+            out[name] = timing
+    if adaptive:
+        ci = ratio_ci(*(out[n].samples_us for n in order)) if done == rounds or ci is None else ci
+        for t in out.values():
+            t.ratio_ci, t.median_ci = ci, ratio_ci(t.samples_us)
     return out
+
+
+CI_CHECK_EVERY = 10  # rounds between two checks of the ratio's confidence interval (one sync each)
+BOOTSTRAP_RESAMPLES = 400
+
+
+def _per_call(single_events, multi_events, calls: int) -> List[float]:
+    """Per-call times of the rounds: the one-call replays, or the marginal cost of a call (the
+    K-call replay minus the one-call replay, over K - 1; see the module docstring)."""
+    if multi_events is None:
+        return [s.elapsed_time(e) * 1e3 for s, e in single_events]
+    return [max((m0.elapsed_time(m1) - s0.elapsed_time(s1)) * 1e3 / (calls - 1), 1e-3)
+            for (m0, m1), (s0, s1) in zip(multi_events, single_events)]
+
+
+def ratio_ci(a_us: Sequence[float], b_us: Optional[Sequence[float]] = None, level: float = 0.95,
+             seed: int = 0) -> float:
+    """Half-width of the ``level`` confidence interval of median(a) / median(b), relative to it
+    (without ``b``: of median(a) itself).
+
+    A paired bootstrap over rounds: round i of both runners is resampled together, so what moves
+    both in one round (clocks, the other tenant of a shared host) stays paired, as it was timed."""
+    a = torch.tensor(a_us, dtype=torch.float64)
+    b = torch.tensor(b_us, dtype=torch.float64) if b_us is not None else None
+    n = min(len(a), len(b)) if b is not None else len(a)
+    if n < 4:
+        return float("inf")
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(n, (BOOTSTRAP_RESAMPLES, n), generator=gen)
+    ratios = a[:n][idx].median(dim=1).values
+    if b is not None:
+        ratios = ratios / b[:n][idx].median(dim=1).values
+    else:
+        b = torch.ones(n, dtype=torch.float64)
+    lo, hi = torch.quantile(ratios, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
+    center = float(a[:n].median() / b[:n].median())
+    return float(hi - lo) / 2 / center if center > 0 else float("inf")
 
 
 def time_pair_cpu(runners: Dict[str, _CpuRunner], rounds: int = 1) -> Dict[str, Timing]:

@@ -44,8 +44,10 @@ class WorkerClient:
     """Parent side. Methods mirror Evaluator's: load, evaluate, speed."""
 
     def __init__(self, candidate: Optional[str], device: str, timeout_s: float, mode: str = "independent",
-                 progress: Optional[Callable[[str], None]] = None, env: Optional[dict] = None):
+                 progress: Optional[Callable[[str], None]] = None, env: Optional[dict] = None,
+                 thorough: bool = False):
         self.candidate, self.device, self.timeout_s, self.mode = candidate, device, timeout_s, mode
+        self.thorough = thorough
         self.progress = progress  # phases of long requests, as the worker reports them
         self.env = env  # extra environment of the child (e.g. CUDA_VISIBLE_DEVICES of an xdist worker)
         self.proc: Optional[subprocess.Popen] = None
@@ -61,7 +63,8 @@ class WorkerClient:
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
         self.conn.send({"sys_path": list(sys.path), "candidate": self.candidate, "device": self.device,
-                        "mode": self.mode, "spawned_at": spawned_at})
+                        "mode": self.mode, "spawned_at": spawned_at,
+                        "thorough": self.thorough})
 
     def close(self) -> None:
         if self.conn is not None:
@@ -150,7 +153,7 @@ def serve(fd: int) -> None:
     if init["device"] == "cpu":
         from .xdist import share_cpu_threads
         share_cpu_threads()
-    ev = evaluator.Evaluator(init["candidate"], init["device"], init["mode"],
+    ev = evaluator.Evaluator(init["candidate"], init["device"], init["mode"], thorough=init.get("thorough", False),
                              progress=lambda text: conn.send(("progress", text, False)))
     from . import phases  # the start-up is billed to the first result after it
     phases.add("worker_start", time.time() - init.get("spawned_at", time.time()))

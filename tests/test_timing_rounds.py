@@ -1,0 +1,37 @@
+"""The stopping rule of the default GPU timing, on the CPU: the paired bootstrap interval of the
+ratio of two medians (fk_pytest.timing.ratio_ci) is narrow for steady rounds, wide for noisy ones,
+and sees a shift of both runners in one round as what it is (paired, so it cancels)."""
+import random
+
+from fk_pytest.timing import ratio_ci
+
+
+def _noisy(n, center, rel, seed):
+    rng = random.Random(seed)
+    return [center * (1 + rng.gauss(0, rel)) for _ in range(n)]
+
+
+def test_steady_rounds_give_a_narrow_interval_and_noisy_ones_a_wide_one():
+    steady = ratio_ci(_noisy(50, 10.0, 0.005, 1), _noisy(50, 20.0, 0.005, 2))
+    noisy = ratio_ci(_noisy(50, 10.0, 0.10, 1), _noisy(50, 20.0, 0.10, 2))
+    assert steady < 0.005 < 0.02 < noisy
+
+
+def test_more_rounds_narrow_the_interval():
+    few = ratio_ci(_noisy(20, 10.0, 0.05, 3), _noisy(20, 10.0, 0.05, 4))
+    many = ratio_ci(_noisy(500, 10.0, 0.05, 3), _noisy(500, 10.0, 0.05, 4))
+    assert many < few / 2
+
+
+def test_a_drift_both_runners_share_round_by_round_cancels_in_the_paired_interval():
+    rng = random.Random(5)
+    drift = [1 + 0.2 * rng.random() for _ in range(60)]  # clocks moving both runners of a round
+    a = [10.0 * d * (1 + rng.gauss(0, 0.002)) for d in drift]
+    b = [12.0 * d * (1 + rng.gauss(0, 0.002)) for d in drift]
+    shuffled = b[:]
+    random.Random(6).shuffle(shuffled)  # the same values unpaired: the drift no longer cancels
+    assert ratio_ci(a, b) < 0.01 < ratio_ci(a, shuffled)
+
+
+def test_too_few_rounds_have_no_interval():
+    assert ratio_ci([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]) == float("inf")
