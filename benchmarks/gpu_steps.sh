@@ -66,6 +66,10 @@ step_cmd() {
     # One task's speed tests three times, default timing, --fk-thorough, default again: the
     # reference's times across runs and S_t of the two timings side by side.
     speed-modes) echo "for r in quick1:'' thorough:--fk-thorough quick2:''; do $PYTEST tasks/L1/test_${SPEED_TASK:-rms_norm}.py -k speed --fk-device=cuda --fk-candidate=examples/candidates/triton \${r#*:} --fk-report=$OUT/speed-\${r%%:*}.json; done" ;;
+    # One task's whole verdict three times: the example tree filling the reference cache, its speed
+    # tests again with no cache (the reference timed anew: do its times repeat?), an honest PyTorch tree
+    # on the warm cache (what a second candidate pays). Seconds per run in $OUT/task-cache.log.
+    task-cache) echo "T=tasks/L1/test_${CACHE_TASK:-rms_norm}.py; rm -rf /tmp/fk-rc; for r in fill fresh warm; do s=\$(date +%s); case \$r in fill) a='--fk-candidate=examples/candidates/triton --fk-cache-dir=/tmp/fk-rc';; fresh) a='-k speed --fk-candidate=examples/candidates/triton --fk-no-cache';; warm) a='--fk-candidate=tests/candidates/minimal_signatures --fk-cache-dir=/tmp/fk-rc';; esac; $PYTEST \$T --fk-device=cuda \$a --fk-report=$OUT/cache-\$r.json | tail -3; echo \"run \$r: \$((\$(date +%s)-s)) s\"; done" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
     *) echo "false unknown-step-$1" ;;
   esac

@@ -70,9 +70,16 @@ def autotune_here(t: torch.Tensor) -> bool:
 
 
 def size_class(n: int) -> int:
-    """The power-of-4 bucket of a row/token count (1, 4, 16, ..., 16384 and above): the shape part
-    of an autotune key, coarse so a serving run with many batch sizes tunes a handful of times."""
+    """The power-of-4 bucket of a row/token count (1, 4, 16, ...): the shape part of an autotune
+    key, coarse so a serving run with many batch sizes tunes a handful of times.
+
+    Uncapped: the buckets once stopped at 16384, so every count from 4097 rows up shared one
+    tuning, and the config tuned on whichever came first ran all of them. Per-head norms put a
+    decode batch of 143 tokens (4576 rows of 128) and a 16384-token prefill (524288 rows) in that
+    bucket; tuned on the first, where configs are within noise of each other, the prefill ran up to
+    4x slower than its own best (Qwen3 q-norm at T8192: 162.7 against 41.7 us in two runs of the
+    same reference on the H200, 2026-12-03, docs/perf/h200-suite-cost.md)."""
     bucket = 1
-    while bucket < n and bucket < 16384:
+    while bucket < n:
         bucket *= 4
     return bucket

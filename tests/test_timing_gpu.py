@@ -15,6 +15,7 @@ import statistics
 import pytest
 import torch
 
+from fk_pytest.speed import QUICK_MIN_ROUNDS
 from fk_pytest.timing import L2Flusher, _GpuRunner, flushed_replay_us, time_pair_cuda
 from kernels_reference.L1.rms_norm import RMSNorm
 
@@ -125,9 +126,9 @@ def test_adaptive_rounds_stop_when_the_speedup_is_known_to_one_percent(tokens):
     impls = {"candidate": _norm(), "reference": _norm()}
     runners = {n: _GpuRunner(m, sets, True, lambda f, s: f(**s)) for n, m in impls.items()}
     flusher = L2Flusher(torch.device("cuda"))
-    out = time_pair_cuda(runners, flusher, budget_s=1.0, min_rounds=20, max_rounds=1000, target_ci=0.01,
+    out = time_pair_cuda(runners, flusher, budget_s=1.0, min_rounds=QUICK_MIN_ROUNDS, max_rounds=1000, target_ci=0.01,
                          more_sets=lambda n: [make(4 + i) for i in range(n)])
     cand, ref = out["candidate"], out["reference"]
     assert cand.ratio_ci is not None and cand.ratio_ci <= 0.01, cand.ratio_ci
-    assert 20 <= cand.rounds < 1000
+    assert QUICK_MIN_ROUNDS <= cand.rounds < 1000
     assert abs(cand.median_us / ref.median_us - 1) < 0.03

@@ -35,3 +35,12 @@ def test_a_drift_both_runners_share_round_by_round_cancels_in_the_paired_interva
 
 def test_too_few_rounds_have_no_interval():
     assert ratio_ci([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]) == float("inf")
+
+
+def test_autotune_buckets_keep_a_decode_batch_and_a_prefill_apart():
+    """Per-head norms of a 143-token decode batch (4576 rows) and of a 16384-token prefill (524288
+    rows) once shared one autotune bucket, so the config tuned on the first ran the second up to 4x
+    slower than its own best (H200, docs/perf/h200-suite-cost.md)."""
+    from kernels_reference.triton_rows import size_class
+    assert size_class(143 * 32) != size_class(16384 * 32) != size_class(8192 * 32)
+    assert size_class(1) == 1 and size_class(5) == size_class(16) == 16
