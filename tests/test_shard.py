@@ -82,3 +82,31 @@ def test_fk_report_without_merge_refuses_two_reports(tmp_path, capsys):
     with pytest.raises(SystemExit):
         fk_report([str(p) for p in paths])
     assert "add --merge" in capsys.readouterr().err
+
+
+def test_costs_kept_in_the_cache_directory_price_shards_and_files(tmp_path):
+    """A run with --fk-cache-dir leaves its seconds per group in DIR/costs.json, per device; the next
+    run on that device packs shards and orders xdist's files by them, longest first."""
+    from types import SimpleNamespace
+    from fk_pytest.shard import file_prices, remember_costs, remembered_costs
+
+    report = {"tasks": [{"name": "slow", "seconds": 90.0}, {"name": "quick", "seconds": 3.0}],
+              "e2e": {"cases": [{"model": "m", "seconds": 40.0}, {"model": "m", "seconds": 20.0}]}}
+    remember_costs(tmp_path, "NVIDIA H200", report)
+    remember_costs(tmp_path, "cpu", {"tasks": [{"name": "slow", "seconds": 1.0}]})
+    costs = remembered_costs(tmp_path, "NVIDIA H200")
+    assert costs == {"task:slow": 90.0, "task:quick": 3.0, "e2e:m": 60.0}
+    assert remembered_costs(tmp_path, "cpu") == {"task:slow": 1.0}  # another device: its own numbers
+    remember_costs(tmp_path, "NVIDIA H200", {"tasks": [{"name": "quick", "seconds": 5.0}]})
+    assert remembered_costs(tmp_path, "NVIDIA H200")["task:quick"] == 5.0  # newer replaces, others kept
+    (tmp_path / "costs.json").write_text("{not json")
+    assert remembered_costs(tmp_path, "NVIDIA H200") == {}  # a bad file costs balance, never the run
+
+    def item(path, task):
+        fn = SimpleNamespace(_fk_task=SimpleNamespace(name=task))
+        return SimpleNamespace(nodeid=f"{path}::test_x", function=fn)
+    items = [item("a.py", "quick")] * 50 + [item("b.py", "slow")] * 2 + [item("c.py", "new")] * 10
+    price = file_prices(items, {"task:slow": 90.0, "task:quick": 3.0})
+    assert sorted(price, key=lambda f: -price[f]) == ["b.py", "c.py", "a.py"]  # new: mean s per test
+    assert assign({"task:slow": 2, "task:quick": 50}, 2, {"task:slow": 90.0, "task:quick": 3.0}) == \
+        {"task:slow": 1, "task:quick": 2}

@@ -176,13 +176,15 @@ def pytest_configure(config):
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(str(exc))
     session.record_cpu_benchmarks = opt.fk_benchmark_cpu
+    session.remembered_costs = _remembered_costs(device)  # from the cache directory, if any
     if opt.fk_shard or opt.fk_shard_costs:
         from .shard import costs_from_report, parse_shard
         try:
             if not opt.fk_shard:
                 raise ValueError("--fk-shard-costs needs --fk-shard=i/N")
             session.shard = parse_shard(opt.fk_shard)
-            session.shard_costs = costs_from_report(opt.fk_shard_costs) if opt.fk_shard_costs else None
+            session.shard_costs = (costs_from_report(opt.fk_shard_costs) if opt.fk_shard_costs
+                                   else session.remembered_costs or None)
         except ValueError as exc:
             raise pytest.UsageError(str(exc))
     if on_worker and opt.fk_isolation == "none":  # candidates run in this process (else the worker's)
@@ -198,6 +200,21 @@ def pytest_configure(config):
         config.pluginmanager.register(_JournalMerger(session), "fastkernels-journal-merger")
     config.stash[SESSION_KEY] = session
     _watch_interrupts(config, session)
+
+
+def _cost_device(device: str) -> str:
+    """The key measured costs are kept under: the GPU's name, or "cpu"."""
+    if device == "cuda":
+        import torch
+        return torch.cuda.get_device_name(0)
+    return "cpu"
+
+
+def _remembered_costs(device: str) -> dict:
+    from .e2e_cache import cache_dir
+    from .shard import remembered_costs
+    root = cache_dir()
+    return remembered_costs(root, _cost_device(device)) if root else {}
 
 
 def _watch_interrupts(config, session: FKSession) -> None:
@@ -310,12 +327,20 @@ def pytest_collection_modifyitems(session, config, items):
             items[:] = kept
     from .xdist import worker_id
     if worker_id(config) is not None:
-        # The order xdist hands files out in (see pytest_cmdline_main): the end-to-end file first
-        # (few tests, the longest), then the files with the most tests, as xdist's own default
-        # does. A stable sort on a per-file key keeps each file's tests together and in order.
-        tests_in = Counter(item.nodeid.split("::")[0] for item in items)
-        items.sort(key=lambda item: (getattr(getattr(item, "function", None), "_fk_e2e", None) is None,
-                                     -tests_in[item.nodeid.split("::")[0]]))
+        # The order xdist hands files out in (see pytest_cmdline_main): longest first, so the
+        # last file handed out is a short one. Priced by the seconds earlier runs on this device
+        # measured (the cache directory's costs.json) when there are any; else the end-to-end file
+        # first (few tests, the longest), then the files with the most tests, as xdist's own
+        # default does. A stable sort on a per-file key keeps each file's tests together and in
+        # order; every worker reads the same file, so every worker collects the same order.
+        if fk.remembered_costs:
+            from .shard import file_prices
+            price = file_prices(items, fk.remembered_costs)
+            items.sort(key=lambda item: -price[item.nodeid.split("::")[0]])
+        else:
+            tests_in = Counter(item.nodeid.split("::")[0] for item in items)
+            items.sort(key=lambda item: (getattr(getattr(item, "function", None), "_fk_e2e", None) is None,
+                                         -tests_in[item.nodeid.split("::")[0]]))
 
 
 def pytest_collection_finish(session):
@@ -379,6 +404,23 @@ def pytest_sessionfinish(session, exitstatus):
     fk.close()
     if fk.results.tasks or fk.results.e2e:
         fk.write(complete=exitstatus in (0, 1) and not fk.interrupted)
+        _remember_costs(session.config, fk)
+
+
+def _remember_costs(config, fk) -> None:
+    """Leave this run's seconds per task and end-to-end model in the cache directory (the
+    controller's merged results, not a worker's share), for the next run's balance."""
+    from .e2e_cache import cache_dir
+    from .shard import remember_costs
+    from .xdist import worker_id
+    root = cache_dir()
+    if root is None or worker_id(config) is not None:
+        return
+    try:
+        remember_costs(root, _cost_device(fk.device), fk.report(complete=True))
+    except OSError as exc:  # costs only balance the next run: say so, and go on
+        if fk.progress_sink is not None:
+            fk.progress_sink(f"could not keep the measured costs in {root}: {exc}")
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables: the verdicts are the last word

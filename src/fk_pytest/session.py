@@ -47,6 +47,7 @@ class FKSession:
         self.record_cpu_benchmarks = False  # --fk-benchmark-cpu
         self.shard: Optional[tuple] = None  # (i, N) with --fk-shard: this run's share of the suite
         self.shard_costs: Optional[Dict[str, float]] = None  # seconds per group (--fk-shard-costs)
+        self.remembered_costs: Dict[str, float] = {}  # seconds per group earlier runs left in the cache dir
         self.progress_sink = None  # set by the plugin: where phases of long runs are shown
         self.interrupted = False  # set by the plugin's SIGINT watch: the report can then not be complete
         self._progress_started = time.monotonic()
