@@ -69,3 +69,76 @@ def test_without_a_cache_directory_nothing_is_read_or_written(tmp_path, monkeypa
     assert Evaluator(None, "cpu").ref_cache is None
     assert [r.reference for r in _run(ROOT / "kernels_reference")] == ["run"] * len(CASES)
     assert not list(tmp_path.iterdir())
+
+
+def _speed(tree, monkeypatch, cache_dir):
+    """measure_speed with the reference cache, its GPU-only caching switched on for the CPU (the
+    code path a GPU runs: the reference's timing and timed-path errors stored, then reused)."""
+    from fk_pytest import speed
+    from fk_pytest.candidates import CandidateSource
+    from fk_pytest.ref_cache import ReferenceCache
+    monkeypatch.setattr(speed, "timings_cacheable", lambda device: True)
+    cls = CandidateSource(str(tree)).load_class(TASK)
+    cache = ReferenceCache(cache_dir, progress=lambda text: None)
+    return [speed.measure_speed(TASK, case, cls, "cpu", 11, cache=cache) for case in CASES]
+
+
+def test_a_cached_timing_is_reused_and_the_timed_path_still_checked(tmp_path, monkeypatch):
+    from fk_pytest.errors import CandidateError
+    first = _speed(ROOT / "kernels_reference", monkeypatch, tmp_path)
+    assert [r.reference for r in first] == ["run"] * len(CASES)
+    second = _speed(CANDIDATES / "minimal_signatures", monkeypatch, tmp_path)
+    assert [r.reference for r in second] == ["cache"] * len(CASES)
+    assert [r.ref_us for r in second] == [r.ref_us for r in first]  # the stored time, not a new one
+    with pytest.raises(CandidateError) as caught:  # a wrong timed path, judged on the stored bar
+        _speed(CANDIDATES / "silu_swapped", monkeypatch, tmp_path)
+    assert caught.value.status == status.TIMED_OUTPUT_WRONG
+
+
+def test_one_runner_with_a_fixed_k_stops_on_its_own_median(monkeypatch):
+    """The GPU loop with only the candidate (its reference from the cache), on fake CUDA events:
+    the stored K is used, and the rounds stop once its own median is known to +-1%."""
+    import random
+    import torch
+    from fk_pytest import timing
+
+    rng = random.Random(0)
+    made = []
+
+    class Event:
+        def record(self):
+            pass
+
+        def elapsed_time(self, end):
+            return end.ms
+
+    def pair():
+        # Made in this order: 4 one-call estimates, 500 one-call rounds, 500 K-call rounds; a
+        # one-call replay 10 us, a call 2 us more, 1% noise on each replay.
+        made.append(1)
+        start, end = Event(), Event()
+        us = 10.0 if len(made) <= 504 else 10.0 + 2.0 * 6
+        end.ms = us * 1e-3 * (1 + rng.gauss(0, 0.01))
+        return start, end
+
+    class Runner:
+        mode, note, sets, calls = "cuda-graph", "", [{}], 1
+
+        def launch(self, i):
+            pass
+
+        def launch_many(self):
+            pass
+
+        def amortise(self, extra, calls, rotate=True):
+            self.calls = calls
+
+    monkeypatch.setattr(timing, "_event_pair", pair)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    runner = Runner()
+    out = timing.time_pair_cuda({"candidate": runner}, lambda: None, budget_s=10.0, min_rounds=50,
+                                max_rounds=500, more_sets=lambda n: [{}] * n, target_ci=0.01, calls=7)
+    cand = out["candidate"]
+    assert runner.calls == 7 and cand.calls == 7
+    assert 50 <= cand.rounds < 500 and cand.median_ci is not None and cand.median_ci <= 0.01
+    assert abs(cand.median_us - 2.0) < 0.1  # the marginal cost of a call

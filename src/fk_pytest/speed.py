@@ -74,7 +74,7 @@ def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_s
              thorough, cache) -> SpeedResult:
     rounds = {} if thorough else {"target_ci": TARGET_CI, "min_rounds": QUICK_MIN_ROUNDS}
     key = cached = None
-    if cache is not None and device.type == "cuda":  # CPU timings are informational: never cached
+    if cache is not None and timings_cacheable(device):
         from .ref_cache import case_key
         key = case_key(task, case, seed, "speed", device, timing={"thorough": thorough, **rounds,
                                                                   "input_sets": input_sets})
@@ -113,6 +113,11 @@ def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_s
     result = _result(task, case, timings["candidate"], ref, roofline)
     result.reference = "cache" if cached else "run"
     return result
+
+
+def timings_cacheable(device) -> bool:
+    """GPU timings only: a CPU timing is the interpreter's wall time, informational and one round."""
+    return device.type == "cuda"
 
 
 def _check_after_timing(task, case, state, runners, sets, device, ref_checks=None) -> dict:
