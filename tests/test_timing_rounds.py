@@ -1,6 +1,7 @@
 """The stopping rule of the default GPU timing, on the CPU: the paired bootstrap interval of the
 ratio of two medians (fk_pytest.timing.ratio_ci) is narrow for steady rounds, wide for noisy ones,
 and sees a shift of both runners in one round as what it is (paired, so it cancels)."""
+import dataclasses
 import random
 
 from fk_pytest.timing import ratio_ci
@@ -44,3 +45,30 @@ def test_autotune_buckets_keep_a_decode_batch_and_a_prefill_apart():
     from kernels_reference.triton_rows import size_class
     assert size_class(143 * 32) != size_class(16384 * 32) != size_class(8192 * 32)
     assert size_class(1) == 1 and size_class(5) == size_class(16) == 16
+
+
+def test_a_reference_under_the_roofline_floor_is_flagged_and_its_case_not_scored():
+    import torch
+    from fk_pytest.results import TaskRecord
+    from fk_pytest.speed import _result, _under_roofline
+    from fk_pytest.timing import Timing
+    from tasks.L1.test_silu_and_mul import TASK
+
+    case = next(c for c in TASK.cases("full") if c.dtype == torch.bfloat16)
+    floor_us = TASK.io_bytes(case) / 4.0e12 * 1e6  # at 4 TB/s
+    roofline = {"copy_tbps": 4.0, "bf16_gemm_tflops": 700.0}
+
+    def timing(us):
+        return Timing(us, 0.01, 50, "cuda-graph", [us] * 50)
+
+    honest = _result(TASK, case, timing(2 * floor_us), timing(3 * floor_us), roofline)
+    too_fast_ref = _result(TASK, case, timing(2 * floor_us), timing(0.5 * floor_us), roofline)
+    assert not honest.ref_suspect and not honest.suspect
+    assert too_fast_ref.ref_suspect and not too_fast_ref.suspect
+    assert _under_roofline(TASK, case, {"reference": timing(0.5 * floor_us)}, roofline)
+    assert not _under_roofline(TASK, case, {"reference": timing(2 * floor_us)}, roofline)
+    assert not _under_roofline(TASK, case, {"reference": timing(0.5 * floor_us)}, None)
+
+    record = TaskRecord(TASK.name, TASK.level, TASK.family, TASK.module_path, TASK.class_name)
+    record.speed = {"a": honest, "b": dataclasses.replace(too_fast_ref, case_id="b")}
+    assert [s.case_id for s in record.timed] == [honest.case_id]

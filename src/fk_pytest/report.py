@@ -131,6 +131,10 @@ def _kernel_lines(report: dict) -> list:
                          f"{t['name']} {t['seconds']:.0f} s" for t in costly[:3]))
     if report.get("phases"):
         lines.append("evaluation phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in report["phases"].items()))
+    impossible = [f"{t['name']}[{s['case_id']}]" for t in report["tasks"] for s in t["speed"] if s.get("ref_suspect")]
+    if impossible:
+        lines.append(f"not scored: the reference's time is under the roofline floor in {len(impossible)} case(s): "
+                     + ", ".join(impossible[:5]))
     sides = [c.get("reference") for t in report["tasks"] for c in t["cases"] + t["speed"]]
     if "cache" in sides:
         lines.append(f"reference cache: the reference's side of {sides.count('cache')} of {len(sides)} "

@@ -94,7 +94,9 @@ class TaskRecord:
 
     @property
     def timed(self) -> List[SpeedResult]:
-        return [s for s in self.speed.values() if not s.informational]
+        """The GPU timings S_t is made of: not a CPU timing, nor a case whose reference time is under
+        the roofline floor (a ratio against an impossible denominator is no speedup)."""
+        return [s for s in self.speed.values() if not s.informational and not getattr(s, "ref_suspect", False)]
 
     @property
     def speedup(self) -> Optional[float]:
