@@ -71,16 +71,16 @@ def test_without_a_cache_directory_nothing_is_read_or_written(tmp_path, monkeypa
     assert not list(tmp_path.iterdir())
 
 
-def _speed(tree, monkeypatch, cache_dir):
+def _speed(tree, monkeypatch, cache_dir, task=TASK, cases=CASES):
     """measure_speed with the reference cache, its GPU-only caching switched on for the CPU (the
     code path a GPU runs: the reference's timing and timed-path errors stored, then reused)."""
     from fk_pytest import speed
     from fk_pytest.candidates import CandidateSource
     from fk_pytest.ref_cache import ReferenceCache
     monkeypatch.setattr(speed, "timings_cacheable", lambda device: True)
-    cls = CandidateSource(str(tree)).load_class(TASK)
+    cls = CandidateSource(str(tree)).load_class(task)
     cache = ReferenceCache(cache_dir, progress=lambda text: None)
-    return [speed.measure_speed(TASK, case, cls, "cpu", 11, cache=cache) for case in CASES]
+    return [speed.measure_speed(task, case, cls, "cpu", 11, cache=cache) for case in cases]
 
 
 def test_a_cached_timing_is_reused_and_the_timed_path_still_checked(tmp_path, monkeypatch):
@@ -142,3 +142,43 @@ def test_one_runner_with_a_fixed_k_stops_on_its_own_median(monkeypatch):
     assert runner.calls == 7 and cand.calls == 7
     assert 50 <= cand.rounds < 500 and cand.median_ci is not None and cand.median_ci <= 0.01
     assert abs(cand.median_us - 2.0) < 0.1  # the marginal cost of a call
+
+
+def test_undetermined_rows_and_their_draw_come_from_the_cache_too(cache, monkeypatch):
+    """Finding an MoE case's undetermined rows runs the reference at the case dtype (for a model,
+    a second model): a warm entry supplies the rows and the input draw, and the verdict is the same."""
+    from tasks.L3.test_mixtral_decoder_layer import TASK as LAYER
+    case = LAYER.cases("cpu")[0]
+    calls = []
+    rule = type(LAYER).undetermined_rows
+
+    def counted(self, *args):
+        calls.append(1)
+        return rule(self, *args)
+    monkeypatch.setattr(type(LAYER), "undetermined_rows", counted)
+
+    def run():
+        ev = Evaluator(str(ROOT / "kernels_reference"), "cpu")
+        return ev.evaluate(task_ref(LAYER), case, 3, "workload")
+    first = run()
+    assert first.reference == "run" and len(calls) == 1
+    second = run()
+    assert second.reference == "cache" and len(calls) == 1  # the rows came with the entry
+    assert (second.status, second.excluded, [e.ratio for e in second.errors]) == \
+        (first.status, first.excluded, [e.ratio for e in first.errors])
+
+
+def test_a_cached_timing_carries_the_timed_checks_undetermined_rows(tmp_path, monkeypatch):
+    from tasks.L3.test_mixtral_decoder_layer import TASK as LAYER
+    cases = LAYER.cases("cpu")[:1]
+    calls = []
+    rule = type(LAYER).undetermined_rows
+    monkeypatch.setattr(type(LAYER), "undetermined_rows", lambda self, *a: calls.append(1) or rule(self, *a))
+    first = _speed(ROOT / "kernels_reference", monkeypatch, tmp_path, LAYER, cases)
+    runs = len(calls)
+    second = _speed(ROOT / "kernels_reference", monkeypatch, tmp_path, LAYER, cases)
+    assert [r.reference for r in (first + second)] == ["run", "cache"]
+    # The first run found the rows for the timed-path check (and for the CPU's check of each timed
+    # call, which pairs the candidate's calls with the reference's and so has none to check when
+    # the reference's timing is cached: on a GPU there is no such check, on the CPU no caching).
+    assert runs >= 1 and len(calls) == runs

@@ -96,12 +96,17 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
         try:  # everything before the candidate runs is the task's doing, not the candidate's
             with phase("build", device):
                 state = master_state(task, case, seed, device)
-            inputs, truths, excluded = _truth_run(task, case, seed, state, device, names, written)
-            result.excluded = {n: float(m.float().mean()) for n, m in excluded.items()}
+            entry = CachedCase(cache, task, case, seed, kind, device) if cache is not None else None
+            inputs, truths, excluded, draw = _truth_run(task, case, seed, state, device, names, written, entry)
             for name, t in zip(names + written, truths):
                 check_discriminating(name, t)
-            ref_side = _reference_side(task, case, seed, kind, state, device, names + written, inputs, truths,
-                                       excluded, cache)
+            ref_side = _reference_side(task, case, state, device, names + written, inputs, truths, excluded,
+                                       draw, entry)
+            if ref_side is None:  # a stale entry: its undetermined rows are not this truth's either
+                inputs, truths, excluded, draw = _truth_run(task, case, seed, state, device, names, written)
+                ref_side = _reference_side(task, case, state, device, names + written, inputs, truths, excluded,
+                                           draw, entry)
+            result.excluded = {n: float(m.float().mean()) for n, m in excluded.items()}
             result.reference = ref_side.source
         except TaskDefinitionError:
             raise
@@ -159,21 +164,43 @@ class ReferenceSide:
     source: str
 
 
-def _reference_side(task, case, seed, kind, state, device, names, inputs, truths, excluded, cache) -> ReferenceSide:
+class CachedCase:
+    """One case's entry in the reference cache (:mod:`fk_pytest.ref_cache`), read once: the
+    reference's errors and, for tasks that leave undetermined rows out, which rows and which input
+    draw (finding them runs the reference at the case dtype: for an MoE model, a second model)."""
+
+    def __init__(self, cache, task, case, seed, kind, device):
+        from . import ref_cache
+        self.cache, self.key = cache, ref_cache.case_key(task, case, seed, kind, device)
+        self.payload = cache.load(self.key)
+
+    def rows(self):
+        """(input draw, {output: excluded-row mask}) stored with the entry, or None."""
+        from . import ref_cache
+        if self.payload is None or "draw" not in self.payload:
+            return None
+        excluded = self.payload.get("excluded", {})
+        return self.payload["draw"], {n: ref_cache.unpack_rows(m) for n, m in excluded.items()}
+
+
+def _reference_side(task, case, state, device, names, inputs, truths, excluded, draw,
+                    entry) -> Optional[ReferenceSide]:
     """The reference's side of one case: from the reference cache when it holds this case (and
     the recomputed truth is the one it was measured against), else from running the reference
-    (stored in the cache, when there is one)."""
+    (stored in the cache, when there is one). None: the entry was stale (the caller recomputes
+    the truth's undetermined rows, which came from it, and asks again)."""
     from . import ref_cache
-    key = ref_cache.case_key(task, case, seed, kind, device) if cache is not None else None
-    fingerprint = ref_cache.truth_fingerprint(truths) if cache is not None else None
-    payload = cache.load(key) if cache is not None else None
-    if payload is not None:
+    fingerprint = ref_cache.truth_fingerprint(truths) if entry is not None else None
+    if entry is not None and entry.payload is not None:
+        payload, entry.payload = entry.payload, None  # read once: a second ask runs the reference
         if ref_cache.same_truth(payload["truth"], fingerprint) and len(payload["outputs"]) == len(names):
-            cache.hit()
+            entry.cache.hit()
             meta = [(tuple(o["shape"]), getattr(torch, o["dtype"]), t.device)
                     for o, t in zip(payload["outputs"], truths)]
             return ReferenceSide(meta, [(o["e_ref"], o["elem_ref"]) for o in payload["outputs"]], "cache")
-        cache.stale(key, "the recomputed truth is not the one it was measured against")
+        entry.cache.stale(entry.key, "the recomputed truth is not the one it was measured against")
+        if "draw" in payload:
+            return None
     with phase("build", device):
         reference = instantiate(task.reference, task, case, state, device, case.dtype)
     with phase("reference", device), poisoned_allocations():
@@ -184,10 +211,11 @@ def _reference_side(task, case, seed, kind, state, device, names, inputs, truths
     errors = [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
               for n, t, r in zip(names, truths, refs)]
     side = ReferenceSide([(tuple(r.shape), r.dtype, r.device) for r in refs], errors, "run")
-    if cache is not None:
-        cache.store(key, {"truth": fingerprint, "outputs": [
+    if entry is not None:
+        entry.cache.store(entry.key, {"truth": fingerprint, "draw": draw, "outputs": [
             {"name": n, "shape": list(m[0]), "dtype": str(m[1]).replace("torch.", ""), "e_ref": e, "elem_ref": el}
-            for n, m, (e, el) in zip(names, side.meta, errors)]})
+            for n, m, (e, el) in zip(names, side.meta, errors)],
+            "excluded": {n: ref_cache.pack_rows(m) for n, m in excluded.items()}})
     return side
 
 
@@ -246,12 +274,26 @@ def _compare(task, case, seed, device, result, names, inputs, cand_inputs, ref_s
 EXCLUSION_SEED_STEP = 1_000_003  # a redraw's seed: far from the seeds a run uses
 
 
-def _truth_run(task, case, seed, state, device, names, written):
-    """Inputs, float64 truths and the task's undetermined rows (``Task.undetermined_rows``).
+def _truth_run(task, case, seed, state, device, names, written, entry=None):
+    """Inputs, float64 truths, the task's undetermined rows (``Task.undetermined_rows``) and the
+    input draw they came from.
 
     A draw that leaves out more than ``task.max_excluded_share`` of an output's rows is redrawn
-    (the weights stay); when every redraw does too, the case cannot be scored: a task error.
+    (the weights stay); when every redraw does too, the case cannot be scored: a task error. With a
+    reference-cache ``entry`` that stored them, the draw and the rows come from it (the truth is
+    computed all the same, and checked against the entry's afterwards).
     """
+    known = entry.rows() if entry is not None else None
+    if known is not None:
+        attempt, masks = known
+        with phase("inputs", device):
+            inputs = draw_inputs(task, case, device, [seed + attempt * EXCLUSION_SEED_STEP])[0]
+        with phase("truth", device):
+            truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
+            truth_inputs = upcast_inputs(inputs)
+            truths = as_outputs(task.call(truth_module, truth_inputs, "forward_native"), names, "truth") \
+                + [truth_inputs[w] for w in written]
+        return inputs, truths, {n: m.to(device) for n, m in masks.items()}, attempt
     shares = []
     for attempt in range(task.exclusion_redraws + 1):
         with phase("inputs", device):
@@ -265,7 +307,7 @@ def _truth_run(task, case, seed, state, device, names, written):
             masks = {n: m for n, m in (observed() if observed is not None else {}).items() if m is not None}
         worst = max((float(m.float().mean()) for m in masks.values()), default=0.0)
         if worst <= task.max_excluded_share and worst < 1.0:  # something must be left to score
-            return inputs, truths, masks
+            return inputs, truths, masks, attempt
         shares.append(worst)
     raise TaskDefinitionError(
         f"every input draw leaves too many rows undetermined at {case.dtype} (excluded shares "

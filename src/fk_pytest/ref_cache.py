@@ -9,13 +9,17 @@ the candidate's side: the reference's first call on each shape compiles its kern
 With ``--fk-cache-dir=DIR`` they are stored under ``DIR/ref``, one entry per case, seed and kind:
 
 * correctness (workload and fuzz cases): per output the reference's shape, dtype, relative L2 and
-  per-element errors, and the truth's norm. The truth itself is recomputed every time (float64
-  on the GPU, 0.3 s of that verdict; a full-size truth is gigabytes on disk): a recomputed truth
-  whose norm or shape is not the stored one means the entry is stale, and the reference runs.
+  per-element errors, and the truth's norm; for tasks that leave undetermined rows out (MoE
+  routing near-ties), which rows and which input draw. Finding those rows runs the reference at
+  the case dtype beside the truth (for an MoE model, a second model; the truth phase, which
+  includes it, took 70 s over five tests of DeepSeek-V2-Lite's L4 cut in
+  docs/perf/h200-suite-cost.md). The truth itself is recomputed every time (a full-size truth
+  is gigabytes on disk): a recomputed truth whose norm or shape is not the stored one means the
+  entry is stale, and the rows are found and the reference run again.
 * speed (CUDA only): the reference's timing (per-call median, spread, rounds, calls per replay K,
-  one-call time, the interval of its median) and its errors on the inputs the timed path is
-  checked on. The candidate is then timed alone, with the same K; a candidate whose calls are
-  short enough to want another K than the stored one times both again.
+  one-call time, the interval of its median) and its errors and undetermined rows on the inputs
+  the timed path is checked on. The candidate is then timed alone with the stored K (the
+  marginal cost of a call does not depend on K; K only sets how precisely it is measured).
 
 Keys (:func:`case_key`): the task (module, name) and the case (id, dtype, params), the seed and
 the kind, the GPU name, CUDA and driver versions, torch and triton, the interpreter switch, the
@@ -110,3 +114,17 @@ class ReferenceCache:
 
     def store(self, key: dict, payload: dict) -> None:
         self.entries.store(key, payload)
+
+
+def pack_rows(mask: torch.Tensor) -> dict:
+    """An excluded-row mask as JSON: its shape and the flat indices of its True rows (few)."""
+    return {"shape": list(mask.shape), "rows": torch.nonzero(mask.reshape(-1).cpu()).flatten().tolist()}
+
+
+def unpack_rows(packed: dict) -> torch.Tensor:
+    size = 1
+    for n in packed["shape"]:
+        size *= int(n)
+    mask = torch.zeros(size, dtype=torch.bool)
+    mask[packed["rows"]] = True
+    return mask.reshape(packed["shape"])

@@ -9,6 +9,7 @@ import torch
 from . import status
 from .build import draw_inputs, instantiate, instantiate_candidate, master_state, upcast_inputs
 from .compare import output_error, reference_error
+from .ref_cache import pack_rows, unpack_rows
 from .correctness import as_outputs
 from .errors import CandidateError, short_traceback
 from .guards import tampered
@@ -165,12 +166,15 @@ def _check_after_timing(task, case, state, runners, sets, device, ref_checks=Non
     with torch.no_grad():
         truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
 
-        def truths_for(values):
-            """The truths, each paired with its rows left out (``Task.undetermined_rows``; None: all)."""
+        def truths_for(values, known_rows=None):
+            """The truths, each paired with its rows left out (``Task.undetermined_rows``, or
+            ``known_rows`` from the reference cache; None: all)."""
             upcast = upcast_inputs(values)
-            observed = task.undetermined_rows(case, upcast, truth_module)
+            observed = task.undetermined_rows(case, upcast, truth_module) if known_rows is None else None
             truths = as_outputs(task.call(truth_module, upcast, "forward_native"), task.output_names(case), "truth")
             masks = observed() if observed is not None else {}
+            if known_rows is not None:
+                masks = {n: unpack_rows(m).to(device) for n, m in known_rows.items()}
             return [(t, masks.get(n)) for n, t in zip(task.output_names(case), truths)]
 
         for (i, cand_out), (_, ref_out) in zip(getattr(runners["candidate"], "timed_outputs", []),
@@ -178,8 +182,10 @@ def _check_after_timing(task, case, state, runners, sets, device, ref_checks=Non
             truths = truths_for(sets[i % len(sets)])
             _sane(task, case, truths, _errors(truths, ref_out), cand_out, "a timed call")
         values = sets[1 % len(sets)]
-        truths = truths_for(values)
+        truths = truths_for(values, (ref_checks or {}).get("rows"))
     checks = dict(ref_checks or {})
+    checks.setdefault("rows", {n: pack_rows(m) for n, (_, m) in zip(task.output_names(case), truths)
+                               if m is not None})
     if "single" not in checks:
         checks["single"] = _errors(truths, runners["reference"].verify(0, values))
     cand_out = runners["candidate"].verify(0, values)
