@@ -5,7 +5,8 @@ Two subcommands:
 ``sample [--per-kind N] [--out FILE] [PYTEST ARGS...]``
     Collect the suite (full profile unless the arguments say otherwise) and write node ids that
     sample it: per task, N correctness and N speed cases spread over its case list (the first,
-    the last and evenly between: the smallest and the largest shapes) and one fuzz test. Running
+    the last and evenly between: the smallest and the largest shapes) and one fuzz test, breadth
+    first (every task's first tests, then the next), so a run cut short has priced every task. Running
     that sample with ``--durations=0`` prices every kind of test of every task in one device call.
 
 ``table --report REPORT [--log LOG] [--fuzz-examples E] [--full-examples F] [PYTEST ARGS...]``
@@ -74,12 +75,16 @@ def spread(items: List[str], n: int) -> List[str]:
 
 
 def sample(args, pytest_args) -> int:
-    chosen = []
+    per_task = []
     for task, kinds in sorted(by_task(collect(pytest_args)).items()):
-        chosen += spread(kinds.get("correctness", []), args.per_kind)
-        chosen += spread(kinds.get("speed", []), args.per_kind)
         fuzz = kinds.get("fuzz", [])
-        chosen += [next((f for f in fuzz if "bf16" in f), fuzz[0])] if fuzz else []
+        correctness = spread(kinds.get("correctness", []), args.per_kind)
+        speed = spread(kinds.get("speed", []), args.per_kind)
+        one_fuzz = [next((f for f in fuzz if "bf16" in f), fuzz[0])] if fuzz else []
+        per_task.append(correctness[:1] + speed[:1] + one_fuzz + correctness[1:] + speed[1:])
+    # Breadth first: every task's first tests, then every task's next ones, so a run cut short by
+    # its time limit has priced every task (pytest runs node ids in the order they are given).
+    chosen = [t[i] for i in range(max(map(len, per_task), default=0)) for t in per_task if i < len(t)]
     text = "\n".join(chosen) + "\n"
     if args.out:
         with open(args.out, "w") as f:
