@@ -182,3 +182,21 @@ def test_a_cached_timing_carries_the_timed_checks_undetermined_rows(tmp_path, mo
     # call, which pairs the candidate's calls with the reference's and so has none to check when
     # the reference's timing is cached: on a GPU there is no such check, on the CPU no caching).
     assert runs >= 1 and len(calls) == runs
+
+def test_the_key_covers_the_whole_task_package(tmp_path, monkeypatch):
+    """A change to a module beside the task's level folder (tasks/dense.py builds its inputs)
+    must give another key, not only a change in tasks/L1."""
+    import torch
+    from fk_pytest import e2e_cache, ref_cache
+    case = CASES[0]
+    before = ref_cache.case_key(TASK, case, 1, "workload", torch.device("cpu"))
+    seen = []
+    real = e2e_cache._tree_digest.__wrapped__
+
+    def digest(roots):
+        seen.append(roots)
+        return real(roots)
+    monkeypatch.setattr(e2e_cache, "_tree_digest", digest)
+    ref_cache.case_key(TASK, case, 1, "workload", torch.device("cpu"))
+    assert any(r.name == "tasks" and (r / "dense.py").exists() for roots in seen for r in roots)
+    assert before["source"] == ref_cache.case_key(TASK, case, 1, "workload", torch.device("cpu"))["source"]

@@ -23,7 +23,7 @@ With ``--fk-cache-dir=DIR`` they are stored under ``DIR/ref``, one entry per cas
 
 Keys (:func:`case_key`): the task (module, name) and the case (id, dtype, params), the seed and
 the kind, the GPU name, CUDA and driver versions, torch and triton, the interpreter switch, the
-digest of the suite's source (``kernels_reference``, the task's package and ``fk_pytest``) and,
+digest of the suite's source (``kernels_reference``, the task package and ``fk_pytest``) and,
 for timings, the timing settings. Any change gives another key. An entry that does not parse,
 answers another key or fails its digest is reported and recomputed, never trusted
 (:class:`fk_pytest.e2e_cache.JsonEntries`).
@@ -55,7 +55,9 @@ class ReferenceEntries(JsonEntries):
 
 
 def case_key(task, case, seed: int, kind: str, device: torch.device, timing: Optional[dict] = None) -> dict:
-    module = importlib.import_module(type(task).__module__)
+    # The whole task package (``tasks``), not the task's level folder: a task's inputs, configs and
+    # workloads come from modules and data beside and above it (tasks/dense.py, tasks/configs).
+    module = importlib.import_module(type(task).__module__.split(".")[0])
     key = {
         "format": FORMAT,
         "task": [type(task).__module__, task.name],
