@@ -85,12 +85,16 @@ def _weights_digest(model: torch.nn.Module) -> str:
 
 def _device(device: torch.device) -> dict:
     if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        from .report import _nvidia_smi  # the report's own query of the driver
-        driver = _nvidia_smi().get("driver")
-        return {"type": "cuda", "name": torch.cuda.get_device_name(index), "cuda": torch.version.cuda,
-                "driver": driver}
+        return dict(_cuda_device(device.index if device.index is not None else torch.cuda.current_device()))
     return {"type": device.type, "machine": platform.machine(), "threads": torch.get_num_threads()}
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_device(index: int) -> tuple:
+    """Once per process and GPU: every cached case asks (the driver query is a subprocess)."""
+    from .report import _nvidia_smi  # the report's own query of the driver
+    return (("type", "cuda"), ("name", torch.cuda.get_device_name(index)), ("cuda", torch.version.cuda),
+            ("driver", _nvidia_smi().get("driver")))
 
 
 def fingerprint(spec, case, reference: torch.nn.Module, device: torch.device) -> dict:
