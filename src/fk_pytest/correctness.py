@@ -98,14 +98,13 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
                 state = master_state(task, case, seed, device)
             entry = CachedCase(cache, task, case, seed, kind, device) if cache is not None else None
             inputs, truths, excluded, draw = _truth_run(task, case, seed, state, device, names, written, entry)
+            if entry is not None and not entry.matches(truths) and entry.rows_used:
+                # A stale entry: the undetermined rows it gave are not this truth's either.
+                inputs, truths, excluded, draw = _truth_run(task, case, seed, state, device, names, written)
             for name, t in zip(names + written, truths):
                 check_discriminating(name, t)
             ref_side = _reference_side(task, case, state, device, names + written, inputs, truths, excluded,
                                        draw, entry)
-            if ref_side is None:  # a stale entry: its undetermined rows are not this truth's either
-                inputs, truths, excluded, draw = _truth_run(task, case, seed, state, device, names, written)
-                ref_side = _reference_side(task, case, state, device, names + written, inputs, truths, excluded,
-                                           draw, entry)
             result.excluded = {n: float(m.float().mean()) for n, m in excluded.items()}
             result.reference = ref_side.source
         except TaskDefinitionError:
@@ -158,10 +157,12 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
 @dataclasses.dataclass
 class ReferenceSide:
     """What a verdict needs of the reference: per output its (shape, dtype, device) and its
-    (L2, element) errors against the truth on the scored rows; ``source``: "run" or "cache"."""
+    (L2, element) errors against the truth on the scored rows; ``source``: "run" or "cache";
+    ``module``: the reference built at the case dtype, when it ran."""
     meta: List[tuple]
     errors: List[tuple]
     source: str
+    module: Optional[torch.nn.Module] = None
 
 
 class CachedCase:
@@ -173,34 +174,41 @@ class CachedCase:
         from . import ref_cache
         self.cache, self.key = cache, ref_cache.case_key(task, case, seed, kind, device)
         self.payload = cache.load(self.key)
+        self.rows_used = False  # whether the truth run took its draw and rows from this entry
 
     def rows(self):
         """(input draw, {output: excluded-row mask}) stored with the entry, or None."""
         from . import ref_cache
         if self.payload is None or "draw" not in self.payload:
             return None
+        self.rows_used = True
         excluded = self.payload.get("excluded", {})
         return self.payload["draw"], {n: ref_cache.unpack_rows(m) for n, m in excluded.items()}
 
+    def matches(self, truths) -> bool:
+        """Whether the entry was measured against these truths; a stale one is reported and dropped
+        (the reference then runs, and its side replaces the entry)."""
+        from . import ref_cache
+        if self.payload is None:
+            return True
+        if (ref_cache.same_truth(self.payload["truth"], ref_cache.truth_fingerprint(truths))
+                and len(self.payload["outputs"]) == len(truths)):
+            return True
+        self.cache.stale(self.key, "the recomputed truth is not the one it was measured against")
+        self.payload = None
+        return False
 
-def _reference_side(task, case, state, device, names, inputs, truths, excluded, draw,
-                    entry) -> Optional[ReferenceSide]:
-    """The reference's side of one case: from the reference cache when it holds this case (and
-    the recomputed truth is the one it was measured against), else from running the reference
-    (stored in the cache, when there is one). None: the entry was stale (the caller recomputes
-    the truth's undetermined rows, which came from it, and asks again)."""
+
+def _reference_side(task, case, state, device, names, inputs, truths, excluded, draw, entry) -> ReferenceSide:
+    """The reference's side of one case: from the reference cache when it holds this case (its
+    entry checked against the truth by :meth:`CachedCase.matches`), else from running the
+    reference (stored in the cache, when there is one)."""
     from . import ref_cache
-    fingerprint = ref_cache.truth_fingerprint(truths) if entry is not None else None
     if entry is not None and entry.payload is not None:
-        payload, entry.payload = entry.payload, None  # read once: a second ask runs the reference
-        if ref_cache.same_truth(payload["truth"], fingerprint) and len(payload["outputs"]) == len(names):
-            entry.cache.hit()
-            meta = [(tuple(o["shape"]), getattr(torch, o["dtype"]), t.device)
-                    for o, t in zip(payload["outputs"], truths)]
-            return ReferenceSide(meta, [(o["e_ref"], o["elem_ref"]) for o in payload["outputs"]], "cache")
-        entry.cache.stale(entry.key, "the recomputed truth is not the one it was measured against")
-        if "draw" in payload:
-            return None
+        entry.cache.hit()
+        outputs = entry.payload["outputs"]
+        meta = [(tuple(o["shape"]), getattr(torch, o["dtype"]), t.device) for o, t in zip(outputs, truths)]
+        return ReferenceSide(meta, [(o["e_ref"], o["elem_ref"]) for o in outputs], "cache")
     with phase("build", device):
         reference = instantiate(task.reference, task, case, state, device, case.dtype)
     with phase("reference", device), poisoned_allocations():
@@ -210,9 +218,9 @@ def _reference_side(task, case, state, device, names, inputs, truths, excluded, 
     synchronize(device)
     errors = [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
               for n, t, r in zip(names, truths, refs)]
-    side = ReferenceSide([(tuple(r.shape), r.dtype, r.device) for r in refs], errors, "run")
+    side = ReferenceSide([(tuple(r.shape), r.dtype, r.device) for r in refs], errors, "run", reference)
     if entry is not None:
-        entry.cache.store(entry.key, {"truth": fingerprint, "draw": draw, "outputs": [
+        entry.cache.store(entry.key, {"truth": ref_cache.truth_fingerprint(truths), "draw": draw, "outputs": [
             {"name": n, "shape": list(m[0]), "dtype": str(m[1]).replace("torch.", ""), "e_ref": e, "elem_ref": el}
             for n, m, (e, el) in zip(names, side.meta, errors)],
             "excluded": {n: ref_cache.pack_rows(m) for n, m in excluded.items()}})
@@ -238,7 +246,7 @@ def _compare(task, case, seed, device, result, names, inputs, cand_inputs, ref_s
         # The reference with the classes whose candidate modules launched interpreted kernels
         # on their own Triton paths (the task's class itself at L1, children at L2..L4): the
         # error the interpreter's truncating conversions cause there is the candidate's bar.
-        reference = instantiate(task.reference, task, case, state, device, case.dtype)
+        reference = ref_side.module or instantiate(task.reference, task, case, state, device, case.dtype)
         twin = with_paths(reference, "forward_triton", sorted(launches["by_class"]), include_root=True)
         if any(m.__dict__.get("forward") is not None for m in twin.modules()):
             with poisoned_allocations():
@@ -286,25 +294,13 @@ def _truth_run(task, case, seed, state, device, names, written, entry=None):
     known = entry.rows() if entry is not None else None
     if known is not None:
         attempt, masks = known
-        with phase("inputs", device):
-            inputs = draw_inputs(task, case, device, [seed + attempt * EXCLUSION_SEED_STEP])[0]
-        with phase("truth", device):
-            truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
-            truth_inputs = upcast_inputs(inputs)
-            truths = as_outputs(task.call(truth_module, truth_inputs, "forward_native"), names, "truth") \
-                + [truth_inputs[w] for w in written]
+        inputs, truths, _ = _draw_truth(task, case, seed + attempt * EXCLUSION_SEED_STEP, state, device, names,
+                                        written, observe=False)
         return inputs, truths, {n: m.to(device) for n, m in masks.items()}, attempt
     shares = []
     for attempt in range(task.exclusion_redraws + 1):
-        with phase("inputs", device):
-            inputs = draw_inputs(task, case, device, [seed + attempt * EXCLUSION_SEED_STEP])[0]
-        with phase("truth", device):
-            truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
-            truth_inputs = upcast_inputs(inputs)
-            observed = task.undetermined_rows(case, truth_inputs, truth_module)
-            truths = as_outputs(task.call(truth_module, truth_inputs, "forward_native"), names, "truth") \
-                + [truth_inputs[w] for w in written]
-            masks = {n: m for n, m in (observed() if observed is not None else {}).items() if m is not None}
+        inputs, truths, masks = _draw_truth(task, case, seed + attempt * EXCLUSION_SEED_STEP, state, device, names,
+                                            written, observe=True)
         worst = max((float(m.float().mean()) for m in masks.values()), default=0.0)
         if worst <= task.max_excluded_share and worst < 1.0:  # something must be left to score
             return inputs, truths, masks, attempt
@@ -312,6 +308,20 @@ def _truth_run(task, case, seed, state, device, names, written, entry=None):
     raise TaskDefinitionError(
         f"every input draw leaves too many rows undetermined at {case.dtype} (excluded shares "
         f"{', '.join(f'{s:.0%}' for s in shares)} > cap {task.max_excluded_share:.0%}): the case cannot be scored")
+
+
+def _draw_truth(task, case, draw_seed, state, device, names, written, observe: bool):
+    """One input draw and its float64 truths; with ``observe``, the task's undetermined rows too."""
+    with phase("inputs", device):
+        inputs = draw_inputs(task, case, device, [draw_seed])[0]
+    with phase("truth", device):
+        truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
+        truth_inputs = upcast_inputs(inputs)
+        observed = task.undetermined_rows(case, truth_inputs, truth_module) if observe else None
+        truths = as_outputs(task.call(truth_module, truth_inputs, "forward_native"), names, "truth") \
+            + [truth_inputs[w] for w in written]
+        masks = {n: m for n, m in (observed() if observed is not None else {}).items() if m is not None}
+    return inputs, truths, masks
 
 
 def _kept(t: torch.Tensor, excluded: Optional[torch.Tensor]) -> torch.Tensor:

@@ -344,12 +344,11 @@ def ratio_ci(a_us: Sequence[float], b_us: Optional[Sequence[float]] = None, leve
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randint(n, (BOOTSTRAP_RESAMPLES, n), generator=gen)
     ratios = a[:n][idx].median(dim=1).values
+    center = float(a[:n].median())
     if b is not None:
         ratios = ratios / b[:n][idx].median(dim=1).values
-    else:
-        b = torch.ones(n, dtype=torch.float64)
+        center /= float(b[:n].median())
     lo, hi = torch.quantile(ratios, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
-    center = float(a[:n].median() / b[:n].median())
     return float(hi - lo) / 2 / center if center > 0 else float("inf")
 
 
