@@ -403,11 +403,11 @@ def pytest_sessionfinish(session, exitstatus):
         return
     fk.close()
     if fk.results.tasks or fk.results.e2e:
-        fk.write(complete=exitstatus in (0, 1) and not fk.interrupted)
-        _remember_costs(session.config, fk)
+        written = fk.write(complete=exitstatus in (0, 1) and not fk.interrupted)
+        _remember_costs(session.config, fk, written)
 
 
-def _remember_costs(config, fk) -> None:
+def _remember_costs(config, fk, report=None) -> None:
     """Leave this run's seconds per task and end-to-end model in the cache directory (the
     controller's merged results, not a worker's share), for the next run's balance."""
     from .e2e_cache import cache_dir
@@ -417,7 +417,7 @@ def _remember_costs(config, fk) -> None:
     if root is None or worker_id(config) is not None:
         return
     try:
-        remember_costs(root, _cost_device(fk.device), fk.report(complete=True))
+        remember_costs(root, _cost_device(fk.device), report or fk.report(complete=True))
     except OSError as exc:  # costs only balance the next run: say so, and go on
         if fk.progress_sink is not None:
             fk.progress_sink(f"could not keep the measured costs in {root}: {exc}")
