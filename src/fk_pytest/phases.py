@@ -15,10 +15,11 @@ from typing import Dict
 
 # In the order a case meets them; "worker_start" is the interpreter, imports and the evaluator,
 # "release" the collection of the previous case's GPU memory.
-PHASES = ("worker_start", "release", "build", "inputs", "truth", "reference", "candidate", "compare",
+PHASES = ("worker_start", "release", "build", "inputs", "truth", "routing", "reference", "candidate", "compare",
           "capture", "timing", "timed_check")
 
 _seconds: Dict[str, float] = defaultdict(float)
+_inner: list = []  # per open phase, the seconds its nested phases took (billed to them, not to it)
 
 
 def add(name: str, seconds: float) -> None:
@@ -27,14 +28,20 @@ def add(name: str, seconds: float) -> None:
 
 @contextlib.contextmanager
 def phase(name: str, device=None):
+    """Bill the block's seconds to ``name``; a phase opened inside it bills its own seconds, so a
+    nested phase (the routing run inside an MoE truth, say) is not counted twice."""
     start = time.perf_counter()
+    _inner.append(0.0)
     try:
         yield
     finally:
         if device is not None and getattr(device, "type", device) == "cuda":
             import torch
             torch.cuda.synchronize()
-        _seconds[name] += time.perf_counter() - start
+        took = time.perf_counter() - start
+        _seconds[name] += took - _inner.pop()
+        if _inner:
+            _inner[-1] += took
 
 
 def take() -> Dict[str, float]:
