@@ -69,6 +69,32 @@ def autotune_here(t: torch.Tensor) -> bool:
     return t.is_cuda and not interpreting()
 
 
+# Triton's autotuner benchmarks every config for 25 ms of warm-up and 100 ms of repetitions; with
+# 4-12 configs a key, and a key per width and row bucket, that was most of a task's cold run (the
+# reference side of rms_norm's 98 cases: 68 of 133 s on the H200, 2026-12-03,
+# docs/perf/h200-suite-cost.md). A few ms of each still time a config over tens of launches, which
+# separates configs that differ by more than noise; configs closer than that are equals. Results go
+# to Triton's on-disk cache as well, so the pytest process, the sterile worker and a later run on
+# the same machine tune each key once.
+TUNE_WARMUP_MS, TUNE_REP_MS = 3, 15
+
+
+def autotune(configs, key, **kwargs):
+    """``triton.autotune`` with the short benchmark above and results kept on disk (where this
+    Triton has those options)."""
+    import inspect
+
+    import triton
+    import triton.testing
+
+    def bench(kernel_call, quantiles=None, **_):
+        return triton.testing.do_bench(kernel_call, warmup=TUNE_WARMUP_MS, rep=TUNE_REP_MS, quantiles=quantiles)
+
+    accepted = inspect.signature(triton.autotune).parameters
+    extra = {k: v for k, v in (("do_bench", bench), ("cache_results", True)) if k in accepted}
+    return triton.autotune(configs=configs, key=key, **extra, **kwargs)
+
+
 def size_class(n: int) -> int:
     """The power-of-4 bucket of a row/token count (1, 4, 16, ...): the shape part of an autotune
     key, coarse so a serving run with many batch sizes tunes a handful of times.

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..dispatch import compute_dtype, use_fast_path
-from ..triton_rows import DECODE_ROWS, autotune_here, row_layout, size_class, warps_for
+from ..triton_rows import DECODE_ROWS, autotune, autotune_here, row_layout, size_class, warps_for
 from ..records import RecordsInit
 
 try:
@@ -110,8 +110,8 @@ def _configs_for_block(block: int):
 def _tuned_rms_norm(block: int):
     """The autotuned launcher for one padded width; one per width keeps each config list sane
     (32 rows of 4096 would spill registers) without a version-specific pruning hook."""
-    return triton.autotune(configs=_configs_for_block(block),
-                           key=["WIDTH", "size_cls", "HAS_RESIDUAL", "INDEX_64"])(_rms_norm_kernel)
+    return autotune(configs=_configs_for_block(block),
+                    key=["WIDTH", "size_cls", "HAS_RESIDUAL", "INDEX_64"])(_rms_norm_kernel)
 
 
 if triton is not None:

@@ -9,7 +9,7 @@ from torch import nn
 
 from ..dispatch import compute_dtype, use_fast_path
 from ..records import RecordsInit
-from ..triton_rows import DECODE_ROWS, autotune_here, size_class
+from ..triton_rows import DECODE_ROWS, autotune, autotune_here, size_class
 
 try:
     import triton
@@ -93,7 +93,7 @@ if triton is not None:
     # Inductor's pointwise range: XBLOCK 1024-4096 with 4 or 8 warps, i.e. 4 to 32 elements per
     # thread (one to four 16-byte vectors of bf16 per load). Keyed on the width and the row-count
     # bucket; dtypes are part of every autotune key already.
-    _silu_and_mul_tuned = triton.autotune(
+    _silu_and_mul_tuned = autotune(
         configs=[triton.Config({"XBLOCK": xb}, num_warps=nw, num_stages=1)
                  for xb in (1024, 2048, 4096) for nw in (4, 8)],
         key=["D", "size_cls"],

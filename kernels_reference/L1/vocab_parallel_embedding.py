@@ -15,7 +15,7 @@ from torch import nn
 
 from ..dispatch import use_fast_path
 from ..records import RecordsInit
-from ..triton_rows import autotune_here, size_class
+from ..triton_rows import autotune, autotune_here, size_class
 
 try:
     import triton
@@ -97,7 +97,7 @@ if triton is not None:
 
     # A pure copy: 8 to 16 elements (one or two 16-byte bf16 vectors) per thread, from a quarter
     # row per program (more programs for a decode step's single token) to a whole 4096 row.
-    _embedding_tuned = triton.autotune(
+    _embedding_tuned = autotune(
         configs=[triton.Config({"BLOCK": b}, num_warps=nw, num_stages=1)
                  for b, nw in ((512, 2), (1024, 4), (1024, 2), (2048, 8), (2048, 4), (4096, 8))],
         key=["width", "size_cls"],

@@ -53,7 +53,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ...triton_rows import autotune_here, size_class
+from ...triton_rows import autotune, autotune_here, size_class
 
 try:
     import triton
@@ -486,8 +486,8 @@ def gemv_down_sum(act: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch
 @functools.lru_cache(maxsize=None)
 def _tuned_gemm():
     # Keyed on the GEMM shape, the expert count (via the tile count bucket) and the pair-count bucket.
-    return triton.autotune(configs=_prefill_configs(), key=["N", "K", "size_cls", "BLOCK_M", "ROWS_PER_A"],
-                           prune_configs_by={"early_config_prune": _prune})(_moe_gemm_kernel)
+    return autotune(configs=_prefill_configs(), key=["N", "K", "size_cls", "BLOCK_M", "ROWS_PER_A"],
+                    prune_configs_by={"early_config_prune": _prune})(_moe_gemm_kernel)
 
 
 if triton is not None:
