@@ -29,6 +29,7 @@ import torch
 from hypothesis import strategies as st
 
 from fk_pytest.build import cast_copy
+from fk_pytest.phases import phase
 from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.fused_moe import FusedMoE
 
@@ -47,9 +48,19 @@ class RouterLogits:
         self.calls: List[Tuple[str, int, torch.Tensor]] = []  # (module name, top_k, logits)
         for name, module in root.named_modules():
             if isinstance(module, FusedMoE):
-                for path in ("forward_native", "forward_triton"):
+                for path in self.PATHS:
                     module.__dict__.pop(path, None)  # an earlier recorder's wrapper: record here only
                     setattr(module, path, self._recording(name, module, getattr(module, path)))
+        self.modules = weakref.WeakSet(m for m in root.modules() if isinstance(m, FusedMoE))
+
+    PATHS = ("forward_native", "forward_triton")
+
+    def remove(self) -> None:
+        """Take the recording wrappers off again (the module goes on to be the verdict's reference,
+        copied for the interpreter's twin)."""
+        for module in self.modules:
+            for path in self.PATHS:
+                module.__dict__.pop(path, None)
 
     def _recording(self, name, module, path):
         # The wrapper lives in the module's own __dict__: holding the module (or its bound method)
@@ -68,21 +79,33 @@ class RouterLogits:
 REFERENCE_DEVIATION_FACTOR = 4.0
 
 
-def reference_deviation(task, case, inputs, truth_module) -> Callable[[], List[Optional[torch.Tensor]]]:
-    """Runs the reference at the case dtype on the truth's weights and inputs (rounded back to the
-    dtype: the same values the reference itself gets) and returns, once the truth has run, per
-    recorded MoE call the largest |reference logit - truth logit| of each token.
+def reference_deviation(task, case, inputs, truth_module,
+                        reference=None) -> Callable[[], List[Optional[torch.Tensor]]]:
+    """Records the router logits of the reference at the case dtype on the truth's weights and
+    inputs and returns, once both have run, per recorded MoE call the largest |reference logit -
+    truth logit| of each token.
+
+    ``reference``: the caller's reference module, which the caller runs on the same inputs before
+    asking (the verdict's own reference run). Without one (the timed path's check), a copy of the
+    truth at the case dtype runs here on the inputs rounded back to it (the values the reference
+    itself gets).
 
     This is how far rounding upstream of the router (the attention, the norms, an earlier layer)
     moves the gate's logits in an honest implementation: at L3 and L4 it is far more than the
     logits' own last place, and a gap narrower than a few times it may honestly flip."""
-    reference = cast_copy(truth_module, case.dtype)
-    seen = RouterLogits(reference)
-    low = {k: v.to(case.dtype) if isinstance(v, torch.Tensor) and v.dtype == torch.float64 else v
-           for k, v in inputs.items()}
-    task.call(reference, low)
+    if reference is not None:
+        seen = RouterLogits(reference)
+    else:
+        device = next(truth_module.parameters()).device
+        with phase("routing", device):
+            own = cast_copy(truth_module, case.dtype)
+            seen = RouterLogits(own)
+            low = {k: v.to(case.dtype) if isinstance(v, torch.Tensor) and v.dtype == torch.float64 else v
+                   for k, v in inputs.items()}
+            task.call(own, low)
 
     def deviations(truth_calls) -> List[Optional[torch.Tensor]]:
+        seen.remove()
         if len(truth_calls) != len(seen.calls):
             return [None] * len(truth_calls)
         return [(r.to(torch.float64) - t.to(torch.float64)).abs().amax(-1)
@@ -112,8 +135,8 @@ def token_rule(outputs: Tuple[str, ...], ulps: float = ROUTING_ULPS) -> Callable
     """The hook for tasks whose MoE block is the last step (L2 block, L3 layer; a 2-layer DeepSeek
     model, whose only MoE layer is its last): an undetermined token (in any of the module's MoE
     calls) leaves out its own row of ``outputs``."""
-    def undetermined_rows(self, case, inputs, truth_module):
-        deviations = reference_deviation(self, case, inputs, truth_module)
+    def undetermined_rows(self, case, inputs, truth_module, reference=None):
+        deviations = reference_deviation(self, case, inputs, truth_module, reference)
         seen = RouterLogits(truth_module)
 
         def masks():
@@ -148,10 +171,10 @@ def float32_cases(cases):
 L4_ROUTING_ULPS = 4.0  # two layers of bf16 rounding (interpreted Triton truncates) reach the last gate
 
 
-def model_rule(self, case, inputs, truth_module):
+def model_rule(self, case, inputs, truth_module, reference=None):
     """The hook for whole models (L4) over the paged cache: an undetermined token at layer l also
     leaves out its sequence's later tokens, and their K/V cache slots in layers after l."""
-    deviations = reference_deviation(self, case, inputs, truth_module)
+    deviations = reference_deviation(self, case, inputs, truth_module, reference)
     seen = RouterLogits(truth_module)
     meta = inputs["metadata"]
 

@@ -68,7 +68,7 @@ def test_too_much_left_out_is_a_task_error_after_redraws():
     draws = []
 
     class AllUndetermined(type(task)):
-        def undetermined_rows(self, case, inputs, truth_module):
+        def undetermined_rows(self, case, inputs, truth_module, reference=None):
             draws.append(inputs["hidden_states"].sum().item())
             return lambda: {"out": torch.ones(inputs["hidden_states"].shape[0], dtype=torch.bool)}
 

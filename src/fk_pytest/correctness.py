@@ -97,14 +97,14 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
             with phase("build", device):
                 state = master_state(task, case, seed, device)
             entry = CachedCase(cache, task, case, seed, kind, device) if cache is not None else None
-            inputs, truths, excluded, draw = _truth_run(task, case, seed, state, device, names, written, entry)
+            inputs, truths, excluded, draw, ran = _truth_run(task, case, seed, state, device, names, written, entry)
             if entry is not None and not entry.matches(truths) and entry.rows_used:
                 # A stale entry: the undetermined rows it gave are not this truth's either.
-                inputs, truths, excluded, draw = _truth_run(task, case, seed, state, device, names, written)
+                inputs, truths, excluded, draw, ran = _truth_run(task, case, seed, state, device, names, written)
             for name, t in zip(names + written, truths):
                 check_discriminating(name, t)
             ref_side = _reference_side(task, case, state, device, names + written, inputs, truths, excluded,
-                                       draw, entry)
+                                       draw, entry, ran)
             result.excluded = {n: float(m.float().mean()) for n, m in excluded.items()}
             result.reference = ref_side.source
         except TaskDefinitionError:
@@ -199,23 +199,23 @@ class CachedCase:
         return False
 
 
-def _reference_side(task, case, state, device, names, inputs, truths, excluded, draw, entry) -> ReferenceSide:
+def _reference_side(task, case, state, device, names, inputs, truths, excluded, draw, entry,
+                    ran=None) -> ReferenceSide:
     """The reference's side of one case: from the reference cache when it holds this case (its
-    entry checked against the truth by :meth:`CachedCase.matches`), else from running the
-    reference (stored in the cache, when there is one)."""
+    entry checked against the truth by :meth:`CachedCase.matches`), else from the reference's run
+    beside the truth (``ran``: its module and outputs) or a run of it now (stored in the cache,
+    when there is one)."""
     from . import ref_cache
     if entry is not None and entry.payload is not None:
         entry.cache.hit()
         outputs = entry.payload["outputs"]
         meta = [(tuple(o["shape"]), getattr(torch, o["dtype"]), t.device) for o, t in zip(outputs, truths)]
         return ReferenceSide(meta, [(o["e_ref"], o["elem_ref"]) for o in outputs], "cache")
-    with phase("build", device):
-        reference = instantiate(task.reference, task, case, state, device, case.dtype)
-    with phase("reference", device), poisoned_allocations():
-        ref_inputs = clone_inputs(inputs)
-        refs = (as_outputs(task.call(reference, ref_inputs), task.output_names(case), "reference")
-                + [ref_inputs[w] for w in task.inplace_outputs(case)])
-    synchronize(device)
+    if ran is None:
+        with phase("build", device):
+            reference = instantiate(task.reference, task, case, state, device, case.dtype)
+        ran = (reference, _run_reference(task, case, reference, inputs, device))
+    reference, refs = ran
     errors = [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
               for n, t, r in zip(names, truths, refs)]
     side = ReferenceSide([(tuple(r.shape), r.dtype, r.device) for r in refs], errors, "run", reference)
@@ -283,8 +283,14 @@ EXCLUSION_SEED_STEP = 1_000_003  # a redraw's seed: far from the seeds a run use
 
 
 def _truth_run(task, case, seed, state, device, names, written, entry=None):
-    """Inputs, float64 truths, the task's undetermined rows (``Task.undetermined_rows``) and the
-    input draw they came from.
+    """Inputs, float64 truths, the task's undetermined rows (``Task.undetermined_rows``), the input
+    draw they came from and, unless the reference cache holds this case, the reference's run on
+    that draw (its module at the case dtype and its outputs).
+
+    The reference runs beside the truth, on the same draw, because the rule for undetermined rows
+    may watch it (an MoE task compares the router logits the reference computes with the truth's);
+    its outputs are then the reference side of the verdict, so it runs once per draw, not once for
+    the rule and again for the verdict.
 
     A draw that leaves out more than ``task.max_excluded_share`` of an output's rows is redrawn
     (the weights stay); when every redraw does too, the case cannot be scored: a task error. With a
@@ -294,34 +300,53 @@ def _truth_run(task, case, seed, state, device, names, written, entry=None):
     known = entry.rows() if entry is not None else None
     if known is not None:
         attempt, masks = known
-        inputs, truths, _ = _draw_truth(task, case, seed + attempt * EXCLUSION_SEED_STEP, state, device, names,
-                                        written, observe=False)
-        return inputs, truths, {n: m.to(device) for n, m in masks.items()}, attempt
+        inputs, truths, _, _ = _draw_truth(task, case, seed + attempt * EXCLUSION_SEED_STEP, state, device, names,
+                                           written, observe=False)
+        return inputs, truths, {n: m.to(device) for n, m in masks.items()}, attempt, None
+    reference = None
+    if entry is None or entry.payload is None:  # the cache will not give the reference's side
+        with phase("build", device):
+            reference = instantiate(task.reference, task, case, state, device, case.dtype)
     shares = []
     for attempt in range(task.exclusion_redraws + 1):
-        inputs, truths, masks = _draw_truth(task, case, seed + attempt * EXCLUSION_SEED_STEP, state, device, names,
-                                            written, observe=True)
+        inputs, truths, masks, refs = _draw_truth(task, case, seed + attempt * EXCLUSION_SEED_STEP, state, device,
+                                                  names, written, observe=True, reference=reference)
         worst = max((float(m.float().mean()) for m in masks.values()), default=0.0)
         if worst <= task.max_excluded_share and worst < 1.0:  # something must be left to score
-            return inputs, truths, masks, attempt
+            return inputs, truths, masks, attempt, (reference, refs) if reference is not None else None
         shares.append(worst)
     raise TaskDefinitionError(
         f"every input draw leaves too many rows undetermined at {case.dtype} (excluded shares "
         f"{', '.join(f'{s:.0%}' for s in shares)} > cap {task.max_excluded_share:.0%}): the case cannot be scored")
 
 
-def _draw_truth(task, case, draw_seed, state, device, names, written, observe: bool):
-    """One input draw and its float64 truths; with ``observe``, the task's undetermined rows too."""
+def _draw_truth(task, case, draw_seed, state, device, names, written, observe: bool, reference=None):
+    """One input draw and its float64 truths; with ``observe``, the task's undetermined rows too;
+    with a ``reference`` module, its outputs on the draw (else None)."""
     with phase("inputs", device):
         inputs = draw_inputs(task, case, device, [draw_seed])[0]
+    refs = None
     with phase("truth", device):
         truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
         truth_inputs = upcast_inputs(inputs)
-        observed = task.undetermined_rows(case, truth_inputs, truth_module) if observe else None
+        observed = task.undetermined_rows(case, truth_inputs, truth_module, reference) if observe else None
+        if reference is not None:
+            refs = _run_reference(task, case, reference, inputs, device)
         truths = as_outputs(task.call(truth_module, truth_inputs, "forward_native"), names, "truth") \
             + [truth_inputs[w] for w in written]
         masks = {n: m for n, m in (observed() if observed is not None else {}).items() if m is not None}
-    return inputs, truths, masks
+    return inputs, truths, masks, refs
+
+
+def _run_reference(task, case, reference, inputs, device) -> List[torch.Tensor]:
+    """The reference's outputs (then its in-place outputs) on a copy of ``inputs``, in poisoned
+    allocations like the candidate's."""
+    with phase("reference", device), poisoned_allocations():
+        ref_inputs = clone_inputs(inputs)
+        refs = (as_outputs(task.call(reference, ref_inputs), task.output_names(case), "reference")
+                + [ref_inputs[w] for w in task.inplace_outputs(case)])
+    synchronize(device)
+    return refs
 
 
 def _kept(t: torch.Tensor, excluded: Optional[torch.Tensor]) -> torch.Tensor:
@@ -338,9 +363,22 @@ def _exclusion_note(excluded: Dict[str, float]) -> str:
 
 
 def _digest(tensors: Sequence[torch.Tensor]) -> str:
+    """A fingerprint of the outputs' bytes, computed where they are: a replayed output has the same
+    bytes, so the same fingerprint. (Hashing on the host copied every output off the GPU: a
+    prefill's 134 MB norm output cost ~0.1 s a case, most of rms_norm's compare phase.) Two
+    weighted sums of the 32-bit words, the weights a fixed function of the position; integer
+    sums wrap, which keeps them exact and deterministic."""
     h = hashlib.sha256()
     for t in tensors:
-        h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+        data = t.detach().contiguous().view(-1).view(torch.uint8)
+        h.update(f"{tuple(t.shape)}{t.dtype}{data.numel()}".encode())
+        pad = (-data.numel()) % 4
+        if pad:
+            data = torch.cat([data, data.new_zeros(pad)])
+        words = data.view(torch.int32).to(torch.int64)
+        position = torch.arange(words.numel(), device=words.device, dtype=torch.int64)
+        for a, b in ((0x9E3779B1, 0x7F4A7C15), (0x85EBCA77, 0x165667B1)):
+            h.update(int((words * (position * a + b)).sum()).to_bytes(8, "little", signed=True))
     return h.hexdigest()
 
 

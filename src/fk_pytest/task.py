@@ -86,12 +86,15 @@ class Task:
         fn = getattr(module, method) if method else module
         return fn(**inputs)
 
-    def undetermined_rows(self, case: Case, inputs: Dict[str, Any], truth_module: torch.nn.Module):
+    def undetermined_rows(self, case: Case, inputs: Dict[str, Any], truth_module: torch.nn.Module,
+                          reference: Optional[torch.nn.Module] = None):
         """Rows of the outputs whose result the case dtype does not determine (default: none).
 
         Called with the float64 truth module and its inputs *before* the truth runs, so the task can
-        observe it (e.g. record the router logits a MoE layer sees); returns ``None`` or a callable
-        that, after the run, gives ``{output name: bool mask}`` (the mask covers the output's
+        observe it (e.g. record the router logits a MoE layer sees), and with the ``reference`` at
+        the case dtype that the caller runs on the same inputs before the truth (None: the caller
+        does not run it, and a rule that needs it runs its own); returns ``None`` or a callable
+        that, after both ran, gives ``{output name: bool mask}`` (the mask covers the output's
         leading dimensions; True = excluded). Excluded rows are dropped from the truth, the
         reference and the candidate alike. Example: a MoE token whose k-th and (k+1)-th router
         logits are within rounding of each other may honestly go to either expert, and its output
