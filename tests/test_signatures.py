@@ -137,3 +137,39 @@ def test_composed_mode_is_not_attempted_only_without_any_class_of_the_tree(tmp_p
     (tree / "rms_norm.py").write_text((MINIMAL / "L1" / "rms_norm.py").read_text())
     r = _composed(tree.parent, "llama_mlp", "qwen2.5-0.5b-decode")  # the MLP holds no RMSNorm
     assert r.status == status.NOT_ATTEMPTED
+
+
+# ---- where a candidate is built ------------------------------------------------------------------
+class _Plain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(4))
+
+
+class _HostOnly(nn.Module):
+    """A constructor that works only on the host: numpy on a tensor made on the default device."""
+
+    def __init__(self):
+        super().__init__()
+        table = torch.arange(4.0).numpy() * 2
+        self.weight = nn.Parameter(torch.from_numpy(table))
+
+
+class _Unwritten(nn.Module):
+    def __init__(self):
+        super().__init__()
+        raise NotImplementedError("not yet")
+
+
+def test_a_candidate_is_built_on_the_device_it_runs_on_or_on_the_host_when_only_that_works():
+    """A full-size candidate built on the host and then moved costs seconds a case on the GPU, so
+    it is built on the case's device (the meta device stands in for a GPU here); a constructor
+    that fails there is built on the host, as before, and a stub's constructor is not retried."""
+    from fk_pytest.signatures import construct
+    assert construct(_Plain, {}, "meta").weight.device.type == "meta"
+    assert construct(_Plain, {}).weight.device.type == "cpu"
+    host = construct(_HostOnly, {}, "meta")
+    assert host.weight.device.type == "cpu" and host.weight.tolist() == [0.0, 2.0, 4.0, 6.0]
+    with pytest.raises(CandidateError) as err:
+        construct(_Unwritten, {}, "meta")
+    assert err.value.status == status.NOT_IMPLEMENTED

@@ -67,7 +67,7 @@ def instantiate_candidate(cls, task, case, state, device, dtype, compose=None) -
 
 
 def _candidate_module(cls, task, case, state, device, dtype) -> torch.nn.Module:
-    module = construct(cls, task.init_args(case))  # the constructor is candidate code
+    module = construct(cls, task.init_args(case), device)  # the constructor is candidate code
     try:
         module.to(device=device, dtype=dtype)
     except Exception as exc:

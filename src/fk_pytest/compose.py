@@ -90,8 +90,8 @@ class Composition:
 
 def _rebuild(child: torch.nn.Module, cand: type) -> torch.nn.Module:
     """``cand`` with the child's constructor arguments and weights (loaded strictly)."""
-    new = construct(cand, child.init_args)
     ref_param = next(child.parameters(), None)
+    new = construct(cand, child.init_args, ref_param.device if ref_param is not None else None)
     try:
         if ref_param is not None:
             new.to(device=ref_param.device, dtype=ref_param.dtype)
