@@ -147,6 +147,10 @@ def _tiny(arch="llama", dtype=torch.float32):
 # cover those cases; 22 (three prompts, 8 tokens) cost 40-90 s per configuration.
 PROMPTS = [[60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71], [7]]
 ENGINE_TOKENS = 5
+# The engines' block tables are 8 blocks wide (max_model_len 32 >= the 17 tokens of the longer
+# sequence): the fused step's attention then runs 2 splits (its split and merge kernels, as at the
+# default width) instead of the 8 mostly empty ones a 64-block table gets on the interpreter's 4 SMs.
+ENGINE_LEN = 32
 
 
 @pytest.mark.parametrize("config", [True, FusedDecodeConfig(mlp=False, linear=False),
@@ -156,11 +160,12 @@ ENGINE_TOKENS = 5
 def test_engine_with_fused_decode_gives_the_same_tokens_and_cache(config):
     model = _tiny()
     params = SamplingParams(max_tokens=ENGINE_TOKENS)
-    plain = LLM(model, num_blocks=64, block_size=4, max_num_batched_tokens=8, padded_decode=True, max_num_seqs=4)
+    plain = LLM(model, num_blocks=64, block_size=4, max_num_batched_tokens=8, padded_decode=True, max_num_seqs=4,
+                max_model_len=ENGINE_LEN)
     want = [plain.generate([p], params)[0] for p in PROMPTS]
     want_cache = [c[:64].clone() for layer in model.model.layers for c in layer.self_attn.attn.kv_cache]
     fused = LLM(model, num_blocks=64, block_size=4, max_num_batched_tokens=8, padded_decode=True, max_num_seqs=4,
-                fused_decode=config)
+                max_model_len=ENGINE_LEN, fused_decode=config)
     calls = []
     forward_one = FusedDecode.forward_one
 
