@@ -44,6 +44,8 @@ class RouterLogits:
     """Records, per FusedMoE module of a model in forward order, the router logits it saw (on the
     plain-PyTorch path and on the fast path alike)."""
 
+    PATHS = ("forward_native", "forward_triton")
+
     def __init__(self, root: torch.nn.Module):
         self.calls: List[Tuple[str, int, torch.Tensor]] = []  # (module name, top_k, logits)
         for name, module in root.named_modules():
@@ -52,8 +54,6 @@ class RouterLogits:
                     module.__dict__.pop(path, None)  # an earlier recorder's wrapper: record here only
                     setattr(module, path, self._recording(name, module, getattr(module, path)))
         self.modules = weakref.WeakSet(m for m in root.modules() if isinstance(m, FusedMoE))
-
-    PATHS = ("forward_native", "forward_triton")
 
     def remove(self) -> None:
         """Take the recording wrappers off again (the module goes on to be the verdict's reference,
