@@ -8,7 +8,9 @@
   within 2x HF float32's own error, 1e-6 floor) and the same top-1 tokens.
 * Its tokenizer (built from the file's vocabulary and merges) round-trips text and gives HF's ids.
 """
+import contextlib
 import math
+import os
 
 import numpy as np
 import pytest
@@ -139,32 +141,65 @@ def tokenizer(smollm2):
     return gguf_tokenizer(smollm2)
 
 
-def _hf_model(path):
+@pytest.fixture(scope="module")
+def hf_reads():
+    """HF's reads of the GGUF file within this module (its config, its tensors, its tokenizer) with
+    one ``gguf.GGUFReader`` parse of the file between them, where each would parse it again:
+    the reader parses every metadata array element by element (SmolLM2's 49k tokens and 49k
+    merges: 3.5-6.6 s on a 2-core CPU) and HF builds one per call. The parse is llama.cpp's
+    parser either way and the reader is read-only (tensor data memory-mapped with mode "r"), so
+    HF reads the same bytes the same way; our loader keeps its own parse (kernels_reference.gguf),
+    so the two sides of the comparison stay independent."""
+    real, parsed = gguf.GGUFReader, {}
+
+    def shared_reader(path, *args, **kwargs):
+        key = (os.path.realpath(str(path)), args, tuple(sorted(kwargs.items())))
+        if key not in parsed:
+            parsed[key] = real(path, *args, **kwargs)
+        return parsed[key]
+
+    @contextlib.contextmanager
+    def one_parse():
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(gguf, "GGUFReader", shared_reader)  # HF imports it from gguf at each call
+            yield
+
+    yield one_parse
+    parsed.clear()
+
+
+def _hf_model(path, one_parse):
     """HF transformers' own reading of the GGUF file (dequantisation, un-permutation, names), float32.
 
     ``from_pretrained(gguf_file=...)`` insists on accelerate; without it, the same HF GGUF loader is
-    called one level down (config from the file, then its tensors into a fresh HF model)."""
+    called one level down (config from the file, then its tensors into a fresh HF model, built
+    without random initialisation as from_pretrained builds it: every weight is then loaded, the
+    missing-keys check below says so, and the rotary buffers are computed in the constructor)."""
     transformers = pytest.importorskip("transformers", reason="the HF comparison needs transformers")
     try:
         import accelerate  # noqa: F401
     except ImportError:
+        from transformers.initialization import no_init_weights
         from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-        config = transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        state = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
+        with one_parse():
+            config = transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+            with no_init_weights():  # about 5 s of random init for SmolLM2, all overwritten
+                model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            state = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
         missing = model.load_state_dict(state, strict=False).missing_keys
         assert missing in ([], ["lm_head.weight"]), missing  # lm_head: tied to the embedding
         model.tie_weights()
         return model.eval()
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    with one_parse():
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
 
 
 @pytest.fixture(scope="module")
-def hf_logits(smollm2, tokenizer):
+def hf_logits(smollm2, tokenizer, hf_reads):
     """HF's logits for each prompt in float32 and float64 (one HF load for the module)."""
-    hf = _hf_model(smollm2)
+    hf = _hf_model(smollm2, hf_reads)
     out = {}
     with torch.no_grad():
         for dtype in (torch.float32, torch.float64):
@@ -207,9 +242,10 @@ def test_smollm2_from_gguf_gives_hf_logits_on_real_prompts(smollm2, tokenizer, h
     assert tokenizer.decode([int(logits[len(prompts[0]) - 1].argmax())]) == " Paris"
 
 
-def test_smollm2_tokenizer_round_trips_and_matches_hf(smollm2, tokenizer):
+def test_smollm2_tokenizer_round_trips_and_matches_hf(smollm2, tokenizer, hf_reads):
     transformers = pytest.importorskip("transformers", reason="the HF comparison needs transformers")
-    hf = transformers.AutoTokenizer.from_pretrained(str(smollm2.parent), gguf_file=smollm2.name)
+    with hf_reads():
+        hf = transformers.AutoTokenizer.from_pretrained(str(smollm2.parent), gguf_file=smollm2.name)
     # The file's own ids (transformers 5.17's GGUF tokenizer reports <|im_start|> as EOS too; 5.24 does not).
     assert (tokenizer.bos_token_id, tokenizer.eos_token_id) == (1, 2)
     assert tokenizer.decode([1, 2]) == "<|im_start|><|im_end|>"
