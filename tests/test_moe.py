@@ -214,6 +214,9 @@ _TAIL_CONFIGS = ({"gemv_gate_up": (32, 32), "gemv_down": (32, 16)},  # wrapped N
                  {"gemv_gate_up": (16, 256), "gemv_down": (4, 256)})  # the H200 tile shapes
 
 
+_GROUPED_OUTPUTS = {}  # test_gemv_path_matches_native_and_grouped's grouped-path outputs
+
+
 @pytest.mark.parametrize("config", [None, *_TAIL_CONFIGS], ids=["default", "tails", "gpu-tiles"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("e, k, h, i, t, renorm", [
@@ -239,9 +242,14 @@ def test_gemv_path_matches_native_and_grouped(monkeypatch, config, dtype, e, k, 
         with mk.override_configs(**over):
             fast = m.forward_triton(x, logits)
         assert names == ["_gemv_gate_up_kernel", "_gemv_down_sum_kernel"], names
-        with mk.override_configs(path="grouped"):
-            grouped = m.forward_triton(x, logits)
-        assert "_moe_gemm_kernel" in names and "_sum_slots_kernel" in names
+        # The grouped path reads no GEMV config: its output for this layer and input (seeded by the
+        # shape and dtype alone) is the same under the three configs, so it runs once per process.
+        key = (e, k, h, i, t, renorm, dtype)
+        if key not in _GROUPED_OUTPUTS:
+            with mk.override_configs(path="grouped"):
+                _GROUPED_OUTPUTS[key] = m.forward_triton(x, logits)
+            assert "_moe_gemm_kernel" in names and "_sum_slots_kernel" in names
+        grouped = _GROUPED_OUTPUTS[key]
     assert fast.shape == native.shape and fast.dtype == dtype and fast.is_contiguous()
     limit = 1.5 if dtype == torch.float32 else 4.0
     err = output_error("out", truth, [native], fast, dtype, truncating=True)
