@@ -132,8 +132,11 @@ def test_one_pass_every_gqa_group(group, monkeypatch):
 def test_blocks_kernel_every_head_layout(group, num_kv, monkeypatch):
     """Kernel "blocks" computes each query head from its own kv head's rows of a whole-block tile
     (a batched dot per kv head); kv head counts that are not powers of two pad the dot's batch,
-    groups pad the query rows. Two steps of two blocks per split."""
-    config = dataclasses.replace(BLOCKS_SMALL, blocks_per_iter=2, small_batch_programs_per_sm=1)
+    groups pad the query rows. Two steps of two blocks per split. The merge kernel takes a whole
+    head per program: its grid is every query head (up to 64 here), and slicing heads over more
+    programs is the merge's own test (test_merge_in_steps_and_slices_of_head_dim)."""
+    config = dataclasses.replace(BLOCKS_SMALL, blocks_per_iter=2, small_batch_programs_per_sm=1,
+                                 merge_programs_per_head=1)
     monkeypatch.setattr(decode_entry, "DECODE_CONFIG", config)
     _check_fast_path(group * num_kv, num_kv, 32, [150, 17, 5], [1, 1, 1], torch.bfloat16, seed=group + num_kv,
                      padded_rows=1)
