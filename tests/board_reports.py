@@ -2,17 +2,16 @@
 
 Made once per test session (under xdist, once for all workers: the first one to come writes them
 under the session's shared temporary folder while the others wait on a lock), by running the task
-suite in a subprocess as a user would, on one small real case of two L1 tasks.
+suite as a user would (in this process: tests/conftest.py, run_suite_in_process), on one small real
+case of two L1 tasks.
 """
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 from filelock import FileLock
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, run_suite_in_process, suite_args
 
 SELECTION = "(rms_norm or silu_and_mul) and llama-3.1-8b-decode-T1-bf16"
 
@@ -34,16 +33,12 @@ class RMSNorm(torch.nn.Module):
 
 
 def _run_suite(out, name, *args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
-    for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        env.pop(var, None)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "tasks"), "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "--benchmark-disable", "--fk-device=cpu", f"--rootdir={ROOT}", "-k", SELECTION,
-         f"--fk-report={out / (name + '.json')}", f"--fk-html={out / (name + '.html')}", *args],
-        cwd=out, env=env, capture_output=True, text=True, timeout=600)
-    assert (out / f"{name}.json").is_file(), done.stdout[-3000:] + done.stderr[-3000:]
-    (out / f"{name}.log").write_text(done.stdout + done.stderr)
+    result = run_suite_in_process(suite_args(
+        ["-q", "-p", "no:randomly", "-k", SELECTION, f"--fk-report={out / (name + '.json')}",
+         f"--fk-html={out / (name + '.html')}", *args]), out)
+    log = "\n".join(result.outlines + result.errlines)
+    assert (out / f"{name}.json").is_file(), log[-6000:]
+    (out / f"{name}.log").write_text(log)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,9 @@
+import contextlib
+import io
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -8,12 +13,18 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATES = Path(__file__).parent / "candidates"
 EXAMPLES = ROOT / "examples" / "candidates" / "triton"
+XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 
 
 # Tests that share one expensive module fixture, by node-id prefix: under ``-n`` each group runs on
 # one worker, so the fixture is built once, not once per worker. SmolLM2's end-to-end calibration
-# (noise runs and every built-in mutant) costs about 170 s on a 2-core machine.
-SHARED_FIXTURE_GROUPS = {"tests/test_e2e.py::test_smollm2_": "smollm2-calibration"}
+# (noise runs and every built-in mutant) costs about 170 s on a 2-core machine; the Mixtral cut's,
+# through the plugin, 30-60 s; the stub tree's probe of every task's calls on the reference 20-30 s.
+SHARED_FIXTURE_GROUPS = {"tests/test_e2e.py::test_smollm2_": "smollm2-calibration",
+                         "tests/test_e2e.py::test_kernel_and_e2e_macroevals_side_by_side": "mixtral-plugin-run",
+                         "tests/test_e2e.py::test_the_cache_options_reach_the_evaluator": "mixtral-plugin-run",
+                         "tests/test_stubs.py::test_every_task_gets_a_stub_the_suite_accepts": "stub-tree",
+                         "tests/test_stubs.py::test_manifest_names_the_tree_and_every_task": "stub-tree"}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -36,21 +47,85 @@ def pytest_xdist_make_scheduler(config, log):
     return SharedFixtureScheduling(config, log)
 
 
-@pytest.fixture
-def suite_run(pytester, monkeypatch):
-    """Run the task suite in a subprocess (a crash or a Triton kernel cannot disturb this one)."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
-    # When these tests run under xdist, the suite run they start is not an xdist worker.
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
+def suite_args(args, tasks=True):
+    """The command line of a suite run: the task suite on the CPU, with this checkout as root."""
+    target = [str(ROOT / "tasks")] if tasks else []
+    # pytest-benchmark's own statistics are noise on the CPU; tests that need them opt in.
+    quiet = [] if any(a.startswith(("--benchmark-only", "--benchmark-enable")) for a in args) \
+        else ["--benchmark-disable"]
+    return [*target, "-p", "no:cacheprovider", *quiet, "--fk-device=cpu", f"--rootdir={ROOT}", *args]
 
-    def run(*args, tasks=True, timeout=900):
-        target = [str(ROOT / "tasks")] if tasks else []
-        # pytest-benchmark's own statistics are noise on the CPU; tests that need them opt in.
-        quiet = [] if any(a.startswith(("--benchmark-only", "--benchmark-enable")) for a in args) \
-            else ["--benchmark-disable"]
-        return pytester.runpytest_subprocess(
-            *target, "-p", "no:cacheprovider", *quiet, "--fk-device=cpu",
-            f"--rootdir={ROOT}", *args, timeout=timeout)
+
+def _suite_env():
+    """What a suite run started from a test sees: this checkout importable, and not an xdist worker
+    when these tests run under xdist."""
+    env = {k: v for k, v in os.environ.items() if k not in XDIST_ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    return env
+
+
+def run_suite_in_process(args, cwd) -> pytest.RunResult:
+    """``pytest`` on the task suite in this process, output captured as pytester's runs capture it.
+
+    The pytest process of a suite run never imports candidate code: the candidates run in its
+    sterile worker process (``--fk-isolation=process``, the default), so a crashing or cheating
+    candidate cannot disturb this one. Only runs with ``--fk-isolation=none`` need a process of
+    their own where the candidate can crash (``suite_run(..., subprocess=True)``).
+
+    Unlike pytester's fixture this works in a fixture of any scope, so tests that check different
+    things about one run can share it. The modules a run imports (torch, Triton, hypothesis, the
+    task modules: about 6.5 s in a fresh process) stay loaded for the next run; dropping them, as
+    pytester does, would import them again, and C extensions do not survive that. What a run
+    replaces is put back: the module named ``conftest`` (the suite's root conftest takes the name
+    of this one), sys.path, the working folder and the environment (the plugin exports
+    --fk-cache-dir to its workers through it)."""
+    modules, path, environ = dict(sys.modules), list(sys.path), dict(os.environ)
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    started = time.monotonic()
+    os.environ.clear()
+    os.environ.update(_suite_env())
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            # The suite's packages (kernels_reference, ...) belong to the plugin's distribution,
+            # which pytest marks for assertion rewriting: in this process an earlier run (or
+            # test) imported them already, and pytest warns that it cannot rewrite them, a
+            # warning that a fresh pytest process never gives.
+            ret = pytest.main([*map(str, args), "-W", "ignore::pytest.PytestAssertRewriteWarning"])
+    finally:
+        os.chdir(here)
+        sys.modules.update(modules)
+        sys.path[:] = path
+        os.environ.clear()
+        os.environ.update(environ)
+    return pytest.RunResult(ret, out.getvalue().splitlines(), err.getvalue().splitlines(),
+                            time.monotonic() - started)
+
+
+def run_suite_subprocess(args, cwd, timeout=900) -> pytest.RunResult:
+    """The same run in a ``python -m pytest`` process of its own."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", *map(str, args)], cwd=cwd, env=_suite_env(),
+                          capture_output=True, text=True, timeout=timeout)
+    return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(),
+                            time.monotonic() - started)
+
+
+@pytest.fixture
+def suite_run(tmp_path):
+    """Run the task suite as a user does, and return a RunResult as pytester's runs do.
+
+    In this process by default (see run_suite_in_process); ``subprocess=True`` for a run whose
+    candidate code runs in the pytest process itself and may end it (``--fk-isolation=none``).
+    Not built on the pytester fixture: at its teardown it drops the modules imported during the
+    test, and Triton's C extension aborts the process when it is imported a second time."""
+    def run(*args, tasks=True, timeout=900, subprocess=False):
+        cwd = tmp_path / "suite_run"
+        cwd.mkdir(exist_ok=True)
+        argv = suite_args(args, tasks)
+        if subprocess:
+            return run_suite_subprocess(argv, cwd, timeout)
+        return run_suite_in_process(argv, cwd)
 
     return run

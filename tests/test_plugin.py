@@ -241,10 +241,12 @@ def test_report_survives_a_crashing_candidate(suite_run, tmp_path):
     assert tasks["rms_norm"]["status"] == "PASSED"
     assert tasks["silu_and_mul"]["status"] == "RUNTIME_ERROR" and "SIGABRT" in tasks["silu_and_mul"]["message"]
 
-    # Not isolated: the process dies, and the report rewritten after every test keeps what finished.
+    # Not isolated: the process dies, and the report rewritten after every test keeps what finished
+    # (a pytest process of its own: the crash would end this one).
     report_path = tmp_path / "r2.json"
     result = suite_run("-k", "T1-bf16 and not fuzz and (rms or silu)", f"--fk-candidate={tree}",
-                       f"--fk-report={report_path}", "-p", "no:randomly", "--fk-isolation=none")
+                       f"--fk-report={report_path}", "-p", "no:randomly", "--fk-isolation=none",
+                       subprocess=True)
     assert result.ret != 0
     report, tasks = read_report(report_path)
     assert report["complete"] is False
