@@ -77,9 +77,14 @@ def run_suite_in_process(args, cwd) -> pytest.RunResult:
     task modules: about 6.5 s in a fresh process) stay loaded for the next run; dropping them, as
     pytester does, would import them again, and C extensions do not survive that. What a run
     replaces is put back: the module named ``conftest`` (the suite's root conftest takes the name
-    of this one), sys.path, the working folder and the environment (the plugin exports
-    --fk-cache-dir to its workers through it)."""
+    of this one), sys.path, the working folder, the environment (the plugin exports
+    --fk-cache-dir to its workers through it) and the guards' record of the genuine functions (a
+    run with ``--fk-isolation=none`` takes it in this process; left behind, it turns every later
+    test here that monkeypatches an fk_pytest function into a TAMPERED verdict)."""
+    from fk_pytest import guards
+
     modules, path, environ = dict(sys.modules), list(sys.path), dict(os.environ)
+    genuine = dict(guards._GENUINE)
     out, err = io.StringIO(), io.StringIO()
     here = os.getcwd()
     started = time.monotonic()
@@ -99,6 +104,8 @@ def run_suite_in_process(args, cwd) -> pytest.RunResult:
         sys.path[:] = path
         os.environ.clear()
         os.environ.update(environ)
+        guards._GENUINE.clear()
+        guards._GENUINE.update(genuine)
     return pytest.RunResult(ret, out.getvalue().splitlines(), err.getvalue().splitlines(),
                             time.monotonic() - started)
 
