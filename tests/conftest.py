@@ -27,6 +27,20 @@ SHARED_FIXTURE_GROUPS = {"tests/test_e2e.py::test_smollm2_": "smollm2-calibratio
                          "tests/test_stubs.py::test_manifest_names_the_tree_and_every_task": "stub-tree"}
 
 
+def pytest_configure(config):
+    """Under ``-n N``, each xdist worker and every process its tests start (the suite's sterile
+    workers, suite runs in a process of their own) get one worker's share of the cores. Left at
+    every core each, two workers' torch thread pools oversubscribe a 2-core machine: the Mixtral-cut
+    runs of test_e2e took 290 s each side by side, 12-20 s with one thread each. A thread count the
+    user set (OMP_NUM_THREADS) is kept."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if not os.environ.get("PYTEST_XDIST_WORKER") or workers < 2:
+        return
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+    if "torch" in sys.modules:  # already imported (by the fastkernels plugin): its pool is sized
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     """``-n N`` without another ``--dist``: xdist's load balancing, except that each group above is

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import CANDIDATES, ROOT
+from conftest import CANDIDATES, ROOT, run_suite_in_process, suite_args
 from fk_pytest import status
 from fk_pytest.candidates import CandidateSource
 from fk_pytest.compose import candidate_lookup
@@ -274,16 +274,30 @@ def test_a_case_too_short_to_decide_is_a_task_error():
 
 
 # ---- through the plugin -------------------------------------------------------------------------
-def test_kernel_and_e2e_macroevals_side_by_side(suite_run, tmp_path):
-    """One run, both scores, each labelled; JSON, HTML and the end-of-run table agree."""
-    html, report = tmp_path / "r.html", tmp_path / "r.json"
-    # The Mixtral CPU cut (seconds) rather than SmolLM2 (a minute of calibration): the same path.
-    select = ["-k", "(e2e and mixtral) or (rms and llama-3.1-8b-decode-T1-bf16 and correctness)"]
-    result = suite_run(*select, f"--fk-candidate={CANDIDATES / 'minimal_signatures'}", f"--fk-report={report}",
-                       f"--fk-html={html}")
-    data = json.loads(report.read_text())
+# The Mixtral CPU cut (seconds) rather than SmolLM2 (a minute of calibration): the same path.
+MIXTRAL_RUN = ["-k", "(e2e and mixtral) or (rms and llama-3.1-8b-decode-T1-bf16 and correctness)",
+               f"--fk-candidate={CANDIDATES / 'minimal_signatures'}"]
+
+
+# One run through the plugin, with a cache folder, serves both tests below (one Mixtral-cut
+# calibration instead of two; under ``-n`` they run on one worker: tests/conftest.py,
+# SHARED_FIXTURE_GROUPS): the side-by-side scores, and the calibration entry its worker wrote.
+@pytest.fixture(scope="module")
+def mixtral_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mixtral_run")
+    paths = {"html": out / "r.html", "report": out / "r.json", "cache": out / "cache"}
+    result = run_suite_in_process(suite_args([*MIXTRAL_RUN, f"--fk-report={paths['report']}",
+                                              f"--fk-html={paths['html']}", f"--fk-cache-dir={paths['cache']}"]),
+                                  out)
+    data = json.loads(paths["report"].read_text())
     if data["e2e"]["cases"][0]["status"] == "NOT_RUN":
         pytest.skip(data["e2e"]["cases"][0]["message"])
+    return result, data, paths
+
+
+def test_kernel_and_e2e_macroevals_side_by_side(mixtral_run):
+    """One run, both scores, each labelled; JSON, HTML and the end-of-run table agree."""
+    result, data, paths = mixtral_run
     assert result.ret == 0
     assert [t["name"] for t in data["tasks"]] == ["rms_norm"]  # e2e cases are no kernel task
     k, e = data["macro"]["MacroEval"], data["e2e"]["macro"]["MacroEval"]
@@ -297,7 +311,7 @@ def test_kernel_and_e2e_macroevals_side_by_side(suite_run, tmp_path):
     assert set(case["paths"]) == {"prefill-forced", "decode-forced"} and case["path"] in case["paths"]
     assert case["mutants"]["rope-wrong-in-decode"]["kind"] == "decode-path"
     assert data["schema_version"] >= "1.4"
-    page = html.read_text()
+    page = paths["html"].read_text()
     assert "end-to-end MacroEval" in page and "mixtral-8x7b-chat" in page and "rope-ignores-positions" in page
 
 
@@ -365,13 +379,13 @@ def test_a_stored_calibration_is_reused_and_a_corrupt_or_stale_one_recomputed(tm
         e2e_run.calibrate = real
 
 
-def test_the_cache_options_reach_the_evaluator(suite_run, tmp_path):
-    cache = tmp_path / "cache"
-    select = ["-k", "e2e and mixtral", f"--fk-candidate={CANDIDATES / 'minimal_signatures'}"]
-    first = suite_run(*select, f"--fk-cache-dir={cache}")  # the worker writes the entry
+def test_the_cache_options_reach_the_evaluator(mixtral_run, suite_run):
+    first, _, paths = mixtral_run  # run with --fk-cache-dir: the worker writes the entry
+    cache = paths["cache"]
     entries = list((cache / "e2e").glob("*.json"))
     assert first.ret == 0 and len(entries) == 1
     written = entries[0].stat().st_mtime_ns
+    select = ["-k", "e2e and mixtral", f"--fk-candidate={CANDIDATES / 'minimal_signatures'}"]
     off = suite_run(*select, f"--fk-cache-dir={cache}", "--fk-no-cache")  # neither reads nor writes
     assert off.ret == 0 and "calibration reused" not in off.stdout.str()
     assert entries[0].stat().st_mtime_ns == written
