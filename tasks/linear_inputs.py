@@ -1,0 +1,116 @@
+"""Workload pieces shared by the linear-attention and hybrid tasks (Mamba-2, Qwen3-Next's gated
+DeltaNet): each model's layer dimensions, the batches of sequences a case runs, and cu_seqlens.
+
+A scan's numerics change where a sequence crosses a chunk boundary and where a state is carried in,
+so the cases are batches of sequence lengths, not token counts: variable-length prefill batches
+whose lengths sit on both sides of the kernel's chunk (1, chunk - 1, chunk, chunk + 1, several
+chunks), with and without an initial state per sequence, and decode batches (one token per
+sequence, the state carried from earlier steps). There is no captured serving workload for these
+models yet, so every case is hand-picked and weighted 1 per model and phase.
+
+The CPU profile keeps the head counts small (Triton kernels run interpreted there) but the
+per-head dimensions and chunk sizes real, so what is scanned per head is what a GPU scans.
+"""
+import dataclasses
+from typing import List, Sequence, Tuple
+
+import torch
+
+from .configs import load_config
+
+GATED_DELTA_MODELS = ("qwen3-next-80b-a3b",)
+MAMBA2_MODELS = ("mamba2-2.7b",)
+LINEAR_MODELS = GATED_DELTA_MODELS + MAMBA2_MODELS
+
+# Chunk length of the chunked kernels: flash-linear-attention's gated delta rule uses 64; Mamba-2's
+# is a config value (256 in mamba2-2.7b).
+GATED_DELTA_CHUNK = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class GatedDeltaDims:
+    """Qwen3-Next's linear-attention layer (``Qwen3NextGatedDeltaNet``)."""
+    hidden_size: int
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    conv_kernel: int
+    eps: float
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_k_heads * self.head_k_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_v_heads * self.head_v_dim
+
+    @property
+    def conv_dim(self) -> int:  # q, k and v go through the short convolution together
+        return 2 * self.key_dim + self.value_dim
+
+
+@dataclasses.dataclass(frozen=True)
+class Mamba2Dims:
+    """Mamba-2's mixer (``MambaMixer2``)."""
+    hidden_size: int
+    num_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    chunk_size: int
+    eps: float
+
+    @property
+    def intermediate_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:  # x, B and C go through the short convolution together
+        return self.intermediate_size + 2 * self.n_groups * self.state_size
+
+
+# Head counts of the CPU profile: the per-head sizes stay real, the heads are few.
+CPU_HEADS = {"qwen3-next-80b-a3b": (2, 4), "mamba2-2.7b": 4}
+
+
+def gated_delta_dims(model: str, profile: str = "full") -> GatedDeltaDims:
+    cfg = load_config(model)
+    k_heads, v_heads = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    if profile == "cpu":
+        k_heads, v_heads = CPU_HEADS[model]
+    return GatedDeltaDims(cfg["hidden_size"], k_heads, v_heads, cfg["linear_key_head_dim"],
+                          cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"], cfg["rms_norm_eps"])
+
+
+def mamba2_dims(model: str, profile: str = "full") -> Mamba2Dims:
+    cfg = load_config(model)
+    heads = CPU_HEADS[model] if profile == "cpu" else cfg["num_heads"]
+    return Mamba2Dims(cfg["hidden_size"], heads, cfg["head_dim"], cfg["state_size"], cfg["n_groups"],
+                      cfg["conv_kernel"], cfg["chunk_size"], cfg["layer_norm_epsilon"])
+
+
+def prefill_batches(chunk: int, profile: str) -> List[Tuple[str, Tuple[int, ...]]]:
+    """(name, sequence lengths) of the prefill cases of a kernel whose chunk is ``chunk`` tokens.
+
+    One long sequence; one variable-length batch whose lengths straddle the chunk boundary; on the
+    full profile a serving-sized mixed batch and a 32k-token sequence (the speed regime)."""
+    edge = (1, chunk - 1, chunk, chunk + 1)
+    if profile == "cpu":
+        return [("one", (2 * chunk + 3,)), ("varlen", edge)]
+    return [("one", (4096,)), ("varlen", edge + (3 * chunk + 5, 1000)),
+            ("mixed", (512, 2048, 8192, 77, 1500)), ("long", (32768,))]
+
+
+def decode_batches(profile: str) -> List[Tuple[str, int]]:
+    """(name, sequences) of the decode cases: one new token per sequence, each carrying a state."""
+    return [("B1", 1), ("B3", 3)] if profile == "cpu" else [("B1", 1), ("B32", 32), ("B128", 128), ("B256", 256)]
+
+
+def cu_seqlens(lengths: Sequence[int], device) -> torch.Tensor:
+    """int32 [len(lengths) + 1] offsets of each sequence in the packed token dimension."""
+    out = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    out[1:] = torch.cumsum(torch.tensor(list(lengths), dtype=torch.int64), 0).to(torch.int32)
+    return out.to(device)
