@@ -2,7 +2,8 @@
 
 Numerics follow vLLM: compute in float32, cast the normalised value to the input dtype, then
 multiply by ``weight``. With ``residual`` the sum ``x + residual`` is formed in float32, returned
-(rounded to the input dtype) as the updated residual, and normalised.
+(rounded to the input dtype) as the updated residual, and normalised. The kernel also serves the
+zero-centred ``GemmaRMSNorm`` (``gemma_rms_norm.py``).
 """
 import functools
 from typing import Optional, Tuple, Union
@@ -46,40 +47,47 @@ class RMSNorm(RecordsInit, nn.Module):
         return x if residual is None else (x, residual)
 
     def forward_triton(self, x, residual=None):
-        if x.shape[-1] != self.hidden_size:
-            raise ValueError(f"RMSNorm({self.hidden_size}) got rows of width {x.shape[-1]}")
-        rows = row_layout(x)
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        if residual is not None:
-            res = row_layout(residual.expand_as(x))
-            res_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        else:
-            res, res_out = rows, out  # unused by the kernel when HAS_RESIDUAL is False
-        if rows.n_rows == 0:
-            return out if residual is None else (out, res_out)
-        block = triton.next_power_of_2(self.hidden_size)
-        args = (rows.tensor, res.tensor, self.weight, out, res_out,
-                rows.n_rows, rows.n_inner, rows.stride_outer, rows.stride_inner,
-                res.n_inner, res.stride_outer, res.stride_inner,
-                self.variance_epsilon, size_class(rows.n_rows))
-        # int32 offsets (fewer address instructions per element) unless an offset could overflow
-        index_64 = max(_last_offset(rows), _last_offset(res), rows.n_rows * self.hidden_size) >= 2**31
-        consts = dict(HAS_RESIDUAL=residual is not None, WIDTH=self.hidden_size, BLOCK=block,
-                      INDEX_64=index_64)
-        if autotune_here(x) and rows.n_rows > DECODE_ROWS:
-            grid = lambda meta: (triton.cdiv(rows.n_rows, meta["ROWS"]),)  # noqa: E731
-            _tuned_rms_norm(block)[grid](*args, **consts)
-        elif autotune_here(x):  # decode sizes: the first (smallest) config, no tuning among equals
-            config = _configs_for_block(block)[0]
-            _rms_norm_kernel[(triton.cdiv(rows.n_rows, config.kwargs["ROWS"]),)](
-                *args, **consts, ROWS=config.kwargs["ROWS"], num_warps=config.num_warps)
-        else:
-            # Interpreter: one fixed config, large tiles (it pays per program, not per element).
-            rows_per_program = max(1, 16384 // block)
-            _rms_norm_kernel[(triton.cdiv(rows.n_rows, rows_per_program),)](
-                *args, **consts, ROWS=rows_per_program, num_warps=warps_for(block * rows_per_program),
-            )
+        return rms_norm_rows(self, x, residual)
+
+
+def rms_norm_rows(norm: nn.Module, x, residual=None, unit_offset: bool = False):
+    """The fast path of an RMSNorm-shaped module (``hidden_size``, ``variance_epsilon``,
+    ``weight``): the rows of ``x`` normalised, the residual fused in; with ``unit_offset`` scaled
+    by ``1 + weight`` (GemmaRMSNorm) rather than ``weight``."""
+    if x.shape[-1] != norm.hidden_size:
+        raise ValueError(f"{type(norm).__name__}({norm.hidden_size}) got rows of width {x.shape[-1]}")
+    rows = row_layout(x)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if residual is not None:
+        res = row_layout(residual.expand_as(x))
+        res_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    else:
+        res, res_out = rows, out  # unused by the kernel when HAS_RESIDUAL is False
+    if rows.n_rows == 0:
         return out if residual is None else (out, res_out)
+    block = triton.next_power_of_2(norm.hidden_size)
+    args = (rows.tensor, res.tensor, norm.weight, out, res_out,
+            rows.n_rows, rows.n_inner, rows.stride_outer, rows.stride_inner,
+            res.n_inner, res.stride_outer, res.stride_inner,
+            norm.variance_epsilon, size_class(rows.n_rows))
+    # int32 offsets (fewer address instructions per element) unless an offset could overflow
+    index_64 = max(_last_offset(rows), _last_offset(res), rows.n_rows * norm.hidden_size) >= 2**31
+    consts = dict(HAS_RESIDUAL=residual is not None, WIDTH=norm.hidden_size, BLOCK=block,
+                  INDEX_64=index_64, UNIT_OFFSET=unit_offset)
+    if autotune_here(x) and rows.n_rows > DECODE_ROWS:
+        grid = lambda meta: (triton.cdiv(rows.n_rows, meta["ROWS"]),)  # noqa: E731
+        _tuned_rms_norm(block)[grid](*args, **consts)
+    elif autotune_here(x):  # decode sizes: the first (smallest) config, no tuning among equals
+        config = _configs_for_block(block)[0]
+        _rms_norm_kernel[(triton.cdiv(rows.n_rows, config.kwargs["ROWS"]),)](
+            *args, **consts, ROWS=config.kwargs["ROWS"], num_warps=config.num_warps)
+    else:
+        # Interpreter: one fixed config, large tiles (it pays per program, not per element).
+        rows_per_program = max(1, 16384 // block)
+        _rms_norm_kernel[(triton.cdiv(rows.n_rows, rows_per_program),)](
+            *args, **consts, ROWS=rows_per_program, num_warps=warps_for(block * rows_per_program),
+        )
+    return out if residual is None else (out, res_out)
 
 
 def _last_offset(rows) -> int:
@@ -122,7 +130,7 @@ if triton is not None:
         n_rows, x_inner, x_s_outer, x_s_inner, r_inner, r_s_outer, r_s_inner,
         eps, size_cls,  # size_cls: only an autotune key (the row-count bucket)
         HAS_RESIDUAL: tl.constexpr, WIDTH: tl.constexpr, BLOCK: tl.constexpr, INDEX_64: tl.constexpr,
-        ROWS: tl.constexpr,
+        ROWS: tl.constexpr, UNIT_OFFSET: tl.constexpr = False,
     ):
         # The width is a compile-time constant (one compilation per hidden size): where it fills
         # the block (4096, 2048, 128 ...) no column mask is computed, and with one row per program
@@ -153,6 +161,8 @@ if triton is not None:
                 x += tl.load(res_ptr + r_off, mask=mask, other=0.0).to(tl.float32)
             tl.store(res_out_ptr + out_off, x.to(res_out_ptr.dtype.element_ty), mask=mask)
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / WIDTH + eps)
-        y = (x * rstd[:, None]).to(out_ptr.dtype.element_ty).to(tl.float32)
-        tl.store(out_ptr + out_off, (y * w.to(tl.float32)[None, :]).to(out_ptr.dtype.element_ty),
-                 mask=mask)
+        if UNIT_OFFSET:  # GemmaRMSNorm: scaled by 1 + weight in float32, rounded once
+            y = x * rstd[:, None] * (1.0 + w.to(tl.float32))[None, :]
+        else:  # vLLM's RMSNorm: rounded to the input dtype, then scaled by the weight
+            y = (x * rstd[:, None]).to(out_ptr.dtype.element_ty).to(tl.float32) * w.to(tl.float32)[None, :]
+        tl.store(out_ptr + out_off, y.to(out_ptr.dtype.element_ty), mask=mask)

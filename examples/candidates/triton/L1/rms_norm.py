@@ -6,7 +6,7 @@ from torch import nn
 
 @triton.jit
 def _rmsnorm_rows(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, n_rows, x_stride, r_stride, width, eps,
-                  ROWS: tl.constexpr, COLS: tl.constexpr, ADD: tl.constexpr):
+                  ROWS: tl.constexpr, COLS: tl.constexpr, ADD: tl.constexpr, PLUS_ONE: tl.constexpr = False):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, COLS)
     ok = (rows[:, None] < n_rows) & (cols[None, :] < width)
@@ -17,6 +17,8 @@ def _rmsnorm_rows(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, n_rows, x_stride, r_stride,
         tl.store(s_ptr + rows64 * width + cols[None, :], v.to(s_ptr.dtype.element_ty), mask=ok)
     inv = tl.rsqrt(tl.sum(v * v, axis=1) / width + eps)
     g = tl.load(w_ptr + cols, mask=cols < width, other=0.0).to(tl.float32)
+    if PLUS_ONE:  # zero-centred weight (GemmaRMSNorm)
+        g = g + 1.0
     out = v * inv[:, None] * g[None, :]
     tl.store(y_ptr + rows64 * width + cols[None, :], out.to(y_ptr.dtype.element_ty), mask=ok)
 
@@ -28,6 +30,8 @@ def _as_rows(t, width):
 
 
 class RMSNorm(nn.Module):
+    plus_one = False
+
     def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
         self.hidden_size = hidden_size
@@ -47,5 +51,7 @@ class RMSNorm(nn.Module):
         if n:
             _rmsnorm_rows[(triton.cdiv(n, rows),)](
                 xs, rs, self.weight, y, s, n, xs.stride(0), rs.stride(0), width,
-                self.variance_epsilon, ROWS=rows, COLS=cols, ADD=residual is not None, num_warps=4)
+                self.variance_epsilon, ROWS=rows, COLS=cols, ADD=residual is not None, PLUS_ONE=self.plus_one,
+                num_warps=4)
         return y if residual is None else (y, s)
+
