@@ -114,3 +114,13 @@ def cu_seqlens(lengths: Sequence[int], device) -> torch.Tensor:
     out = torch.zeros(len(lengths) + 1, dtype=torch.int32)
     out[1:] = torch.cumsum(torch.tensor(list(lengths), dtype=torch.int64), 0).to(torch.int32)
     return out.to(device)
+
+
+def zero_centred_norm_weights(module: torch.nn.Module, gen: torch.Generator) -> None:
+    """Draw the weights of every zero-centred norm in ``module`` (``GemmaRMSNorm``: the scale is
+    ``1 + w``) near zero, as trained ones are: a kernel that scales by ``w`` alone is then far off."""
+    from kernels_reference.L1.gemma_rms_norm import GemmaRMSNorm
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, GemmaRMSNorm):
+                m.weight.copy_(0.2 * torch.randn(m.weight.shape, generator=gen, device=m.weight.device))

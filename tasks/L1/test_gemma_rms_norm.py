@@ -6,13 +6,11 @@ per-head q/k norms over head_dim=256 (q after the gate is split off, so packed h
 view of the fused qkv output). Trained weights sit near zero (the scale is ``1 + w``), so the task
 draws them around zero: a candidate that scales by ``w`` alone is far off.
 """
-import torch
-
 from fk_pytest import standard_tests
 from kernels_reference.L1.gemma_rms_norm import GemmaRMSNorm
 
 from ..configs import load_config
-from ..linear_inputs import GATED_DELTA_MODELS
+from ..linear_inputs import GATED_DELTA_MODELS, zero_centred_norm_weights
 from ..workload import model_dtype, token_cases
 from .test_rms_norm import RMSNormTask
 
@@ -40,9 +38,7 @@ class GemmaRMSNormTask(RMSNormTask):
         return out
 
     def init_weights(self, module, gen):
-        with torch.no_grad():
-            for p in module.parameters():
-                p.copy_(0.2 * torch.randn(p.shape, generator=gen, device=p.device))
+        zero_centred_norm_weights(module, gen)
 
 
 TASK = GemmaRMSNormTask()
