@@ -31,6 +31,7 @@ FAMILY_MARKERS = {
     "kv_cache": "KV-cache tasks",
     "mlp": "MLP blocks",
     "moe": "mixture-of-experts tasks",
+    "linear_attention": "linear-attention and state-space scans (gated delta rule, Mamba-2 SSD, conv states)",
     "layer": "decoder layers",
     "model": "whole models",
 }
