@@ -1,0 +1,102 @@
+"""ShortConvolution: the reference's Triton kernels (interpreted) against its native definition, and
+the task's verdicts on an honest and three wrong candidates (each wrong in one phase only)."""
+from collections import Counter
+
+import pytest
+import torch
+
+from fk_pytest import status
+from fk_pytest.candidates import CandidateSource
+from fk_pytest.correctness import evaluate_case
+from fk_pytest.registry import get_task
+
+from conftest import CANDIDATES, EXAMPLES
+
+triton = pytest.importorskip("triton")
+
+
+def _module(dim, kernel, bias, dtype):
+    from kernels_reference.L1.short_convolution import ShortConvolution
+
+    gen = torch.Generator().manual_seed(dim + kernel)
+    module = ShortConvolution(dim, kernel, bias=bias)
+    with torch.no_grad():
+        module.weight.copy_(0.5 * torch.randn(module.weight.shape, generator=gen))
+        if bias:
+            module.bias.copy_(torch.randn(dim, generator=gen))
+    return module.to(dtype)
+
+
+# Lengths around the prefill kernel's 64-token tile (a sequence starting or ending on either side
+# of a tile edge, several in one tile, an empty one) and shorter than K - 1 (the new state keeps
+# part of the old one).
+LENGTHS = [(1, 63, 64, 65, 0, 2, 130), (200,), (3, 1, 2)]
+
+
+@pytest.mark.parametrize("lengths", LENGTHS, ids=lambda ls: "-".join(map(str, ls)))
+@pytest.mark.parametrize("kernel, bias, dtype", [(4, True, torch.float32), (4, False, torch.bfloat16),
+                                                 (3, True, torch.float32), (2, False, torch.float32)])
+def test_triton_prefill_matches_native(monkeypatch, lengths, kernel, bias, dtype):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    dim = 160  # not a power of two: masked channels in the last block
+    module = _module(dim, kernel, bias, dtype)
+    gen = torch.Generator().manual_seed(len(lengths))
+    qsl = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(torch.tensor(lengths), 0)
+    wide = torch.randn(int(qsl[-1]), dim + 24, generator=gen).to(dtype)
+    x = wide[:, 16: 16 + dim]  # a column slice, as Mamba-2's (x, B, C) is of in_proj's output
+    pool = torch.randn(len(lengths) + 4, kernel - 1, dim, generator=gen).to(dtype)
+    slots = torch.randperm(pool.shape[0], generator=gen)[:len(lengths)].to(torch.int32)
+    initial = torch.tensor([i % 3 != 1 for i in range(len(lengths))])  # with and without a state
+    got_pool, want_pool = pool.clone(), pool.clone()
+    got = module.forward_triton(x, got_pool, qsl, slots, initial)
+    want = module.forward_native(x, want_pool, qsl, slots, initial)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+    assert torch.equal(got_pool, want_pool)  # states are copies of inputs: exact
+    untouched = torch.ones(pool.shape[0], dtype=torch.bool)
+    untouched[slots.long()] = False
+    assert torch.equal(got_pool[untouched], pool[untouched])
+
+
+@pytest.mark.parametrize("kernel, bias", [(4, True), (3, False)])
+def test_triton_decode_matches_native_over_steps(monkeypatch, kernel, bias):
+    """Several decode steps in a row: each reads the state the previous one shifted."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    dim, batch = 96, 3
+    module = _module(dim, kernel, bias, torch.float32)
+    gen = torch.Generator().manual_seed(7)
+    pool = torch.randn(batch + 2, kernel - 1, dim, generator=gen)
+    slots = torch.tensor([3, 0, 4], dtype=torch.int32)
+    got_pool, want_pool = pool.clone(), pool.clone()
+    for _ in range(kernel + 1):
+        x = torch.randn(batch, dim, generator=gen)
+        got = module.forward_triton(x, got_pool, cache_indices=slots)
+        want = module.forward_native(x, want_pool, cache_indices=slots)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert torch.equal(got_pool, want_pool)
+    assert torch.equal(got_pool[[1, 2]], pool[[1, 2]])
+
+
+def _verdicts(tree):
+    task = get_task("short_convolution")
+    cls = CandidateSource(tree).load_class(task)
+    return {case.id: evaluate_case(task, case, 1234, cls, "cpu") for case in task.cases("cpu")}
+
+
+def test_example_candidate_passes_every_case():
+    results = _verdicts(EXAMPLES)
+    assert all(r.passed for r in results.values()), {k: r.message for k, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize("tree, fails_on, output", [
+    ("conv_no_initial_state", lambda cid: "-cont-" in cid, "out"),
+    ("conv_leaks_across_sequences", lambda cid: "-varlen-" in cid, "out"),
+    ("conv_decode_stale_state", lambda cid: "-decode-" in cid, "conv_states"),
+])
+def test_wrong_candidate_fails_exactly_where_its_bug_shows(tree, fails_on, output):
+    results = _verdicts(CANDIDATES / tree)
+    failed = {cid for cid, r in results.items() if not r.passed}
+    assert failed == {cid for cid in results if fails_on(cid)}, sorted(failed)
+    assert Counter(results[cid].status for cid in failed) == {status.WRONG_RESULT: len(failed)}
+    assert all(output in results[cid].message for cid in failed), [results[c].message for c in failed][:2]
