@@ -194,13 +194,33 @@ def _verify_launch(runner, i: int, values: Mapping[str, Any], buffers=None, laun
     buffers = buffers if buffers is not None else runner.sets[i % len(runner.sets)]
     for k, v in values.items():
         if isinstance(v, torch.Tensor):
-            buffers[k].copy_(v)
+            refill(buffers[k], v)
     out = launch() if launch is not None else runner.launch(i)
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     copies = [o.clone() for o in outs]
     if torch.cuda.is_available() and any(o.is_cuda for o in copies):
         torch.cuda.synchronize()
     return copies
+
+
+def refill(buffer: torch.Tensor, value: torch.Tensor) -> None:
+    """Put ``value`` into ``buffer`` in place. A broadcast view (a stride 0 over a dimension of
+    more than one element, as vLLM passes per-head values expanded over head_dim) cannot be written
+    element by element; a value drawn the same way has the same layout, so the memory under the
+    view is copied whole instead."""
+    if not any(st == 0 and n > 1 for st, n in zip(buffer.stride(), buffer.shape)):
+        buffer.copy_(value)
+        return
+    if (value.shape, value.stride(), value.storage_offset()) != (buffer.shape, buffer.stride(),
+                                                                 buffer.storage_offset()) \
+            or value.untyped_storage().nbytes() != buffer.untyped_storage().nbytes():
+        raise ValueError(f"cannot refill a broadcast view {tuple(buffer.shape)} / {buffer.stride()} from a tensor "
+                         f"of another layout {tuple(value.shape)} / {value.stride()}")
+
+    def whole(t):
+        return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+    whole(buffer).copy_(whole(value))
 
 
 def make_runners(candidate, reference, input_sets, device, call: Callable = None) -> Dict[str, Any]:
