@@ -213,6 +213,9 @@ def model_rule(self, case, inputs, truth_module, reference=None):
 # CPU profile: a cut of each real config: its real E and k, narrower hidden and expert widths (a
 # float64 truth of 128 full-width experts is too slow for the interpreter's budget).
 CPU_CUT = {"hidden_size": 256, "moe_intermediate_size": 64}
+# Models with more experts than the interpreter can afford per case keep k but fewer experts on the
+# CPU profile (Qwen3-Next's 512 experts cost ~100 s a task there; 64 keep top-10 routing sparse).
+CPU_EXPERTS = {"qwen3-next-80b-a3b": 64}
 MOE_TOKENS = {"cpu": {"decode": (1, 5), "prefill": (33,)},
               "full": {"decode": (1, 32, 128), "prefill": (1024, 8192)}}
 MAX_BLOCK_TOKENS = 8192  # the captures' steps stop at the engine's 8192-token budget
@@ -232,7 +235,8 @@ def block_token_cases(model: str, profile: str, cls: str):
 
 
 def cut_config(model: str, profile: str) -> Dict:
-    """The model's config; on the CPU profile narrowed to ``CPU_CUT`` (E, k and layers kept)."""
+    """The model's config; on the CPU profile narrowed to ``CPU_CUT`` (k and layers kept; E kept
+    except where ``CPU_EXPERTS`` cuts it)."""
     cfg = dict(load_config(model))
     if profile == "cpu":
         cfg.update(hidden_size=CPU_CUT["hidden_size"], head_dim=32,
@@ -241,6 +245,8 @@ def cut_config(model: str, profile: str) -> Dict:
         if "moe_intermediate_size" in cfg:
             cfg["moe_intermediate_size"] = CPU_CUT["moe_intermediate_size"]
         cfg["intermediate_size"] = CPU_CUT["moe_intermediate_size"] * (2 if "moe_intermediate_size" in cfg else 1)
+        if model in CPU_EXPERTS:
+            cfg["num_experts"] = CPU_EXPERTS[model]
     return cfg
 
 

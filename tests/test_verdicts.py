@@ -47,6 +47,7 @@ def test_honest_candidates_pass_every_case(task_name, tree):
     ("rms_low_precision", "rms_norm", status.WRONG_RESULT, "fp32"),
     ("gemma_no_unit_offset", "gemma_rms_norm", status.WRONG_RESULT, "q-norm"),
     ("qwen3_next_gate_halves", "qwen3_next_attention", status.WRONG_RESULT, "decode"),
+    ("qwen3_next_ungated_shared", "qwen3_next_moe_block", status.WRONG_RESULT, "qwen3-next"),
     ("attn_no_context", "attention", status.WRONG_RESULT, "decode"),
     ("attn_no_store", "attention", status.WRONG_RESULT, "prefill"),
 ])
