@@ -35,22 +35,23 @@ def gated_delta_rule_recurrence(q, k, v, g, beta, scale: float, initial_state: O
     if use_qk_l2norm:
         q, k = l2_normalize(q), l2_normalize(k)
     group = v.shape[1] // k.shape[1]
-    q = q.repeat_interleave(group, dim=1) * scale  # value head h reads key head h // group
-    k = k.repeat_interleave(group, dim=1)
+    # [T, Hv, 1, D] rows in the state's dtype: value head h reads key head h // group
+    q = (q.repeat_interleave(group, dim=1) * scale).to(state_dt).unsqueeze(2)
+    k = k.repeat_interleave(group, dim=1).to(state_dt).unsqueeze(2)
+    v, beta = v.to(state_dt).unsqueeze(2), beta.to(state_dt)[:, :, None, None]
+    decay = torch.exp(g.to(state_dt))[:, :, None, None]
     n = cu_seqlens.numel() - 1
     hv, kd, vd = v.shape[1], k.shape[-1], v.shape[-1]
-    o = torch.empty(v.shape, dtype=dt, device=v.device)
+    o = torch.empty((v.shape[0], hv, 1, vd), dtype=state_dt, device=v.device)
     final = torch.empty((n, hv, kd, vd), dtype=state_dt, device=v.device)
     bounds = cu_seqlens.tolist()
     for i in range(n):
         s = (initial_state[i].to(state_dt) if initial_state is not None
              else torch.zeros((hv, kd, vd), dtype=state_dt, device=v.device))
         for t in range(bounds[i], bounds[i + 1]):
-            s = s * torch.exp(g[t].to(state_dt))[:, None, None]
-            kt, qt = k[t].to(state_dt), q[t].to(state_dt)
-            predicted = torch.einsum("hkv,hk->hv", s, kt)
-            delta = beta[t].to(state_dt)[:, None] * (v[t].to(state_dt) - predicted)
-            s = s + kt[:, :, None] * delta[:, None, :]
-            o[t] = torch.einsum("hkv,hk->hv", s, qt).to(dt)
+            s = s * decay[t]
+            delta = beta[t] * (v[t] - torch.bmm(k[t], s))  # [Hv, 1, V]
+            s = torch.baddbmm(s, k[t].transpose(1, 2), delta)  # + k delta^T
+            torch.bmm(q[t], s, out=o[t])
         final[i] = s
-    return o, final
+    return o.squeeze(2).to(dt), final
