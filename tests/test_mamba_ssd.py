@@ -56,13 +56,13 @@ def _scan_inputs(lengths, heads, groups, dstate, dtype, with_state, gated=False,
 
 
 # chunk 64 keeps the interpreter quick; the lengths sit on both sides of its boundaries
-@pytest.mark.parametrize("lengths, groups, dtype, with_state, gated", [
-    ((200,), 1, torch.bfloat16, False, False),
-    ((1, 63, 64, 65, 130), 2, torch.bfloat16, True, False),
-    ((7, 129), 1, torch.float32, True, True),
-], ids=["one-zero-bf16", "varlen-state-bf16-groups2", "gated-state-fp32"])
-def test_triton_chunk_scan_matches_the_recurrence(lengths, groups, dtype, with_state, gated):
-    inputs = _scan_inputs(lengths, 4, groups, 32, dtype, with_state, gated)
+@pytest.mark.parametrize("lengths, groups, dstate, dtype, with_state, gated", [
+    ((200,), 1, 32, torch.bfloat16, False, False),
+    ((1, 63, 64, 65, 130), 2, 32, torch.bfloat16, True, False),
+    ((7, 129), 1, 160, torch.float32, True, True),  # a state wider than one tile, not a power of 2
+], ids=["one-zero-bf16", "varlen-state-bf16-groups2", "gated-state-n160-fp32"])
+def test_triton_chunk_scan_matches_the_recurrence(lengths, groups, dstate, dtype, with_state, gated):
+    inputs = _scan_inputs(lengths, 4, groups, dstate, dtype, with_state, gated)
     y_true, s_true = native.ssd_scan(**_upcast(inputs))
     y, states = ssd_chunk_scan(**inputs, chunk_size=64)
     assert y.dtype == dtype and states.dtype == torch.float32 and states.shape == s_true.shape

@@ -123,7 +123,7 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
         C.stride(0), C.stride(1), C.stride(2), zz.stride(0), zz.stride(1), zz.stride(2),
         out.stride(0), out.stride(1), d.stride(0), d.stride(-1) if d.dim() == 2 else 0,
         HAS_D=has_d, HAS_Z=has_z, BLOCK_M=block_m, BLOCK_P=block_po, BLOCK_K=block_k, BLOCK_N=block_kn,
-        BLOCK_C=block_c, F32_DOT=f32_dot, num_warps=4)
+        BLOCK_C=block_c, F32_DOT=f32_dot, ONE_N=dstate <= block_kn, num_warps=4)
     return out, final
 
 
@@ -237,7 +237,7 @@ if triton is not None:
                              so_t, so_h, sd_h, sd_p,
                              HAS_D: tl.constexpr, HAS_Z: tl.constexpr, BLOCK_M: tl.constexpr,
                              BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
-                             BLOCK_C: tl.constexpr, F32_DOT: tl.constexpr):
+                             BLOCK_C: tl.constexpr, F32_DOT: tl.constexpr, ONE_N: tl.constexpr):
         chunk = tl.program_id(1)
         length = tl.load(len_ptr + chunk)
         tiles_p = tl.cdiv(head_dim, BLOCK_P)
@@ -258,12 +258,19 @@ if triton is not None:
         x_base = x_ptr + start * sx_t + head * sx_h
         state_base = states_ptr + (chunk * heads + head).to(tl.int64) * head_dim * dstate
         acc = tl.zeros((BLOCK_M, BLOCK_P), dtype=tl.float32)
+        if ONE_N:  # the whole state width in one tile (Mamba-2's 128): the rows' C is loaded once
+            ns = tl.arange(0, BLOCK_N)
+            c_rows = tl.load(c_base + ms[:, None] * sc_t + ns[None, :] * sc_n,
+                             mask=m_ok[:, None] & (ns < dstate)[None, :], other=0.0)
         # what the state entering the chunk contributes, decayed to each row: exp(cs_m) C_m . s
         for n0 in range(0, dstate, BLOCK_N):
             ns = n0 + tl.arange(0, BLOCK_N)
             n_ok = ns < dstate
-            cm = tl.load(c_base + ms[:, None] * sc_t + ns[None, :] * sc_n, mask=m_ok[:, None] & n_ok[None, :],
-                         other=0.0)
+            if ONE_N:
+                cm = c_rows
+            else:
+                cm = tl.load(c_base + ms[:, None] * sc_t + ns[None, :] * sc_n, mask=m_ok[:, None] & n_ok[None, :],
+                             other=0.0)
             s = tl.load(state_base + ps[None, :] * dstate + ns[:, None], mask=n_ok[:, None] & p_ok[None, :],
                         other=0.0)
             acc += tl.dot(_operand(cm, x_ptr, F32_DOT), _operand(s, x_ptr, F32_DOT), input_precision="ieee")
@@ -276,8 +283,11 @@ if triton is not None:
             for n0 in range(0, dstate, BLOCK_N):
                 ns = n0 + tl.arange(0, BLOCK_N)
                 n_ok = ns < dstate
-                cm = tl.load(c_base + ms[:, None] * sc_t + ns[None, :] * sc_n,
-                             mask=m_ok[:, None] & n_ok[None, :], other=0.0)
+                if ONE_N:
+                    cm = c_rows
+                else:
+                    cm = tl.load(c_base + ms[:, None] * sc_t + ns[None, :] * sc_n,
+                                 mask=m_ok[:, None] & n_ok[None, :], other=0.0)
                 bk = tl.load(b_base + ns[:, None] * sb_n + ks[None, :] * sb_t,
                              mask=n_ok[:, None] & k_ok[None, :], other=0.0)
                 cb += tl.dot(_operand(cm, x_ptr, F32_DOT), _operand(bk, x_ptr, F32_DOT), input_precision="ieee")
