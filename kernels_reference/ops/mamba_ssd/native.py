@@ -58,11 +58,11 @@ def ssd_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor
     y = torch.empty((tokens, heads, head_dim), dtype=compute, device=x.device)
     finals = []
     for seq, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
-        state = (initial_states[seq].to(compute) if initial_states is not None else
+        state = (initial_states[seq].to(compute, copy=True) if initial_states is not None else
                  torch.zeros((heads, head_dim, B.shape[-1]), dtype=compute, device=x.device))
-        for t in range(start, end):
-            state = decay[t, :, None, None] * state + inputs[t, :, :, None] * b[t, :, None, :]
-            y[t] = torch.matmul(state, c[t, :, :, None])[..., 0]
+        for t in range(start, end):  # in place: a few small ops per token, the truth's whole cost
+            state.mul_(decay[t, :, None, None]).baddbmm_(inputs[t, :, :, None], b[t, :, None, :])
+            torch.bmm(state, c[t, :, :, None], out=y[t, :, :, None])
         finals.append(state)
     y = _skip_and_gate(y, x, D, z, compute)
     final = torch.stack(finals) if finals else x.new_zeros((0, heads, head_dim, B.shape[-1]))
