@@ -27,18 +27,13 @@ def _module(dim, kernel, bias, dtype):
     return module.to(dtype)
 
 
-# Lengths around the prefill kernel's 64-token tile (a sequence starting or ending on either side
-# of a tile edge, several in one tile, an empty one) and shorter than K - 1 (the new state keeps
-# part of the old one).
+# Packed lengths whose sequences start and end on both sides of the prefill kernel's token tiles
+# (64 on a GPU, 128 interpreted), several sequences in one tile, an empty sequence, and sequences
+# shorter than K - 1 (their new state keeps part of the old one).
 LENGTHS = [(1, 63, 64, 65, 0, 2, 130), (200,), (3, 1, 2)]
 
 
-@pytest.mark.parametrize("lengths", LENGTHS, ids=lambda ls: "-".join(map(str, ls)))
-@pytest.mark.parametrize("kernel, bias, dtype", [(4, True, torch.float32), (4, False, torch.bfloat16),
-                                                 (3, True, torch.float32), (2, False, torch.float32)])
-def test_triton_prefill_matches_native(monkeypatch, lengths, kernel, bias, dtype):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    dim = 160  # not a power of two: masked channels in the last block
+def _prefill_both_ways(lengths, kernel, bias, dtype, dim=160):
     module = _module(dim, kernel, bias, dtype)
     gen = torch.Generator().manual_seed(len(lengths))
     qsl = torch.zeros(len(lengths) + 1, dtype=torch.int32)
@@ -57,6 +52,23 @@ def test_triton_prefill_matches_native(monkeypatch, lengths, kernel, bias, dtype
     untouched = torch.ones(pool.shape[0], dtype=torch.bool)
     untouched[slots.long()] = False
     assert torch.equal(got_pool[untouched], pool[untouched])
+
+
+@pytest.mark.parametrize("lengths", LENGTHS, ids=lambda ls: "-".join(map(str, ls)))
+@pytest.mark.parametrize("kernel, bias, dtype", [(4, True, torch.float32), (4, False, torch.bfloat16),
+                                                 (3, True, torch.float32), (2, False, torch.float32)])
+def test_triton_prefill_matches_native(monkeypatch, lengths, kernel, bias, dtype):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    _prefill_both_ways(lengths, kernel, bias, dtype)  # 160 channels: a masked channel block
+
+
+def test_triton_prefill_with_gpu_tiles_matches_native(monkeypatch):
+    """The GPU's tiles (64 tokens x 128 channels): more token tiles, two channel blocks."""
+    from kernels_reference.ops.short_conv import kernels
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(kernels, "_tiles", lambda _: (64, 128, 4))
+    _prefill_both_ways(LENGTHS[0], 4, True, torch.float32)
 
 
 @pytest.mark.parametrize("kernel, bias", [(4, True), (3, False)])

@@ -33,10 +33,10 @@ def _tiles(device_tensor: torch.Tensor):
 
     On a GPU a 64 x 128 tile (8K elements, 4 warps: 16 bf16 loads per thread per tap) keeps
     enough programs in flight at decode-like batch sizes while amortising the K tap loads; the
-    interpreter pays per program, so it takes whole rows."""
+    interpreter pays per program, so it takes whole rows and twice the tokens."""
     if device_tensor.is_cuda and not interpreting():
         return 64, 128, 4
-    return 64, 1024, 4
+    return 128, 1024, 4
 
 
 def short_conv_prefill(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
