@@ -40,7 +40,7 @@ def token_batches(model: str, profile: str):
     prefill = prefill_batches(chunk, profile)
     if profile == "cpu":
         prefill = prefill[:1]  # the varlen batch adds nothing a row-wise norm would see
-    return ([(f"decode-{name}", b) for name, b in decode_batches(profile)]
+    return ([("decode", b) for _, b in decode_batches(profile)]
             + [(f"prefill-{name}", sum(lengths)) for name, lengths in prefill])
 
 
