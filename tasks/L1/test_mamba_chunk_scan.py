@@ -31,7 +31,7 @@ def _dims(case) -> Mamba2Dims:
 class MambaChunkScanTask(Task):
     name = "mamba_chunk_scan"
     level = 1
-    family = "linear"
+    family = "linear_attention"
     module_path = "L1/mamba_chunk_scan.py"
     reference = MambaChunkScanCombined
     fuzz_dtypes = ("bf16",)  # the served dtype; the kernel's float32 path is the same code

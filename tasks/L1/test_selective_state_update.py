@@ -30,7 +30,7 @@ def _dims(case) -> Mamba2Dims:
 class SelectiveStateUpdateTask(Task):
     name = "selective_state_update"
     level = 1
-    family = "linear"
+    family = "linear_attention"
     module_path = "L1/selective_state_update.py"
     reference = SelectiveStateUpdate
     fuzz_dtypes = ("bf16",)  # the served dtype; the kernel's float32 path is the same code

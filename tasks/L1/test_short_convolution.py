@@ -39,7 +39,7 @@ def conv_layer(model: str, profile: str):
 class ShortConvolutionTask(Task):
     name = "short_convolution"
     level = 1
-    family = "linear"
+    family = "linear_attention"
     module_path = "L1/short_convolution.py"
     reference = ShortConvolution
     may_mutate = ("conv_states",)
