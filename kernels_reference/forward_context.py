@@ -4,6 +4,12 @@ vLLM sets a forward context around each model step; attention layers read their 
 instead of taking it as arguments through every module. A batch mixes sequences that prefill (many
 query tokens, possibly a later chunk of a long prompt) and sequences that decode (one query token);
 each sequence's keys/values live in a paged cache addressed through its block table.
+
+Linear-attention and state-space layers (Mamba-2, Qwen3-Next's gated DeltaNet) keep a fixed-size
+state per sequence instead: a conv window and a recurrent state, each in a pool of slots that the
+layer binds (``state_cache``) as attention layers bind their KV cache. ``state_slots`` names each
+sequence's slot; a sequence with context already cached continues its state
+(``has_initial_state``), one without starts from zero.
 """
 from __future__ import annotations
 
@@ -28,6 +34,13 @@ class AttentionMetadata:
     # keeps it legal inside CUDA-graph capture and on the meta device.
     query_lens_cpu: Tuple[int, ...] = ()
     seq_lens_cpu: Tuple[int, ...] = ()
+    state_slots: Optional[torch.Tensor] = None  # [B] int32: each sequence's slot in the state pools
+
+    @property
+    def has_initial_state(self) -> torch.Tensor:
+        """[B] bool: the sequence has tokens cached before this step (its state continues)."""
+        query_lens = self.query_start_loc[1:] - self.query_start_loc[:-1]
+        return self.seq_lens > query_lens
 
     @property
     def num_seqs(self) -> int:
@@ -35,11 +48,13 @@ class AttentionMetadata:
 
     @staticmethod
     def build(context_lens: Sequence[int], query_lens: Sequence[int], block_size: int,
-              device="cpu", block_tables: Optional[List[List[int]]] = None) -> "AttentionMetadata":
+              device="cpu", block_tables: Optional[List[List[int]]] = None,
+              state_slots: Optional[Sequence[int]] = None) -> "AttentionMetadata":
         """Metadata for sequences with ``context_lens`` tokens already cached and ``query_lens`` new.
 
         Without ``block_tables`` each sequence gets consecutive blocks after the previous one's
         (enough for its final length); pass tables from a block manager to place them elsewhere.
+        ``state_slots``: each sequence's slot in the recurrent-state pools (default: none).
         """
         seq_lens = [c + q for c, q in zip(context_lens, query_lens)]
         if block_tables is None:
@@ -61,7 +76,9 @@ class AttentionMetadata:
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
             block_tables=tables.to(device), slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
             block_size=block_size, max_query_len=max(query_lens, default=0), max_seq_len=max(seq_lens, default=0),
-            query_lens_cpu=tuple(query_lens), seq_lens_cpu=tuple(seq_lens))
+            query_lens_cpu=tuple(query_lens), seq_lens_cpu=tuple(seq_lens),
+            state_slots=None if state_slots is None else torch.tensor(list(state_slots), dtype=torch.int32,
+                                                                        device=device))
 
     def positions(self) -> torch.Tensor:
         """Absolute position of each query token (its index in its sequence)."""
