@@ -1,0 +1,244 @@
+"""Chunked Triton kernels of gated linear attention: the prefill path.
+
+Split a sequence into chunks of BT = 64 tokens. With b_t = g_1 + ... + g_t the per-key-channel
+cumulative log decay inside a chunk (a vector over K) and S0 the state the chunk starts from,
+
+    o_t = (q_t * exp(b_t))^T S0 + sum_{s <= t} [sum_k q_tk k_sk exp(b_tk - b_sk)] v_s
+    S_L = diag(exp(b_L)) S0 + sum_s (k_s * exp(b_L - b_s)) v_s^T
+
+Every exponent above is <= 0 except the pairwise b_t - b_s when it is split into two factors: the
+decay is per key channel, so the intra-chunk scores are no plain product Q K^T, and writing them as
+(q_t e^{b_t}) . (k_s e^{-b_s}) overflows float32 once a channel decays by more than ~88 within the
+chunk. The scores are therefore built on 16-token sub-chunks: a block of rows i and columns j < i
+factors around the first row n of sub-chunk i, (q_t e^{b_t - b_n}) . (k_s e^{b_n - b_s}), where both
+exponents are <= 0 (s < n <= t), and goes to the tensor cores; a diagonal block is summed
+elementwise with exp(b_t - b_s) masked to s <= t.
+
+Four kernels, all but the state pass parallel over chunks:
+* ``_local_cumsum_kernel``: b within each chunk, float32 [T, H, K].
+* ``_chunk_states_kernel``, one program per (sequence, head, K block, V block): walks the
+  sequence's chunks in order with its state tile in float32 registers, stores the state each chunk
+  starts from (in the operand dtype: it is only read as a matmul operand) and the final state.
+* ``_intra_scores_kernel``, one program per (chunk, head): the causal scores A [BT, BT], float32.
+* ``_chunk_output_kernel``, one program per (chunk, head, V block): o = (Q * e^b) S0 + A V.
+
+Matrix products take their operands in the input dtype (bf16: tensor cores) with float32
+accumulation, except the scores' sub-chunk products (float32 operands, TF32 on the GPU); decays,
+cumulative sums and the carried state stay float32.
+"""
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+
+from ..gated_delta.layout import TokenHeads, interpreting
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+CHUNK = 64
+SUB_CHUNK = 16
+
+
+class ChunkLayout(NamedTuple):
+    table: torch.Tensor  # int32 [C, 2]: (first token, end token) of every chunk of every sequence
+    first_chunk: torch.Tensor  # int32 [N + 1]: index in ``table`` of each sequence's first chunk
+
+
+def chunk_layout(cu_seqlens: torch.Tensor, chunk: int = CHUNK) -> ChunkLayout:
+    """Needs the lengths on the host (one sync) to size the grids; prefill is not graph-captured."""
+    cu = cu_seqlens.to("cpu", torch.int64)
+    lengths = cu[1:] - cu[:-1]
+    per_seq = (lengths + chunk - 1) // chunk
+    seq = torch.repeat_interleave(torch.arange(len(lengths)), per_seq)
+    first = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    first[1:] = torch.cumsum(per_seq, 0)
+    start = cu[seq] + (torch.arange(int(first[-1])) - first[seq]) * chunk
+    end = torch.minimum(start + chunk, cu[seq + 1])
+    device = cu_seqlens.device
+    return ChunkLayout(torch.stack([start, end], 1).to(torch.int32).to(device), first.to(torch.int32).to(device))
+
+
+def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, scale: float,
+                  initial_state: Optional[torch.Tensor], cu_seqlens: torch.Tensor, output_final_state: bool
+                  ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    t, heads, vd = v.tensor.shape
+    kd = k.tensor.shape[-1]
+    n = cu_seqlens.numel() - 1
+    device, dtype = v.tensor.device, v.tensor.dtype
+    o = torch.empty((t, heads, vd), dtype=dtype, device=device)
+    final = torch.empty((n, heads, kd, vd), dtype=torch.float32, device=device) if output_final_state else None
+    if n == 0 or t == 0:
+        if final is not None:
+            final.copy_(initial_state if initial_state is not None else torch.zeros_like(final))
+        return o, final
+    layout = chunk_layout(cu_seqlens)
+    chunks = layout.table.shape[0]
+    interp = interpreting()
+    emulate = interp or not v.tensor.is_cuda
+    dot_t = _DOT_TYPES[dtype]
+    # The interpreter pays per program and per op, not per element: whole heads per program there.
+    bk = triton.next_power_of_2(kd) if interp else min(64, triton.next_power_of_2(kd))
+    bv = triton.next_power_of_2(vd) if interp else min(64, triton.next_power_of_2(vd))
+
+    b = torch.empty((t, heads, kd), dtype=torch.float32, device=device)
+    _local_cumsum_kernel[(chunks, heads, triton.cdiv(kd, bk))](
+        g.tensor, b, layout.table, g.token_stride, g.head_stride, H=heads, K=kd, BT=CHUNK, BK=bk, num_warps=4)
+
+    states = torch.empty((chunks, heads, kd, vd), dtype=dtype, device=device)
+    h0 = initial_state
+    _chunk_states_kernel[(triton.cdiv(kd, bk), triton.cdiv(vd, bv), n * heads)](
+        k.tensor, v.tensor, b, states, h0 if h0 is not None else b, final if final is not None else b,
+        cu_seqlens, layout.first_chunk, k.token_stride, k.head_stride, v.token_stride, v.head_stride,
+        H=heads, K=kd, V=vd, BT=CHUNK, BK=bk, BV=bv, HAS_H0=h0 is not None, STORE_FINAL=final is not None,
+        DOT_T=dot_t, EMULATE=emulate, num_warps=4)
+
+    scores = torch.empty((t, heads, CHUNK), dtype=torch.float32, device=device)
+    _intra_scores_kernel[(chunks, heads)](
+        q.tensor, k.tensor, b, scores, layout.table, scale,
+        q.token_stride, q.head_stride, k.token_stride, k.head_stride,
+        H=heads, K=kd, BT=CHUNK, BC=SUB_CHUNK, BK=bk if interp else min(32, bk),
+        PRECISION="ieee" if emulate or dtype == torch.float32 else "tf32", num_warps=4)
+
+    _chunk_output_kernel[(triton.cdiv(vd, bv), chunks, heads)](
+        q.tensor, v.tensor, b, states, scores, o, layout.table, scale,
+        q.token_stride, q.head_stride, v.token_stride, v.head_stride,
+        H=heads, K=kd, V=vd, BT=CHUNK, BK=bk, BV=bv, DOT_T=dot_t, EMULATE=emulate, num_warps=4)
+    return o, final
+
+
+if triton is not None:
+    _DOT_TYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+    @triton.jit
+    def _mm(a, b, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+        """a @ b with both operands rounded to DOT_T and float32 accumulation (half operands: tensor
+        cores; float32 ones: full precision). The interpreter reads half tiles' raw bits in dot, so
+        there the rounded operands are upcast again before multiplying."""
+        if EMULATE or DOT_T == tl.float32:
+            return tl.dot(a.to(DOT_T).to(tl.float32), b.to(DOT_T).to(tl.float32), input_precision="ieee")
+        else:
+            return tl.dot(a.to(DOT_T), b.to(DOT_T))
+
+    @triton.jit
+    def _tile(ptr, rows, row_ok, token_stride, head_offset, cols, width):
+        """[rows, cols] of one head as float32; rows past the chunk and columns past width read 0."""
+        p = ptr + rows.to(tl.int64)[:, None] * token_stride + head_offset + cols[None, :]
+        return tl.load(p, mask=row_ok[:, None] & (cols < width)[None, :], other=0.0).to(tl.float32)
+
+    @triton.jit
+    def _local_cumsum_kernel(g, b, table, sg_t, sg_h, H: tl.constexpr, K: tl.constexpr,
+                             BT: tl.constexpr, BK: tl.constexpr):
+        i_c, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        start = tl.load(table + 2 * i_c)
+        end = tl.load(table + 2 * i_c + 1)
+        rows = start + tl.arange(0, BT)
+        row_ok = rows < end
+        cols = i_k * BK + tl.arange(0, BK)
+        b_g = _tile(g, rows, row_ok, sg_t, i_h * sg_h, cols, K)
+        out = b + (rows.to(tl.int64)[:, None] * H + i_h) * K + cols[None, :]
+        tl.store(out, tl.cumsum(b_g, 0), mask=row_ok[:, None] & (cols < K)[None, :])
+
+    @triton.jit
+    def _chunk_states_kernel(k, v, b, states, h0, final, cu_seqlens, first_chunk,
+                             sk_t, sk_h, sv_t, sv_h,
+                             H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                             BK: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
+                             DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+        i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        i_n, i_h = i_nh // H, i_nh % H
+        bos = tl.load(cu_seqlens + i_n)
+        eos = tl.load(cu_seqlens + i_n + 1)
+        chunk = tl.load(first_chunk + i_n).to(tl.int64)
+        offs_k = i_k * BK + tl.arange(0, BK)
+        offs_v = i_v * BV + tl.arange(0, BV)
+        mask_k, mask_v = offs_k < K, offs_v < V
+        mask_h = mask_k[:, None] & mask_v[None, :]
+        tile = offs_k[:, None] * V + offs_v[None, :]
+        h = tl.zeros((BK, BV), dtype=tl.float32)
+        if HAS_H0:
+            h = tl.load(h0 + i_nh.to(tl.int64) * K * V + tile, mask=mask_h, other=0.0)
+        r = tl.arange(0, BT)
+        for start in range(bos, eos, BT):
+            tl.store(states + (chunk * H + i_h) * K * V + tile, h.to(states.dtype.element_ty), mask=mask_h)
+            rows = start + r
+            row_ok = rows < eos
+            last = tl.minimum(start + BT, eos) - 1
+            b_b = _tile(b, rows, row_ok, H * K, i_h * K, offs_k, K)
+            b_last = tl.load(b + (last.to(tl.int64) * H + i_h) * K + offs_k, mask=mask_k, other=0.0)
+            b_k = _tile(k, rows, row_ok, sk_t, i_h * sk_h, offs_k, K)
+            b_v = _tile(v, rows, row_ok, sv_t, i_h * sv_h, offs_v, V)
+            # rows past the chunk have k = 0; their exponent b_last - 0 <= 0 cannot overflow
+            k_to_end = b_k * tl.exp(b_last[None, :] - b_b)
+            h = h * tl.exp(b_last)[:, None] + _mm(tl.trans(k_to_end), b_v, DOT_T, EMULATE)
+            chunk += 1
+        if STORE_FINAL:
+            tl.store(final + i_nh.to(tl.int64) * K * V + tile, h, mask=mask_h)
+
+    @triton.jit
+    def _intra_scores_kernel(q, k, b, scores, table, scale, sq_t, sq_h, sk_t, sk_h,
+                             H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                             BK: tl.constexpr, PRECISION: tl.constexpr):
+        i_c, i_h = tl.program_id(0), tl.program_id(1)
+        start = tl.load(table + 2 * i_c)
+        end = tl.load(table + 2 * i_c + 1)
+        r = tl.arange(0, BC)
+        causal = r[:, None] >= r[None, :]
+        for i in tl.static_range(BT // BC):
+            rows_i = start + i * BC + r
+            ok_i = rows_i < end
+            if start + i * BC < end:  # sub-chunk i holds tokens, so every sub-chunk before it is full
+                ref = (start + i * BC).to(tl.int64)
+                for j in tl.static_range(i + 1):
+                    rows_j = start + j * BC + r
+                    ok_j = rows_j < end
+                    acc = tl.zeros((BC, BC), dtype=tl.float32)
+                    for k0 in range(0, K, BK):
+                        cols = k0 + tl.arange(0, BK)
+                        b_q = _tile(q, rows_i, ok_i, sq_t, i_h * sq_h, cols, K) * scale
+                        b_bi = _tile(b, rows_i, ok_i, H * K, i_h * K, cols, K)
+                        b_k = _tile(k, rows_j, ok_j, sk_t, i_h * sk_h, cols, K)
+                        b_bj = _tile(b, rows_j, ok_j, H * K, i_h * K, cols, K)
+                        if j < i:
+                            b_ref = tl.load(b + (ref * H + i_h) * K + cols, mask=cols < K, other=0.0)
+                            q_side = b_q * tl.exp(tl.where(ok_i[:, None], b_bi - b_ref[None, :], 0.0))
+                            k_side = b_k * tl.exp(b_ref[None, :] - b_bj)
+                            acc += tl.dot(q_side, tl.trans(k_side), input_precision=PRECISION)
+                        else:
+                            gap = b_bi[:, None, :] - b_bj[None, :, :]
+                            gap = tl.where(causal[:, :, None], gap, 0.0)
+                            acc += tl.sum(b_q[:, None, :] * b_k[None, :, :] * tl.exp(gap), 2)
+                    if j == i:
+                        acc = tl.where(causal, acc, 0.0)
+                    out = scores + (rows_i.to(tl.int64)[:, None] * H + i_h) * BT + (j * BC + r)[None, :]
+                    tl.store(out, acc, mask=ok_i[:, None])
+
+    @triton.jit
+    def _chunk_output_kernel(q, v, b, states, scores, o, table, scale, sq_t, sq_h, sv_t, sv_h,
+                             H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                             BK: tl.constexpr, BV: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+        i_v, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        start = tl.load(table + 2 * i_c)
+        end = tl.load(table + 2 * i_c + 1)
+        r = tl.arange(0, BT)
+        rows = start + r
+        row_ok = rows < end
+        offs_v = i_v * BV + tl.arange(0, BV)
+        mask_v = offs_v < V
+        acc = tl.zeros((BT, BV), dtype=tl.float32)
+        state = states + (i_c.to(tl.int64) * H + i_h) * K * V
+        for k0 in range(0, K, BK):
+            cols = k0 + tl.arange(0, BK)
+            b_q = _tile(q, rows, row_ok, sq_t, i_h * sq_h, cols, K) * scale
+            b_b = _tile(b, rows, row_ok, H * K, i_h * K, cols, K)
+            b_h = tl.load(state + cols[:, None] * V + offs_v[None, :],
+                          mask=(cols < K)[:, None] & mask_v[None, :], other=0.0)
+            acc += _mm(b_q * tl.exp(b_b), b_h, DOT_T, EMULATE)
+        b_a = tl.load(scores + (rows.to(tl.int64)[:, None] * H + i_h) * BT + r[None, :],
+                      mask=row_ok[:, None] & (r[:, None] >= r[None, :]), other=0.0)
+        b_v = _tile(v, rows, row_ok, sv_t, i_h * sv_h, offs_v, V)
+        acc += _mm(b_a, b_v, DOT_T, EMULATE)
+        tl.store(o + (rows.to(tl.int64)[:, None] * H + i_h) * V + offs_v[None, :], acc.to(o.dtype.element_ty),
+                 mask=row_ok[:, None] & mask_v[None, :])
