@@ -56,3 +56,86 @@ def test_gated_attention_block_is_hf_qwen3_next_attention():
         with set_forward_context(AttentionMetadata.build([t - 1], [1], block, block_tables=[[2]])):
             last = ours.forward_native(positions[0, -1:], x[0, -1:])
     torch.testing.assert_close(torch.cat([first, last]), expected, rtol=1e-4, atol=1e-5)
+
+
+# ---- the gated DeltaNet block ------------------------------------------------------------------------
+GDN = dict(hidden_size=64, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+           linear_value_head_dim=8, linear_conv_kernel_dim=4, rms_norm_eps=1e-6)
+
+
+def _hf_gated_delta_net(gen):
+    cfg = modeling.Qwen3NextConfig(num_hidden_layers=1, layer_types=["linear_attention"], **GDN)
+    hf = modeling.Qwen3NextGatedDeltaNet(cfg, layer_idx=0).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name == "A_log":  # decay rates from slow to fast, as trained layers have
+                p.copy_(torch.linspace(0.02, 4.0, p.numel()).log())
+            elif p.dim() == 1:  # dt_bias, and the gated norm's plain (not zero-centred) weight
+                p.copy_((1.0 if name == "norm.weight" else 0.0) + 0.3 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * p.shape[-1] ** -0.5)
+    return hf
+
+
+def _our_gated_delta_net(hf):
+    from kernels_reference.L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaNet
+
+    ours = Qwen3NextGatedDeltaNet(GDN["hidden_size"], GDN["linear_num_key_heads"], GDN["linear_num_value_heads"],
+                                  GDN["linear_key_head_dim"], GDN["linear_value_head_dim"],
+                                  GDN["linear_conv_kernel_dim"], GDN["rms_norm_eps"]).eval()
+    ours.load_state_dict(hf.state_dict())  # vLLM loads the checkpoint's names and layouts unchanged
+    return ours
+
+
+def test_gated_norm_is_hf_qwen3_next_rms_norm_gated():
+    """HF's Qwen3NextRMSNormGated is RMSNormGated(head_v_dim, norm_before_gate=True) with a plain
+    weight (ones-initialised, used as is: not the 1 + w of the zero-centred Qwen3NextRMSNorm)."""
+    from kernels_reference.L1.rms_norm_gated import RMSNormGated
+
+    gen = torch.Generator().manual_seed(0)
+    hf = modeling.Qwen3NextRMSNormGated(128, eps=1e-6)
+    assert torch.equal(hf.weight, torch.ones(128))
+    with torch.no_grad():
+        hf.weight.copy_(1 + 0.3 * torch.randn(128, generator=gen))
+    ours = RMSNormGated(128, eps=1e-6, group_size=None, norm_before_gate=True)
+    ours.load_state_dict(hf.state_dict())
+    x, z = torch.randn(2, 6, 128, generator=gen), torch.randn(2, 6, 128, generator=gen)
+    torch.testing.assert_close(ours.forward_native(x, z), hf(x, z), rtol=1e-6, atol=1e-6)
+
+
+def test_gated_delta_net_block_is_hf_qwen3_next_gated_delta_net():
+    """Two prompts prefilled fresh, then a mixed step (one decodes, the other continues its prefill),
+    then a decode step of both, through the state pools: each output row of our native block in
+    float32 equals HF's ``Qwen3NextGatedDeltaNet`` run on the whole sequence so far without a cache."""
+    from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+
+    gen = torch.Generator().manual_seed(0)
+    hf = _hf_gated_delta_net(gen)
+    ours = _our_gated_delta_net(hf)
+    # sequence -> its tokens; steps: (sequences, tokens each) with decodes first, as vLLM orders them
+    lengths = {"a": 5 + 1 + 1, "b": 70 + 9 + 1}
+    x = {s: torch.randn(n, GDN["hidden_size"], generator=gen) for s, n in lengths.items()}
+    steps = [(("a", "b"), (5, 70)), (("a", "b"), (1, 9)), (("b", "a"), (1, 1))]
+    slots = {"a": 2, "b": 0}
+    key_dim = GDN["linear_num_key_heads"] * GDN["linear_key_head_dim"]
+    value_dim = GDN["linear_num_value_heads"] * GDN["linear_value_head_dim"]
+    # Every slot starts with garbage: the fresh sequences must not read it.
+    conv_states = torch.randn(4, GDN["linear_conv_kernel_dim"] - 1, 2 * key_dim + value_dim, generator=gen)
+    ssm_states = torch.randn(4, GDN["linear_num_value_heads"], GDN["linear_key_head_dim"],
+                             GDN["linear_value_head_dim"], generator=gen)
+    ours.state_cache = (conv_states, ssm_states)
+    done = {s: 0 for s in lengths}
+    got = {s: [] for s in lengths}
+    with torch.no_grad():
+        for seqs, counts in steps:
+            meta = AttentionMetadata.build([done[s] for s in seqs], list(counts), 16,
+                                           state_slots=[slots[s] for s in seqs])
+            batch = torch.cat([x[s][done[s]: done[s] + n] for s, n in zip(seqs, counts)])
+            with set_forward_context(meta):
+                out = ours.forward_native(batch)
+            for s, part in zip(seqs, out.split(list(counts))):
+                got[s].append(part)
+                done[s] += part.shape[0]
+        for s in lengths:
+            expected = hf(x[s][None])[0]
+            torch.testing.assert_close(torch.cat(got[s]), expected, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,155 @@
+"""Qwen3NextGatedDeltaNet (vLLM): Qwen3-Next's linear-attention block, three layers in four.
+
+    in_proj_qkvz, in_proj_ba -> per-key-head unpacking -> ShortConvolution over [q | k | v] (SiLU)
+    -> beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias)
+    -> GatedDeltaRule (q/k L2-normed in the kernel) -> RMSNormGated(o, z) per value head -> out_proj
+
+The places a kernel goes wrong:
+
+* The projections are stored per key head, not per kind. ``in_proj_qkvz``'s output is Hk groups of
+  ``[q_h (K) | k_h (K) | v (r * V) | z (r * V)]`` where r = Hv / Hk value heads share key head h;
+  ``in_proj_ba``'s is Hk groups of ``[b (r) | a (r)]`` (HF ``fix_query_key_value_ordering``,
+  vLLM's interleaved GQA layout). Unpacked, q/k/v are laid out head-major again and concatenated as
+  ``[all q | all k | all v]``, the channel order of the conv weight and the conv-state pool.
+* State: each sequence owns a slot in two pools bound as ``state_cache = (conv_states [slots, K - 1,
+  conv_dim], ssm_states [slots, Hv, K, V] float32)``; the step's metadata (forward context) names
+  the slots (``state_slots``) and whether each sequence continues a state (``has_initial_state``).
+  A continuing sequence starts from its slot, a fresh one from zeros (its slot holds whatever an
+  earlier owner left), and both write their final states back; slots of other sequences are not
+  touched.
+* A step may mix phases: vLLM orders decode sequences (one token, continuing) first and prefill
+  sequences after. Decodes run the conv state update and the recurrent kernel; prefills the varlen
+  conv and the chunked kernel, with their offsets rebased to the prefill tokens.
+* The gated norm is HF's ``Qwen3NextRMSNormGated``: norm first, then ``* silu(z)``, one group per
+  value-head row, and a plain weight (initialised to ones, *not* zero-centred like the block's
+  neighbouring ``Qwen3NextRMSNorm``) -- ``RMSNormGated(head_v_dim, norm_before_gate=True)``.
+  HF rounds the normed row to the activation dtype before the weight; vLLM (and we) stay in
+  float32 until the end, which is the same function at float32/float64.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..forward_context import AttentionMetadata, get_forward_context
+from ..L1.gated_delta_rule import GatedDeltaRule
+from ..L1.linear import MergedColumnParallelLinear, RowParallelLinear
+from ..L1.rms_norm_gated import RMSNormGated
+from ..L1.short_convolution import ShortConvolution
+from ..native import run
+from ..records import RecordsInit
+
+
+class Qwen3NextGatedDeltaNet(RecordsInit, nn.Module):
+    def __init__(self, hidden_size: int, num_k_heads: int, num_v_heads: int, head_k_dim: int, head_v_dim: int,
+                 conv_kernel_size: int = 4, rms_norm_eps: float = 1e-6):
+        super().__init__()
+        if num_v_heads % num_k_heads:
+            raise ValueError(f"{num_v_heads} value heads are not a multiple of {num_k_heads} key heads")
+        self.num_k_heads, self.num_v_heads = num_k_heads, num_v_heads
+        self.head_k_dim, self.head_v_dim = head_k_dim, head_v_dim
+        self.key_dim, self.value_dim = num_k_heads * head_k_dim, num_v_heads * head_v_dim
+        self.conv_dim = 2 * self.key_dim + self.value_dim
+        # One output shard each: the checkpoint stores both fused and interleaved per key head.
+        self.in_proj_qkvz = MergedColumnParallelLinear(hidden_size, [2 * self.key_dim + 2 * self.value_dim])
+        self.in_proj_ba = MergedColumnParallelLinear(hidden_size, [2 * num_v_heads])
+        self.conv1d = ShortConvolution(self.conv_dim, conv_kernel_size, bias=False, activation="silu")
+        self.dt_bias = nn.Parameter(torch.ones(num_v_heads))
+        self.A_log = nn.Parameter(torch.zeros(num_v_heads))
+        self.gated_delta_rule = GatedDeltaRule()
+        self.norm = RMSNormGated(head_v_dim, eps=rms_norm_eps, group_size=None, norm_before_gate=True)
+        self.out_proj = RowParallelLinear(self.value_dim, hidden_size, bias=False)
+        self.state_cache: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # bound by the runner
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self._forward(hidden_states, native=False)
+
+    def forward_native(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self._forward(hidden_states, native=True)
+
+    # ---- the block ----------------------------------------------------------------------------------
+    def _forward(self, hidden_states, native):
+        meta = get_forward_context()
+        if meta is None or self.state_cache is None:
+            raise RuntimeError("Qwen3NextGatedDeltaNet needs the step's metadata (set_forward_context) "
+                               "and its bound state_cache = (conv_states, ssm_states)")
+        conv_states, ssm_states = self.state_cache
+        t = hidden_states.shape[0]
+        mixed_qkv, z, b, a = self.unpack(run(self.in_proj_qkvz, native, hidden_states),
+                                         run(self.in_proj_ba, native, hidden_states))
+        beta = torch.sigmoid(b)
+        # float32 at least: exp(A_log) reaches 16 and softplus saturates, a half g would lose the decay.
+        wide = torch.promote_types(a.dtype, torch.float32)
+        g = -torch.exp(self.A_log.to(wide)) * F.softplus(a.to(wide) + self.dt_bias.to(wide))
+
+        phases = _Phases(meta, t)
+        parts = []
+        for tokens, qsl, slots, continues, decode in phases:
+            x = mixed_qkv[tokens]
+            if decode:  # one token per sequence, each continuing: the conv state shifts in place
+                x = run(self.conv1d, native, x, conv_states, cache_indices=slots)
+            else:
+                x = run(self.conv1d, native, x, conv_states, query_start_loc=qsl, cache_indices=slots,
+                        has_initial_state=continues)
+            parts.append(self._delta_rule(x, g[tokens], beta[tokens], ssm_states, qsl, slots, continues, native))
+        o = torch.cat(parts) if len(parts) != 1 else parts[0]  # [T, Hv, V], decodes first as the tokens are
+
+        normed = run(self.norm, native, o.reshape(t * self.num_v_heads, self.head_v_dim),
+                     z.reshape(t * self.num_v_heads, self.head_v_dim))
+        return run(self.out_proj, native, normed.reshape(t, self.value_dim))
+
+    def unpack(self, qkvz: torch.Tensor, ba: torch.Tensor):
+        """The per-key-head groups as ``mixed_qkv [T, conv_dim]`` ([all q | all k | all v], head
+        after head), ``z [T, Hv, V]``, ``b`` and ``a [T, Hv]`` (value head h*r + j is the j-th of
+        key head h's group)."""
+        t, hk, r = qkvz.shape[0], self.num_k_heads, self.num_v_heads // self.num_k_heads
+        kd, vd = self.head_k_dim, self.head_v_dim
+        q, k, v, z = qkvz.view(t, hk, 2 * kd + 2 * r * vd).split([kd, kd, r * vd, r * vd], dim=-1)
+        b, a = ba.view(t, hk, 2 * r).split([r, r], dim=-1)
+        mixed_qkv = torch.cat([q.reshape(t, -1), k.reshape(t, -1), v.reshape(t, -1)], dim=-1)
+        return (mixed_qkv, z.reshape(t, self.num_v_heads, vd), b.reshape(t, self.num_v_heads),
+                a.reshape(t, self.num_v_heads))
+
+    def _delta_rule(self, mixed_qkv, g, beta, ssm_states, qsl, slots, continues, native):
+        n = mixed_qkv.shape[0]
+        q, k, v = mixed_qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q = q.reshape(1, n, self.num_k_heads, self.head_k_dim)
+        k = k.reshape(1, n, self.num_k_heads, self.head_k_dim)
+        v = v.reshape(1, n, self.num_v_heads, self.head_v_dim)
+        slots = slots.long()
+        initial = ssm_states.index_select(0, slots)
+        if continues is not None:  # fresh sequences start from zeros, never from their slot's leftovers
+            initial = torch.where(continues[:, None, None, None], initial, torch.zeros_like(initial))
+        o, final = run(self.gated_delta_rule, native, q, k, v, g[None], beta[None], initial_state=initial,
+                       output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=qsl)
+        ssm_states.index_copy_(0, slots, final.to(ssm_states.dtype))
+        return o[0]
+
+
+class _Phases:
+    """The step's sequences as (tokens, rebased query_start_loc, slots, continues or None, decode)
+    per phase: the leading one-token continuing sequences (decode), then the rest (prefill).
+
+    Planned from the metadata's host copies of the lengths, so no device sync is needed."""
+
+    def __init__(self, meta: AttentionMetadata, tokens: int):
+        query_lens: List[int] = list(meta.query_lens_cpu) or meta.query_start_loc.diff().tolist()
+        seq_lens: List[int] = list(meta.seq_lens_cpu) or meta.seq_lens.tolist()
+        n = len(query_lens)
+        decodes = 0
+        while decodes < n and query_lens[decodes] == 1 and seq_lens[decodes] > 1:
+            decodes += 1
+        slots = meta.state_slots
+        if slots is None:
+            slots = torch.arange(n, dtype=torch.int32, device=meta.query_start_loc.device)
+        qsl, continues = meta.query_start_loc, meta.has_initial_state
+        self.phases = []
+        if decodes:
+            self.phases.append((slice(0, decodes), qsl[: decodes + 1], slots[:decodes], None, True))
+        if decodes < n:
+            self.phases.append((slice(decodes, tokens), qsl[decodes:] - decodes, slots[decodes:],
+                                continues[decodes:], False))
+
+    def __iter__(self):
+        return iter(self.phases)
