@@ -22,17 +22,19 @@ def gla_recurrence(q, k, v, g, scale: float, initial_state: Optional[torch.Tenso
     dt = compute_dtype(v.dtype)
     state_dt = torch.float64 if dt == torch.float64 else torch.float32
     q, k, v, g = (x.to(state_dt) for x in (q, k, v, g))
-    q = q * scale
+    # per-token views for batched [H, K, 1] x [H, 1, V] writes and [H, 1, K] x [H, K, V] reads
+    decay, k_col = torch.exp(g).unsqueeze(-1), k.unsqueeze(-1)
+    v_row, q_row = v.unsqueeze(-2), (q * scale).unsqueeze(-2)
     n = cu_seqlens.numel() - 1
     h, kd, vd = v.shape[1], k.shape[-1], v.shape[-1]
     o = torch.empty(v.shape, dtype=dt, device=v.device)
     final = torch.empty((n, h, kd, vd), dtype=state_dt, device=v.device)
     bounds = cu_seqlens.tolist()
     for i in range(n):
-        s = (initial_state[i].to(state_dt) if initial_state is not None
+        s = (initial_state[i].to(state_dt, copy=True) if initial_state is not None  # updated in place
              else torch.zeros((h, kd, vd), dtype=state_dt, device=v.device))
         for t in range(bounds[i], bounds[i + 1]):
-            s = s * torch.exp(g[t])[:, :, None] + k[t][:, :, None] * v[t][:, None, :]
-            o[t] = torch.einsum("hkv,hk->hv", s, q[t]).to(dt)
+            s.mul_(decay[t]).baddbmm_(k_col[t], v_row[t])
+            o[t] = torch.bmm(q_row[t], s).squeeze(1).to(dt)
         final[i] = s
     return o, final
