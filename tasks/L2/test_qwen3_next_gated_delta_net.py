@@ -1,0 +1,154 @@
+"""Qwen3NextGatedDeltaNet (L2, vLLM): Qwen3-Next's linear-attention block -- per-key-head qkvz/ba
+projections, short convolution over [q | k | v], the gated delta rule through the recurrent-state
+pools, the gated norm and out_proj.
+
+A case is one engine step: sequences with ``context`` tokens already folded into their states and
+``query`` new tokens, in vLLM's order (decodes first, then prefills). Prefill batches straddle the
+64-token chunk and alternate fresh sequences (their slot holds an earlier owner's garbage, which
+must not leak in) with continuing ones (a later chunk of a chunked prefill: the slot's states are
+read); decode steps continue every sequence; a mixed step holds both. Both pools are in-place
+outputs compared whole (spare slots no sequence owns must come back unchanged). The CPU profile
+keeps Qwen3-Next's hidden size and head dims (128) with 2 key and 4 value heads.
+"""
+import torch
+from hypothesis import strategies as st
+
+from fk_pytest import Case, Task, standard_tests
+from fk_pytest.task import DTYPE_NAMES
+from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+from kernels_reference.L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaNet
+
+from ..dense import DenseTask
+from ..gated_delta_inputs import STATE_SCALE, decay_rates
+from ..linear_inputs import (GATED_DELTA_CHUNK, GATED_DELTA_MODELS, decode_batches, gated_delta_dims,
+                             prefill_batches)
+from ..workload import activations, model_dtype
+
+SPARE_SLOTS = 3  # pool slots no sequence of the step owns: they must come back unchanged
+POOLS = ("conv_states", "ssm_states")
+BLOCK_SIZE = 16  # only the metadata's block tables use it; the block itself has no paged cache
+
+
+def _contexts(count: int, salt: int):
+    """Tokens already seen by continuing sequences: varied, some inside a chunk, some past several."""
+    return [1 + (37 * (i + salt) + 11) % 300 for i in range(count)]
+
+
+def _steps(profile: str):
+    """(name, context lens, query lens) of the steps a model's cases run."""
+    out = []
+    for name, lengths in prefill_batches(GATED_DELTA_CHUNK, profile):
+        if profile == "cpu" and name == "one":  # the varlen batch carries the CPU's chunk edges
+            continue
+        cont = _contexts(len(lengths), 0)
+        # alternate fresh and continuing sequences (the first, a 1-token prompt on the edge batch, fresh)
+        out.append((f"prefill-{name}", [0 if i % 2 == 0 else c for i, c in enumerate(cont)], list(lengths)))
+    for name, n in decode_batches(profile):
+        out.append((f"decode-{name}", _contexts(n, 1), [1] * n))
+    decodes, prefills = (2, (23, 66)) if profile == "cpu" else (32, (512, 1500))
+    out.append((f"mixed-D{decodes}-P{len(prefills)}", _contexts(decodes, 2) + [0, 45], [1] * decodes + list(prefills)))
+    return out
+
+
+class Qwen3NextGatedDeltaNetTask(Task):
+    name = "qwen3_next_gated_delta_net"
+    level = 2
+    family = "linear_attention"
+    module_path = "L2/qwen3_next_gated_delta_net.py"
+    reference = Qwen3NextGatedDeltaNet
+    may_mutate = POOLS
+    fuzz_dtypes = ("bf16",)  # the served dtype; the children's float32 paths are the L1 tasks' job
+
+    def cases(self, profile):
+        out = []
+        for model in GATED_DELTA_MODELS:
+            dt = model_dtype(model)
+            for name, context, query in _steps(profile):
+                out.append(Case(f"{model}-{name}-{DTYPE_NAMES[dt]}", dt, model=model,
+                                params=dict(profile=profile, context=context, query=query)))
+        return out
+
+    def dims(self, case):
+        return gated_delta_dims(case.model or GATED_DELTA_MODELS[0], case["profile"])
+
+    def init_args(self, case):
+        d = self.dims(case)
+        return dict(hidden_size=d.hidden_size, num_k_heads=d.num_k_heads, num_v_heads=d.num_v_heads,
+                    head_k_dim=d.head_k_dim, head_v_dim=d.head_v_dim, conv_kernel_size=d.conv_kernel,
+                    rms_norm_eps=d.eps)
+
+    def init_weights(self, module, gen):
+        DenseTask.init_weights(self, module, gen)  # the projections at a trained network's scale
+        dev = module.A_log.device
+        with torch.no_grad():
+            # Decay rates from slow (states living across many chunks) to fast, as trained heads have.
+            module.A_log.copy_(decay_rates(module.A_log.numel(), gen, dev).log())
+            module.dt_bias.copy_(0.5 * torch.randn(module.dt_bias.shape, generator=gen, device=dev))
+            conv = module.conv1d.weight
+            conv.copy_(0.5 * torch.randn(conv.shape, generator=gen, device=dev))
+            # A plain weight around 1 (the gated norm is not zero-centred).
+            module.norm.weight.copy_(1 + 0.2 * torch.randn(module.norm.weight.shape, generator=gen, device=dev))
+
+    def make_inputs(self, case, gen, device):
+        d = self.dims(case)
+        context, query = case["context"], case["query"]
+        batch = len(query)
+        slots = batch + SPARE_SLOTS
+        owners = torch.randperm(slots, generator=gen, device=device)[:batch].tolist()
+        meta = AttentionMetadata.build(context, query, BLOCK_SIZE, device=device, state_slots=owners)
+        return {
+            "metadata": meta,
+            "hidden_states": activations((sum(query), d.hidden_size), gen, device, case.dtype),
+            # A conv window holds earlier projected q/k/v rows (unit scale); every slot, owned or
+            # not, starts full: a fresh sequence's slot holds an earlier owner's leftovers.
+            "conv_states": activations((slots, d.conv_kernel - 1, d.conv_dim), gen, device, case.dtype),
+            "ssm_states": STATE_SCALE * torch.randn((slots, d.num_v_heads, d.head_k_dim, d.head_v_dim),
+                                                    generator=gen, device=device),
+        }
+
+    def inplace_outputs(self, case):
+        return POOLS
+
+    def call(self, module, inputs, method=None):
+        module.state_cache = (inputs["conv_states"], inputs["ssm_states"])
+        with set_forward_context(inputs["metadata"]):
+            return (getattr(module, method) if method else module)(hidden_states=inputs["hidden_states"])
+
+    def fuzz_strategy(self, dtype, profile):
+        longest = 150 if profile == "cpu" else 5000
+
+        @st.composite
+        def draw_case(draw):
+            decodes = draw(st.integers(0, 3 if profile == "cpu" else 64))
+            prefills = draw(st.integers(0 if decodes else 1, 2))
+            length = st.one_of(st.sampled_from([1, 63, 64, 65]), st.integers(1, longest))
+            query = [1] * decodes + [draw(length) for _ in range(prefills)]
+            context = ([draw(st.integers(1, 500)) for _ in range(decodes)]
+                       + [draw(st.sampled_from([0, 0, 1, 3, 64, 200])) for _ in range(prefills)])
+            ident = "_".join(f"{c}+{q}" for c, q in zip(context, query)) if len(query) <= 4 else f"{len(query)}seqs"
+            return Case(f"fuzz-{ident}-{DTYPE_NAMES[dtype]}", dtype, model=GATED_DELTA_MODELS[0],
+                        params=dict(profile=profile, context=context, query=query))
+
+        return draw_case()
+
+    def io_bytes(self, case):
+        d = self.dims(case)
+        half = torch.finfo(case.dtype).bits // 8
+        t, n = sum(case["query"]), len(case["query"])
+        proj = 2 * d.key_dim + 2 * d.value_dim + 2 * d.num_v_heads
+        weights = d.hidden_size * (proj + d.value_dim) * half
+        continuing = sum(c > 0 for c in case["context"])
+        state = d.num_v_heads * d.head_k_dim * d.head_v_dim * 4 + (d.conv_kernel - 1) * d.conv_dim * half
+        return weights + 2 * t * d.hidden_size * half + (n + continuing) * state
+
+    def flops(self, case):
+        d = self.dims(case)
+        t = sum(case["query"])
+        proj = 2 * d.key_dim + 2 * d.value_dim + 2 * d.num_v_heads
+        gemms = 2 * t * d.hidden_size * (proj + d.value_dim)
+        # the conv taps, and per token and value head the delta rule's work on its K x V state
+        return gemms + 2 * t * d.conv_dim * d.conv_kernel + 7 * t * d.num_v_heads * d.head_k_dim * d.head_v_dim
+
+
+TASK = Qwen3NextGatedDeltaNetTask()
+test_correctness, test_fuzz, test_speed = standard_tests(TASK)
