@@ -35,9 +35,13 @@ def test_fast_path_matches_the_float64_native_block(monkeypatch):
     """With every child on its Triton kernel (as on a GPU), the block in float32 equals its float64
     definition: output and both pools (the spare slots untouched)."""
     from kernels_reference.L1 import gated_delta_rule, rms_norm_gated, short_convolution
+    from kernels_reference.L2 import qwen3_next_gated_delta_net as block_module
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     used = []
+    monkeypatch.setattr(block_module, "use_fast_path", lambda *tensors: True)
+    monkeypatch.setattr(block_module, "gdn_gating",
+                        lambda *a, _f=block_module.gdn_gating: used.append("gdn_gating") or _f(*a))
     for module, cls in ((gated_delta_rule, "GatedDeltaRule"), (rms_norm_gated, "RMSNormGated"),
                         (short_convolution, "ShortConvolution")):
         monkeypatch.setattr(module, "use_fast_path", lambda *tensors: True)
@@ -50,7 +54,7 @@ def test_fast_path_matches_the_float64_native_block(monkeypatch):
     with set_forward_context(meta):
         out = block(x)
     # decode and prefill phases each run the conv and the delta rule; one norm over all rows
-    assert sorted(used) == sorted(["ShortConvolution", "GatedDeltaRule"] * 2 + ["RMSNormGated"])
+    assert sorted(used) == sorted(["ShortConvolution", "GatedDeltaRule"] * 2 + ["RMSNormGated", "gdn_gating"])
     truth_block = Qwen3NextGatedDeltaNet(64, 2, 4, 32, 16, 4, 1e-6).double().requires_grad_(False)
     truth_block.load_state_dict(block.state_dict())
     truth_pools = (conv.double(), ssm.double())
@@ -61,6 +65,27 @@ def test_fast_path_matches_the_float64_native_block(monkeypatch):
         assert float((got.double() - want).norm() / want.norm()) < 1e-5
     for spare in (1, 3):
         assert torch.equal(pools[0][spare], conv[spare]) and torch.equal(pools[1][spare], ssm[spare])
+
+
+@pytest.mark.parametrize("k_heads, v_heads", [(2, 4), (3, 3), (2, 6)], ids=["shared-by-2", "one-each", "shared-by-3"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gating_kernel_reads_the_grouped_ba_layout(monkeypatch, k_heads, v_heads, dtype):
+    """g (float32) and beta from the fused [b | a]-per-key-head projection equal the block's native
+    gates on the same rows, including a + dt_bias past softplus' linear threshold and far below 0."""
+    from kernels_reference.ops.gated_delta.gating import gdn_gating
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    gen = torch.Generator().manual_seed(2)
+    block = Qwen3NextGatedDeltaNet(32, k_heads, v_heads, 16, 16).requires_grad_(False)
+    block.A_log.copy_(torch.linspace(0.01, 16.0, v_heads).log())
+    block.dt_bias.copy_(torch.randn(v_heads, generator=gen))
+    ba = (4 * torch.randn(37, 2 * v_heads, generator=gen)).to(dtype)
+    ba[0], ba[1] = 30.0, -30.0
+    g, beta = gdn_gating(ba, block.A_log, block.dt_bias, k_heads)
+    want_g, want_beta = block.gates(ba.double(), native=True)
+    assert g.dtype == torch.float32 and beta.dtype == dtype
+    torch.testing.assert_close(g.double(), want_g, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(beta.double(), want_beta, rtol=1e-2 if dtype == torch.bfloat16 else 1e-6, atol=0)
 
 
 def test_a_fresh_one_token_prompt_is_a_prefill_not_a_decode():

@@ -32,12 +32,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..dispatch import use_fast_path
 from ..forward_context import AttentionMetadata, get_forward_context
 from ..L1.gated_delta_rule import GatedDeltaRule
 from ..L1.linear import MergedColumnParallelLinear, RowParallelLinear
 from ..L1.rms_norm_gated import RMSNormGated
 from ..L1.short_convolution import ShortConvolution
 from ..native import run
+from ..ops.gated_delta.gating import gdn_gating, triton
 from ..records import RecordsInit
 
 
@@ -76,12 +78,8 @@ class Qwen3NextGatedDeltaNet(RecordsInit, nn.Module):
                                "and its bound state_cache = (conv_states, ssm_states)")
         conv_states, ssm_states = self.state_cache
         t = hidden_states.shape[0]
-        mixed_qkv, z, b, a = self.unpack(run(self.in_proj_qkvz, native, hidden_states),
-                                         run(self.in_proj_ba, native, hidden_states))
-        beta = torch.sigmoid(b)
-        # float32 at least: exp(A_log) reaches 16 and softplus saturates, a half g would lose the decay.
-        wide = torch.promote_types(a.dtype, torch.float32)
-        g = -torch.exp(self.A_log.to(wide)) * F.softplus(a.to(wide) + self.dt_bias.to(wide))
+        mixed_qkv, z = self.unpack(run(self.in_proj_qkvz, native, hidden_states))
+        g, beta = self.gates(run(self.in_proj_ba, native, hidden_states), native)
 
         phases = _Phases(meta, t)
         parts = []
@@ -99,17 +97,30 @@ class Qwen3NextGatedDeltaNet(RecordsInit, nn.Module):
                      z.reshape(t * self.num_v_heads, self.head_v_dim))
         return run(self.out_proj, native, normed.reshape(t, self.value_dim))
 
-    def unpack(self, qkvz: torch.Tensor, ba: torch.Tensor):
+    def unpack(self, qkvz: torch.Tensor):
         """The per-key-head groups as ``mixed_qkv [T, conv_dim]`` ([all q | all k | all v], head
-        after head), ``z [T, Hv, V]``, ``b`` and ``a [T, Hv]`` (value head h*r + j is the j-th of
-        key head h's group)."""
+        after head) and ``z [T, Hv, V]`` (value head h*r + j is the j-th of key head h's group)."""
         t, hk, r = qkvz.shape[0], self.num_k_heads, self.num_v_heads // self.num_k_heads
         kd, vd = self.head_k_dim, self.head_v_dim
         q, k, v, z = qkvz.view(t, hk, 2 * kd + 2 * r * vd).split([kd, kd, r * vd, r * vd], dim=-1)
-        b, a = ba.view(t, hk, 2 * r).split([r, r], dim=-1)
         mixed_qkv = torch.cat([q.reshape(t, -1), k.reshape(t, -1), v.reshape(t, -1)], dim=-1)
-        return (mixed_qkv, z.reshape(t, self.num_v_heads, vd), b.reshape(t, self.num_v_heads),
-                a.reshape(t, self.num_v_heads))
+        return mixed_qkv, z.reshape(t, self.num_v_heads, vd)
+
+    def unpack_ba(self, ba: torch.Tensor):
+        """``b`` and ``a [T, Hv]`` from key head h's group ``[b (r) | a (r)]``."""
+        t, r = ba.shape[0], self.num_v_heads // self.num_k_heads
+        b, a = ba.view(t, self.num_k_heads, 2 * r).split([r, r], dim=-1)
+        return b.reshape(t, self.num_v_heads), a.reshape(t, self.num_v_heads)
+
+    def gates(self, ba: torch.Tensor, native: bool):
+        """(g [T, Hv] in float32 or wider, beta = sigmoid(b) [T, Hv] in ba's dtype)."""
+        if not native and triton is not None and use_fast_path(ba, self.A_log, self.dt_bias):
+            return gdn_gating(ba, self.A_log, self.dt_bias, self.num_k_heads)
+        b, a = self.unpack_ba(ba)
+        # float32 at least: exp(A_log) reaches 16 and softplus saturates, a half g would lose the decay.
+        wide = torch.promote_types(a.dtype, torch.float32)
+        g = -torch.exp(self.A_log.to(wide)) * F.softplus(a.to(wide) + self.dt_bias.to(wide))
+        return g, torch.sigmoid(b)
 
     def _delta_rule(self, mixed_qkv, g, beta, ssm_states, qsl, slots, continues, native):
         n = mixed_qkv.shape[0]

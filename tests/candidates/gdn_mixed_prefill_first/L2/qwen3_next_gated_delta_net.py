@@ -10,9 +10,8 @@ class Qwen3NextGatedDeltaNet(reference.Qwen3NextGatedDeltaNet):
     def forward(self, hidden_states):
         conv_states, ssm_states = self.state_cache
         t = hidden_states.shape[0]
-        mixed_qkv, z, b, a = self.unpack(self.in_proj_qkvz(hidden_states), self.in_proj_ba(hidden_states))
-        beta = torch.sigmoid(b)
-        g = -torch.exp(self.A_log.float()) * torch.nn.functional.softplus(a.float() + self.dt_bias.float())
+        mixed_qkv, z = self.unpack(self.in_proj_qkvz(hidden_states))
+        g, beta = self.gates(self.in_proj_ba(hidden_states), False)
         parts = []
         for tokens, qsl, slots, continues, decode in reference._Phases(reference.get_forward_context(), t):
             x = mixed_qkv[tokens]

@@ -6,9 +6,10 @@ from kernels_reference.L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaN
 
 
 class Qwen3NextGatedDeltaNet(_Reference):
-    def unpack(self, qkvz, ba):
-        t = qkvz.shape[0]
+    def unpack(self, qkvz):
         q, k, v, z = qkvz.split([self.key_dim, self.key_dim, self.value_dim, self.value_dim], dim=-1)
+        return torch.cat([q, k, v], dim=-1), z.reshape(qkvz.shape[0], self.num_v_heads, self.head_v_dim)
+
+    def unpack_ba(self, ba):
         b, a = ba.chunk(2, dim=-1)
-        mixed_qkv = torch.cat([q, k, v], dim=-1)
-        return mixed_qkv, z.reshape(t, self.num_v_heads, self.head_v_dim), b, a
+        return b, a
