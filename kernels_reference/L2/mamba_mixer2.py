@@ -90,7 +90,7 @@ class MambaMixer2(RecordsInit, nn.Module):
         z, xbc, dt = projected.split([self.intermediate_size, self.conv_dim, self.num_heads], dim=-1)
 
         parts = []
-        for phase in _phases(meta, t):
+        for phase in self.plan(meta, t):
             x = xbc[phase.tokens]
             if phase.decode:  # one token per sequence, each continuing: the conv state shifts in place
                 x = run(self.conv1d, native, x, conv_states, cache_indices=phase.slots)
@@ -102,6 +102,10 @@ class MambaMixer2(RecordsInit, nn.Module):
         y = torch.cat(parts) if len(parts) != 1 else parts[0]  # [T, I], decodes first as the tokens are
 
         return run(self.out_proj, native, run(self.norm, native, y, z))
+
+    @staticmethod
+    def plan(meta: AttentionMetadata, tokens: int) -> List["_Phase"]:
+        return _phases(meta, tokens)
 
     def _split_conv_output(self, xbc: torch.Tensor):
         n = xbc.shape[0]
