@@ -12,7 +12,8 @@ The places a kernel goes wrong:
   conv runs over the contiguous ``[x | B | C]`` slice, whose channel order is the conv weight's and
   the conv-state pool's.
 * ``A`` is vLLM's parameter: the checkpoint's ``A_log`` mapped to ``-exp(A_log)`` at load time.
-  It is computed with in float32 at least (vLLM keeps it float32), as are the decay and the step.
+  vLLM stores it in float32; here the module's dtype cast reaches it too, so it is upcast to
+  float32 (at least) where it is used, as the kernels compute the step and the decay in float32.
 * The gate comes *before* the norm (``norm_before_gate=False``) and the norm's groups are
   ``intermediate / n_groups`` wide, not per head and not the whole row once n_groups > 1.
 * State: each sequence owns a slot in two pools bound as ``state_cache = (conv_states [slots,
