@@ -86,6 +86,44 @@ class AttentionMetadata:
         return torch.cat(out).to(self.seq_lens.device) if out else torch.zeros(0, dtype=torch.long)
 
 
+@dataclasses.dataclass
+class StatePhase:
+    """One phase of a step of a state-carrying layer: its tokens, query_start_loc rebased to its
+    first token, each sequence's state slot, which sequences continue a state (None for decode:
+    all do; ``any_continues`` says whether any does), and whether it is the decode phase."""
+    tokens: slice
+    query_start_loc: torch.Tensor
+    slots: torch.Tensor
+    continues: Optional[torch.Tensor]
+    any_continues: bool
+    decode: bool
+
+
+def state_phases(meta: AttentionMetadata, tokens: int) -> List[StatePhase]:
+    """The step's sequences as the leading one-token continuing sequences (decode, vLLM's order),
+    then the rest (prefill: fresh and continued prompts, chunks of long ones). Planned from the
+    metadata's host copies of the lengths, so no device sync is needed (and the meta device works).
+    Without ``state_slots`` sequence i uses slot i."""
+    query_lens: List[int] = list(meta.query_lens_cpu) or meta.query_start_loc.diff().tolist()
+    seq_lens: List[int] = list(meta.seq_lens_cpu) or meta.seq_lens.tolist()
+    n = len(query_lens)
+    decodes = 0
+    while decodes < n and query_lens[decodes] == 1 and seq_lens[decodes] > 1:
+        decodes += 1
+    slots = meta.state_slots
+    if slots is None:
+        slots = torch.arange(n, dtype=torch.int32, device=meta.query_start_loc.device)
+    qsl = meta.query_start_loc
+    phases = []
+    if decodes:
+        phases.append(StatePhase(slice(0, decodes), qsl[: decodes + 1], slots[:decodes], None, True, True))
+    if decodes < n:
+        continuing = any(s > q for s, q in zip(seq_lens[decodes:], query_lens[decodes:]))
+        phases.append(StatePhase(slice(decodes, tokens), qsl[decodes:] - decodes, slots[decodes:],
+                                 meta.has_initial_state[decodes:], continuing, False))
+    return phases
+
+
 _CONTEXT: List[AttentionMetadata] = []
 
 

@@ -31,7 +31,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import nn
 
-from ..forward_context import AttentionMetadata, get_forward_context
+from ..forward_context import AttentionMetadata, StatePhase, get_forward_context, state_phases
 from ..L1.linear import MergedColumnParallelLinear, RowParallelLinear
 from ..L1.mamba_chunk_scan import MambaChunkScanCombined
 from ..L1.rms_norm_gated import RMSNormGated
@@ -105,8 +105,8 @@ class MambaMixer2(RecordsInit, nn.Module):
         return run(self.out_proj, native, run(self.norm, native, y, z))
 
     @staticmethod
-    def plan(meta: AttentionMetadata, tokens: int) -> List["_Phase"]:
-        return _phases(meta, tokens)
+    def plan(meta: AttentionMetadata, tokens: int) -> List[StatePhase]:
+        return state_phases(meta, tokens)
 
     def _split_conv_output(self, xbc: torch.Tensor):
         n = xbc.shape[0]
@@ -117,7 +117,7 @@ class MambaMixer2(RecordsInit, nn.Module):
     def _a(self) -> torch.Tensor:
         return self.A.to(torch.promote_types(self.A.dtype, torch.float32))
 
-    def _prefill_scan(self, xbc, dt, ssm_states, phase: "_Phase", native):
+    def _prefill_scan(self, xbc, dt, ssm_states, phase: StatePhase, native):
         x, b, c = self._split_conv_output(xbc)
         slots = phase.slots.long()
         initial = None
@@ -137,33 +137,3 @@ class MambaMixer2(RecordsInit, nn.Module):
                 self._a()[:, None, None].expand(-1, p, n), b, c, self.D[:, None].expand(-1, p), z=None,
                 dt_bias=self.dt_bias[:, None].expand(-1, p), state_batch_indices=slots)
         return y.reshape(xbc.shape[0], self.intermediate_size)
-
-
-class _Phase:
-    def __init__(self, tokens: slice, query_start_loc, slots, continues, any_continues: bool, decode: bool):
-        self.tokens, self.query_start_loc, self.slots = tokens, query_start_loc, slots
-        self.continues, self.any_continues, self.decode = continues, any_continues, decode
-
-
-def _phases(meta: AttentionMetadata, tokens: int) -> List[_Phase]:
-    """The step's sequences as the leading one-token continuing sequences (decode), then the rest
-    (prefill, query_start_loc rebased to its first token). Planned from the metadata's host copies
-    of the lengths, so no device sync is needed (and the meta device works)."""
-    query_lens: List[int] = list(meta.query_lens_cpu) or meta.query_start_loc.diff().tolist()
-    seq_lens: List[int] = list(meta.seq_lens_cpu) or meta.seq_lens.tolist()
-    n = len(query_lens)
-    decodes = 0
-    while decodes < n and query_lens[decodes] == 1 and seq_lens[decodes] > 1:
-        decodes += 1
-    slots = meta.state_slots
-    if slots is None:
-        slots = torch.arange(n, dtype=torch.int32, device=meta.query_start_loc.device)
-    qsl = meta.query_start_loc
-    phases = []
-    if decodes:
-        phases.append(_Phase(slice(0, decodes), qsl[: decodes + 1], slots[:decodes], None, True, True))
-    if decodes < n:
-        continuing = any(s > q for s, q in zip(seq_lens[decodes:], query_lens[decodes:]))
-        phases.append(_Phase(slice(decodes, tokens), qsl[decodes:] - decodes, slots[decodes:],
-                             meta.has_initial_state[decodes:], continuing, False))
-    return phases

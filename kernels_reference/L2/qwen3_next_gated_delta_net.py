@@ -26,14 +26,14 @@ The places a kernel goes wrong:
   HF rounds the normed row to the activation dtype before the weight; vLLM (and we) stay in
   float32 until the end, which is the same function at float32/float64.
 """
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..dispatch import use_fast_path
-from ..forward_context import AttentionMetadata, get_forward_context
+from ..forward_context import get_forward_context, state_phases
 from ..L1.gated_delta_rule import GatedDeltaRule
 from ..L1.linear import MergedColumnParallelLinear, RowParallelLinear
 from ..L1.rms_norm_gated import RMSNormGated
@@ -81,9 +81,10 @@ class Qwen3NextGatedDeltaNet(RecordsInit, nn.Module):
         mixed_qkv, z = self.unpack(run(self.in_proj_qkvz, native, hidden_states))
         g, beta = self.gates(run(self.in_proj_ba, native, hidden_states), native)
 
-        phases = _Phases(meta, t)
         parts = []
-        for tokens, qsl, slots, continues, decode in phases:
+        for phase in state_phases(meta, t):
+            tokens, qsl, slots, continues, decode = (phase.tokens, phase.query_start_loc, phase.slots,
+                                                     phase.continues, phase.decode)
             x = mixed_qkv[tokens]
             if decode:  # one token per sequence, each continuing: the conv state shifts in place
                 x = run(self.conv1d, native, x, conv_states, cache_indices=slots)
@@ -136,31 +137,3 @@ class Qwen3NextGatedDeltaNet(RecordsInit, nn.Module):
                        output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=qsl)
         ssm_states.index_copy_(0, slots, final.to(ssm_states.dtype))
         return o[0]
-
-
-class _Phases:
-    """The step's sequences as (tokens, rebased query_start_loc, slots, continues or None, decode)
-    per phase: the leading one-token continuing sequences (decode), then the rest (prefill).
-
-    Planned from the metadata's host copies of the lengths, so no device sync is needed."""
-
-    def __init__(self, meta: AttentionMetadata, tokens: int):
-        query_lens: List[int] = list(meta.query_lens_cpu) or meta.query_start_loc.diff().tolist()
-        seq_lens: List[int] = list(meta.seq_lens_cpu) or meta.seq_lens.tolist()
-        n = len(query_lens)
-        decodes = 0
-        while decodes < n and query_lens[decodes] == 1 and seq_lens[decodes] > 1:
-            decodes += 1
-        slots = meta.state_slots
-        if slots is None:
-            slots = torch.arange(n, dtype=torch.int32, device=meta.query_start_loc.device)
-        qsl, continues = meta.query_start_loc, meta.has_initial_state
-        self.phases = []
-        if decodes:
-            self.phases.append((slice(0, decodes), qsl[: decodes + 1], slots[:decodes], None, True))
-        if decodes < n:
-            self.phases.append((slice(decodes, tokens), qsl[decodes:] - decodes, slots[decodes:],
-                                continues[decodes:], False))
-
-    def __iter__(self):
-        return iter(self.phases)

@@ -3,6 +3,7 @@
 # state pools are right everywhere: only the rows of a mixed step are misplaced.
 import torch
 
+from kernels_reference.forward_context import get_forward_context, state_phases
 from kernels_reference.L2 import qwen3_next_gated_delta_net as reference
 
 
@@ -13,7 +14,9 @@ class Qwen3NextGatedDeltaNet(reference.Qwen3NextGatedDeltaNet):
         mixed_qkv, z = self.unpack(self.in_proj_qkvz(hidden_states))
         g, beta = self.gates(self.in_proj_ba(hidden_states), False)
         parts = []
-        for tokens, qsl, slots, continues, decode in reference._Phases(reference.get_forward_context(), t):
+        for phase in state_phases(get_forward_context(), t):
+            tokens, qsl, slots, continues, decode = (phase.tokens, phase.query_start_loc, phase.slots,
+                                                     phase.continues, phase.decode)
             x = mixed_qkv[tokens]
             if decode:
                 x = self.conv1d(x, conv_states, cache_indices=slots)
