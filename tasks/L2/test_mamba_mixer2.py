@@ -19,19 +19,16 @@ from typing import List, Sequence, Tuple
 import torch
 from hypothesis import strategies as st
 
-from fk_pytest import Case, Task, standard_tests
+from fk_pytest import Case, standard_tests
 from fk_pytest.task import DTYPE_NAMES
-from kernels_reference.forward_context import AttentionMetadata, set_forward_context
 from kernels_reference.L2.mamba_mixer2 import MambaMixer2
 
 from ..configs import load_config
 from ..dense import DenseTask
 from ..linear_inputs import MAMBA2_MODELS, Mamba2Dims, decode_batches, mamba2_dims, prefill_batches
 from ..mamba_ssd import INITIAL_STATE_SCALE, STATE_DTYPE, head_params
+from ..state_steps import StateTask
 from ..workload import activations, model_dtype
-
-SPARE_SLOTS = 3  # pool slots no sequence of the batch owns: they must come back unchanged
-POOLS = ("conv_states", "ssm_states")
 
 
 def _dims(case) -> Mamba2Dims:
@@ -61,7 +58,7 @@ def batches(chunk: int, profile: str) -> List[Tuple[str, List[Tuple[int, int]]]]
     return out
 
 
-class MambaMixer2Task(Task):
+class MambaMixer2Task(StateTask):
     name = "mamba_mixer2"
     level = 2
     family = "linear_attention"
@@ -103,35 +100,15 @@ class MambaMixer2Task(Task):
             module.D.copy_(heads["D"])
             module.dt_bias.copy_(heads["dt_bias"])
 
+    def state_shapes(self, case):
+        d = _dims(case)
+        # An SSM state at the scale a few hundred tokens build up.
+        return (d.conv_kernel - 1, d.conv_dim), (d.num_heads, d.head_dim, d.state_size), INITIAL_STATE_SCALE
+
     def make_inputs(self, case, gen, device):
-        d, ctx, q = _dims(case), case["context"], case["query"]
-        batch = len(q)
-        pool = batch + SPARE_SLOTS
-        slots = torch.randperm(pool, generator=gen, device=device)[:batch].tolist()
-        meta = AttentionMetadata.build(ctx, q, 16, device=device, state_slots=slots)
-        return {
-            "metadata": meta,
-            "hidden_states": activations((sum(q), d.hidden_size), gen, device, case.dtype),
-            # A conv window holds earlier in_proj outputs; an SSM state the scale a few hundred
-            # tokens build up. Fresh sequences' slots hold the same: leftovers of earlier owners.
-            "conv_states": activations((pool, d.conv_kernel - 1, d.conv_dim), gen, device, case.dtype),
-            "ssm_states": (torch.randn((pool, d.num_heads, d.head_dim, d.state_size), generator=gen, device=device)
-                           * INITIAL_STATE_SCALE).to(STATE_DTYPE),
-        }
-
-    def inplace_outputs(self, case):
-        return POOLS
-
-    def mutable_inputs(self, case):
-        return POOLS
-
-    def call(self, module, inputs, method=None):
-        for layer in module.modules():
-            if hasattr(layer, "state_cache"):
-                layer.state_cache = (inputs["conv_states"], inputs["ssm_states"])
-        with set_forward_context(inputs["metadata"]):
-            fn = getattr(module, method) if method else module
-            return fn(hidden_states=inputs["hidden_states"])
+        inputs = self.step_inputs(case, gen, device)
+        inputs["hidden_states"] = activations((sum(case["query"]), _dims(case).hidden_size), gen, device, case.dtype)
+        return inputs
 
     def fuzz_strategy(self, dtype, profile):
         real = mamba2_dims(MAMBA2_MODELS[0], profile)

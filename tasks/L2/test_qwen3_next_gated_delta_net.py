@@ -13,20 +13,17 @@ keeps Qwen3-Next's hidden size and head dims (128) with 2 key and 4 value heads.
 import torch
 from hypothesis import strategies as st
 
-from fk_pytest import Case, Task, standard_tests
+from fk_pytest import Case, standard_tests
 from fk_pytest.task import DTYPE_NAMES
-from kernels_reference.forward_context import AttentionMetadata, set_forward_context
 from kernels_reference.L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaNet
 
 from ..dense import DenseTask
 from ..gated_delta_inputs import STATE_SCALE, decay_rates
+from ..state_steps import StateTask
 from ..linear_inputs import (GATED_DELTA_CHUNK, GATED_DELTA_MODELS, decode_batches, gated_delta_dims,
                              prefill_batches)
 from ..workload import activations, model_dtype
 
-SPARE_SLOTS = 3  # pool slots no sequence of the step owns: they must come back unchanged
-POOLS = ("conv_states", "ssm_states")
-BLOCK_SIZE = 16  # only the metadata's block tables use it; the block itself has no paged cache
 
 
 def _contexts(count: int, salt: int):
@@ -50,13 +47,12 @@ def _steps(profile: str):
     return out
 
 
-class Qwen3NextGatedDeltaNetTask(Task):
+class Qwen3NextGatedDeltaNetTask(StateTask):
     name = "qwen3_next_gated_delta_net"
     level = 2
     family = "linear_attention"
     module_path = "L2/qwen3_next_gated_delta_net.py"
     reference = Qwen3NextGatedDeltaNet
-    may_mutate = POOLS
     fuzz_dtypes = ("bf16",)  # the served dtype; the children's float32 paths are the L1 tasks' job
 
     def cases(self, profile):
@@ -89,30 +85,15 @@ class Qwen3NextGatedDeltaNetTask(Task):
             # A plain weight around 1 (the gated norm is not zero-centred).
             module.norm.weight.copy_(1 + 0.2 * torch.randn(module.norm.weight.shape, generator=gen, device=dev))
 
-    def make_inputs(self, case, gen, device):
+    def state_shapes(self, case):
         d = self.dims(case)
-        context, query = case["context"], case["query"]
-        batch = len(query)
-        slots = batch + SPARE_SLOTS
-        owners = torch.randperm(slots, generator=gen, device=device)[:batch].tolist()
-        meta = AttentionMetadata.build(context, query, BLOCK_SIZE, device=device, state_slots=owners)
-        return {
-            "metadata": meta,
-            "hidden_states": activations((sum(query), d.hidden_size), gen, device, case.dtype),
-            # A conv window holds earlier projected q/k/v rows (unit scale); every slot, owned or
-            # not, starts full: a fresh sequence's slot holds an earlier owner's leftovers.
-            "conv_states": activations((slots, d.conv_kernel - 1, d.conv_dim), gen, device, case.dtype),
-            "ssm_states": STATE_SCALE * torch.randn((slots, d.num_v_heads, d.head_k_dim, d.head_v_dim),
-                                                    generator=gen, device=device),
-        }
+        return (d.conv_kernel - 1, d.conv_dim), (d.num_v_heads, d.head_k_dim, d.head_v_dim), STATE_SCALE
 
-    def inplace_outputs(self, case):
-        return POOLS
-
-    def call(self, module, inputs, method=None):
-        module.state_cache = (inputs["conv_states"], inputs["ssm_states"])
-        with set_forward_context(inputs["metadata"]):
-            return (getattr(module, method) if method else module)(hidden_states=inputs["hidden_states"])
+    def make_inputs(self, case, gen, device):
+        inputs = self.step_inputs(case, gen, device)
+        inputs["hidden_states"] = activations((sum(case["query"]), self.dims(case).hidden_size), gen, device,
+                                              case.dtype)
+        return inputs
 
     def fuzz_strategy(self, dtype, profile):
         longest = 150 if profile == "cpu" else 5000

@@ -1,0 +1,89 @@
+"""Engine steps of layers that carry a state per sequence (Mamba-2's mixer, Qwen3-Next's gated
+DeltaNet, and the layers and models built on them).
+
+Such a layer keeps, per sequence, a conv window and a recurrent state, each in a pool of slots that
+it binds as ``state_cache = (conv_states, ssm_states)`` (as attention layers bind ``kv_cache``);
+the step's metadata names each sequence's slot (``state_slots``) and whether it continues a state
+(``has_initial_state``). A case is one step: ``context`` tokens already folded into each sequence's
+state and ``query`` new tokens, decodes first (vLLM's order). The pools are inputs and in-place
+outputs compared whole: every slot starts with random contents (the state of a continuing sequence,
+and garbage that must not leak into a fresh one), and spare slots no sequence owns must come back
+unchanged.
+
+``StateTask`` gives the pools, their binding and the forward context; a task says how big a slot's
+states are (``state_shapes``). A hybrid with attention layers also derives from
+:class:`tasks.paged.PagedTask` (listed after ``StateTask``), which adds the paged KV caches.
+"""
+import dataclasses
+from typing import Dict, Tuple
+
+import torch
+
+from fk_pytest import Task
+from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+
+from .workload import activations
+
+SPARE_SLOTS = 3  # pool slots no sequence of the step owns: they must come back unchanged
+BLOCK_SIZE = 16  # the metadata's block tables (only attention layers read them)
+
+
+class StateTask(Task):
+    state_layers = 1  # layers with a state_cache, in module order
+
+    def state_shapes(self, case) -> Tuple[Tuple[int, ...], Tuple[int, ...], float]:
+        """(conv window shape, recurrent state shape) of one slot, and the state's typical scale."""
+        raise NotImplementedError
+
+    def pool_names(self) -> Tuple[str, ...]:
+        if self.state_layers == 1:
+            return ("conv_states", "ssm_states")
+        return tuple(f"{kind}_states_{i}" for i in range(self.state_layers) for kind in ("conv", "ssm"))
+
+    def step_inputs(self, case, gen, device) -> Dict:
+        """The step's metadata (with state slots) and the state pools."""
+        meta = AttentionMetadata.build(case["context"], case["query"], BLOCK_SIZE, device=device)
+        return self.add_state_pools(case, {"metadata": meta}, gen, device)
+
+    def add_state_pools(self, case, inputs: Dict, gen, device) -> Dict:
+        """Give the step's sequences random slots of pools with spare slots, and fill every slot."""
+        batch = len(case["query"])
+        pool = batch + SPARE_SLOTS
+        slots = torch.randperm(pool, generator=gen, device=device)[:batch].to(torch.int32)
+        inputs["metadata"] = dataclasses.replace(inputs["metadata"], state_slots=slots)
+        conv_shape, ssm_shape, ssm_scale = self.state_shapes(case)
+        names = self.pool_names()
+        for i in range(self.state_layers):
+            # A conv window holds earlier projected rows (unit scale); a recurrent state the scale
+            # the layer's decay builds up; float32, as the engines keep it.
+            inputs[names[2 * i]] = activations((pool, *conv_shape), gen, device, case.dtype)
+            inputs[names[2 * i + 1]] = ssm_scale * torch.randn((pool, *ssm_shape), generator=gen, device=device)
+        return inputs
+
+    def inplace_outputs(self, case):
+        return tuple(super().inplace_outputs(case)) + self.pool_names()
+
+    def mutable_inputs(self, case):
+        return tuple(super().mutable_inputs(case)) + self.pool_names()
+
+    def call(self, module, inputs, method=None):
+        names = self.pool_names()
+        layers = [m for m in module.modules() if hasattr(m, "state_cache")]
+        if not layers and self.state_layers == 1:
+            layers = [module]  # a block that reads its pools from an attribute set here
+        if len(layers) != self.state_layers:
+            raise ValueError(f"{type(module).__name__} has {len(layers)} layers with a state_cache, "
+                             f"the task binds {self.state_layers}")
+        for i, layer in enumerate(layers):
+            layer.state_cache = (inputs[names[2 * i]], inputs[names[2 * i + 1]])
+        rest = {k: v for k, v in inputs.items() if k not in names}
+        if "metadata" in rest and not _sets_its_own_context(self):
+            meta = rest.pop("metadata")
+            with set_forward_context(meta):
+                return super().call(module, rest, method)
+        return super().call(module, rest, method)
+
+
+def _sets_its_own_context(task) -> bool:
+    from .paged import PagedTask
+    return isinstance(task, PagedTask)
