@@ -12,7 +12,7 @@ The CPU profile keeps the head counts small (Triton kernels run interpreted ther
 per-head dimensions and chunk sizes real, so what is scanned per head is what a GPU scans.
 """
 import dataclasses
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 
@@ -124,3 +124,43 @@ def zero_centred_norm_weights(module: torch.nn.Module, gen: torch.Generator) -> 
         for m in module.modules():
             if isinstance(m, GemmaRMSNorm):
                 m.weight.copy_(0.2 * torch.randn(m.weight.shape, generator=gen, device=m.weight.device))
+
+
+# ---- the cases of a scan kernel's task (prefill from fresh and carried states, decode) ------------
+def scan_cases(model: str, dtype: torch.dtype, chunk: int, profile: str, params: Dict) -> List:
+    """A scan task's cases of one model: each prefill batch from fresh and from carried states, and
+    decode batches (one token per sequence, every one carrying a state). ``params`` (head counts and
+    dims) go into every case beside ``lengths`` and ``with_state``."""
+    from fk_pytest import Case
+    from fk_pytest.task import DTYPE_NAMES
+
+    out = []
+    for name, lengths in prefill_batches(chunk, profile):
+        for state in ("fresh", "carried"):
+            out.append(Case(f"{model}-prefill-{name}-{state}-{DTYPE_NAMES[dtype]}", dtype, model=model,
+                            params=dict(params, lengths=tuple(lengths), with_state=state == "carried")))
+    for name, n in decode_batches(profile):
+        out.append(Case(f"{model}-decode-{name}-{DTYPE_NAMES[dtype]}", dtype, model=model,
+                        params=dict(params, lengths=(1,) * n, with_state=True)))
+    return out
+
+
+def edge_lengths(chunk: int, extra: Sequence[int] = ()) -> Tuple[int, ...]:
+    """Sequence lengths on both sides of one and two chunks, a token or two, and ``extra``."""
+    return tuple(m * chunk + d for m in (1, 2) for d in (-1, 0, 1)) + (1, 2) + tuple(extra)
+
+
+def draw_scan_lengths(draw, edges: Sequence[int], longest: int) -> Tuple[Tuple[int, ...], bool, str, str]:
+    """A fuzzed step of a scan task: a decode batch (up to 8 sequences, carrying states) or 1-3
+    prefill sequences at edge or random lengths, fresh or carried. Returns (lengths, with_state,
+    phase, an id naming the lengths and the state)."""
+    from hypothesis import strategies as st
+
+    if draw(st.booleans()):
+        lengths, with_state, phase = (1,) * draw(st.integers(1, 8)), True, "decode"
+    else:
+        length = st.one_of(st.sampled_from(list(edges)), st.integers(1, longest))
+        lengths = tuple(draw(st.lists(length, min_size=1, max_size=3)))
+        with_state, phase = draw(st.booleans()), "prefill"
+    ident = "_".join(map(str, lengths)) if len(lengths) <= 4 else f"{len(lengths)}x1"
+    return lengths, with_state, phase, f"{phase}-L{ident}-{'carried' if with_state else 'fresh'}"

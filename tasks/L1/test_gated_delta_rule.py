@@ -16,11 +16,11 @@ from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.gated_delta_rule import GatedDeltaRule
 
 from ..gated_delta_inputs import gated_delta_inputs
-from ..linear_inputs import (GATED_DELTA_CHUNK, GATED_DELTA_MODELS, decode_batches, gated_delta_dims,
-                             prefill_batches)
+from ..linear_inputs import (GATED_DELTA_CHUNK, GATED_DELTA_MODELS, draw_scan_lengths, edge_lengths, gated_delta_dims,
+                             scan_cases)
 from ..workload import model_dtype
 
-EDGE_LENGTHS = tuple(m * GATED_DELTA_CHUNK + d for m in (1, 2) for d in (-1, 0, 1)) + (1, 2)
+EDGE_LENGTHS = edge_lengths(GATED_DELTA_CHUNK)
 
 
 class GatedDeltaRuleTask(Task):
@@ -33,16 +33,10 @@ class GatedDeltaRuleTask(Task):
     def cases(self, profile):
         out = []
         for model in GATED_DELTA_MODELS:
-            dims, dt = gated_delta_dims(model, profile), model_dtype(model)
-            heads = dict(k_heads=dims.num_k_heads, v_heads=dims.num_v_heads, head_k_dim=dims.head_k_dim,
-                         head_v_dim=dims.head_v_dim)
-            for name, lengths in prefill_batches(GATED_DELTA_CHUNK, profile):
-                for state in ("fresh", "carried"):
-                    out.append(Case(f"{model}-prefill-{name}-{state}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                    params=dict(heads, lengths=tuple(lengths), with_state=state == "carried")))
-            for name, n in decode_batches(profile):
-                out.append(Case(f"{model}-decode-{name}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                params=dict(heads, lengths=(1,) * n, with_state=True)))
+            dims = gated_delta_dims(model, profile)
+            out += scan_cases(model, model_dtype(model), GATED_DELTA_CHUNK, profile,
+                              dict(k_heads=dims.num_k_heads, v_heads=dims.num_v_heads, head_k_dim=dims.head_k_dim,
+                                   head_v_dim=dims.head_v_dim))
         return out
 
     def init_args(self, case):
@@ -64,15 +58,8 @@ class GatedDeltaRuleTask(Task):
             dims = draw(st.sampled_from(real))
             k_heads = draw(st.sampled_from(sorted({1, dims.num_k_heads})))
             group = draw(st.sampled_from([1, 2]))
-            if draw(st.booleans()):  # a decode step
-                lengths, with_state, phase = (1,) * draw(st.integers(1, 8)), True, "decode"
-            else:
-                length = st.one_of(st.sampled_from(EDGE_LENGTHS), st.integers(1, longest))
-                lengths = tuple(draw(st.lists(length, min_size=1, max_size=3)))
-                with_state, phase = draw(st.booleans()), "prefill"
-            lengths_id = "_".join(map(str, lengths)) if len(lengths) <= 4 else f"{len(lengths)}x1"
-            return Case(f"fuzz-{phase}-L{lengths_id}-hk{k_heads}-hv{k_heads * group}-"
-                        f"{'carried' if with_state else 'fresh'}-{DTYPE_NAMES[dtype]}", dtype,
+            lengths, with_state, _, ident = draw_scan_lengths(draw, EDGE_LENGTHS, longest)
+            return Case(f"fuzz-{ident}-hk{k_heads}-hv{k_heads * group}-{DTYPE_NAMES[dtype]}", dtype,
                         params=dict(lengths=lengths, k_heads=k_heads, v_heads=k_heads * group,
                                     head_k_dim=dims.head_k_dim, head_v_dim=dims.head_v_dim, with_state=with_state))
 

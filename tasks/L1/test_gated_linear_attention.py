@@ -16,10 +16,10 @@ from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.gla import ChunkGLA
 
 from ..gla_inputs import GLA_CHUNK, GLA_MODELS, gla_dims, gla_inputs
-from ..linear_inputs import decode_batches, prefill_batches
+from ..linear_inputs import draw_scan_lengths, edge_lengths, scan_cases
 from ..workload import model_dtype
 
-EDGE_LENGTHS = tuple(m * GLA_CHUNK + d for m in (1, 2) for d in (-1, 0, 1)) + (1, 2, 15, 17)
+EDGE_LENGTHS = edge_lengths(GLA_CHUNK, (15, 17))  # and around the 16-token sub-chunk
 
 
 class GatedLinearAttentionTask(Task):
@@ -32,16 +32,10 @@ class GatedLinearAttentionTask(Task):
     def cases(self, profile):
         out = []
         for model in GLA_MODELS:
-            dims, dt = gla_dims(model, profile), model_dtype(model)
-            shape = dict(heads=dims.num_heads, head_k_dim=dims.head_k_dim, head_v_dim=dims.head_v_dim,
-                         low_rank=dims.gate_low_rank_dim, normalizer=dims.gate_logit_normalizer)
-            for name, lengths in prefill_batches(GLA_CHUNK, profile):
-                for state in ("fresh", "carried"):
-                    out.append(Case(f"{model}-prefill-{name}-{state}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                    params=dict(shape, lengths=tuple(lengths), with_state=state == "carried")))
-            for name, n in decode_batches(profile):
-                out.append(Case(f"{model}-decode-{name}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                params=dict(shape, lengths=(1,) * n, with_state=True)))
+            dims = gla_dims(model, profile)
+            out += scan_cases(model, model_dtype(model), GLA_CHUNK, profile,
+                              dict(heads=dims.num_heads, head_k_dim=dims.head_k_dim, head_v_dim=dims.head_v_dim,
+                                   low_rank=dims.gate_low_rank_dim, normalizer=dims.gate_logit_normalizer))
         return out
 
     def init_args(self, case):
@@ -64,15 +58,8 @@ class GatedLinearAttentionTask(Task):
             heads = draw(st.sampled_from(sorted({1, dims.num_heads})))
             kd, vd = draw(st.sampled_from([(dims.head_k_dim, dims.head_v_dim),
                                            (dims.head_k_dim // 2, dims.head_v_dim // 2)]))
-            if draw(st.booleans()):  # a decode step
-                lengths, with_state, phase = (1,) * draw(st.integers(1, 8)), True, "decode"
-            else:
-                length = st.one_of(st.sampled_from(EDGE_LENGTHS), st.integers(1, longest))
-                lengths = tuple(draw(st.lists(length, min_size=1, max_size=3)))
-                with_state, phase = draw(st.booleans()), "prefill"
-            lengths_id = "_".join(map(str, lengths)) if len(lengths) <= 4 else f"{len(lengths)}x1"
-            return Case(f"fuzz-{phase}-L{lengths_id}-h{heads}-k{kd}-v{vd}-{'carried' if with_state else 'fresh'}-"
-                        f"{DTYPE_NAMES[dtype]}", dtype,
+            lengths, with_state, _, ident = draw_scan_lengths(draw, EDGE_LENGTHS, longest)
+            return Case(f"fuzz-{ident}-h{heads}-k{kd}-v{vd}-{DTYPE_NAMES[dtype]}", dtype,
                         params=dict(lengths=lengths, heads=heads, head_k_dim=kd, head_v_dim=vd, with_state=with_state,
                                     low_rank=dims.gate_low_rank_dim, normalizer=dims.gate_logit_normalizer))
 
