@@ -31,7 +31,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import nn
 
-from ..forward_context import AttentionMetadata, StatePhase, get_forward_context, state_phases
+from ..forward_context import AttentionMetadata, StatePhase, state_phases, step_states
 from ..L1.linear import MergedColumnParallelLinear, RowParallelLinear
 from ..L1.mamba_chunk_scan import MambaChunkScanCombined
 from ..L1.rms_norm_gated import RMSNormGated
@@ -81,11 +81,7 @@ class MambaMixer2(RecordsInit, nn.Module):
 
     # ---- the block ----------------------------------------------------------------------------------
     def _forward(self, hidden_states, native):
-        meta = get_forward_context()
-        if meta is None or self.state_cache is None:
-            raise RuntimeError("MambaMixer2 needs the step's metadata (set_forward_context) "
-                               "and its bound state_cache = (conv_states, ssm_states)")
-        conv_states, ssm_states = self.state_cache
+        meta, conv_states, ssm_states = step_states(self)
         t = hidden_states.shape[0]
         projected = run(self.in_proj, native, hidden_states)
         z, xbc, dt = projected.split([self.intermediate_size, self.conv_dim, self.num_heads], dim=-1)

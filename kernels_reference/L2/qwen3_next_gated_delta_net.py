@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..dispatch import use_fast_path
-from ..forward_context import get_forward_context, state_phases
+from ..forward_context import state_phases, step_states
 from ..L1.gated_delta_rule import GatedDeltaRule
 from ..L1.linear import MergedColumnParallelLinear, RowParallelLinear
 from ..L1.rms_norm_gated import RMSNormGated
@@ -72,11 +72,7 @@ class Qwen3NextGatedDeltaNet(RecordsInit, nn.Module):
 
     # ---- the block ----------------------------------------------------------------------------------
     def _forward(self, hidden_states, native):
-        meta = get_forward_context()
-        if meta is None or self.state_cache is None:
-            raise RuntimeError("Qwen3NextGatedDeltaNet needs the step's metadata (set_forward_context) "
-                               "and its bound state_cache = (conv_states, ssm_states)")
-        conv_states, ssm_states = self.state_cache
+        meta, conv_states, ssm_states = step_states(self)
         t = hidden_states.shape[0]
         mixed_qkv, z = self.unpack(run(self.in_proj_qkvz, native, hidden_states))
         g, beta = self.gates(run(self.in_proj_ba, native, hidden_states), native)
