@@ -121,3 +121,75 @@ def test_mixer_is_hf_mamba2_mixer():
     unowned = [i for i in range(conv.shape[0]) if i not in SLOTS.values()]
     assert torch.equal(conv[unowned], conv0[unowned]) and torch.equal(ssm[unowned], ssm0[unowned])
 
+
+
+# ---- the whole model: HF's Mamba2ForCausalLM against ours (tied head, two layers) -----------------
+VOCAB = 97
+
+
+def _hf_model(gen):
+    """HF's model at the tiny config, two layers, with the mixers' parameters drawn as ``_hf_mixer``
+    draws them (norms near 1, embeddings at unit-size rows)."""
+    cfg = modeling.Mamba2Config(**dict(TINY, num_hidden_layers=2, vocab_size=VOCAB, tie_word_embeddings=True))
+    hf = modeling.Mamba2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for i, block in enumerate(hf.backbone.layers):
+            block.mixer.load_state_dict(_hf_mixer(gen).state_dict())
+            block.norm.weight.copy_(1.0 + 0.2 * torch.randn(TINY["hidden_size"], generator=gen))
+        hf.backbone.norm_f.weight.copy_(1.0 + 0.2 * torch.randn(TINY["hidden_size"], generator=gen))
+        hf.backbone.embeddings.weight.copy_(torch.randn(VOCAB, TINY["hidden_size"], generator=gen))
+    assert hf.lm_head.weight.data_ptr() == hf.backbone.embeddings.weight.data_ptr()
+    return hf
+
+
+def _our_model(hf):
+    from kernels_reference.L4.mamba2 import Mamba2ForCausalLM
+
+    ours = Mamba2ForCausalLM(hf.config).eval()
+    ours.load_weights(hf.state_dict().items())
+    return ours
+
+
+def run_model_steps(model, ids, steps, slots, method="forward_native"):
+    """Feed ``model`` the steps ``(sequences, tokens each)`` of token ids through its bound state
+    pools; each sequence's logits, concatenated over the steps."""
+    from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+
+    done = {s: 0 for s in ids}
+    got = {s: [] for s in ids}
+    with torch.no_grad():
+        for seqs, counts in steps:
+            meta = AttentionMetadata.build([done[s] for s in seqs], list(counts), 16,
+                                           state_slots=[slots[s] for s in seqs])
+            batch = torch.cat([ids[s][done[s]: done[s] + n] for s, n in zip(seqs, counts)])
+            with set_forward_context(meta):
+                hidden = getattr(model, method)(batch, meta.positions())
+            logits = model.compute_logits(hidden, native=method == "forward_native")
+            for s, part in zip(seqs, logits.split(list(counts))):
+                got[s].append(part)
+                done[s] += part.shape[0]
+    return {s: torch.cat(parts) for s, parts in got.items()}
+
+
+def test_model_logits_are_hf_mamba2_for_causal_lm():
+    """Logits of our model (loaded from HF's state_dict through ``load_weights``) in float32, over
+    a prefill of two prompts, a mixed step and decode steps through pools from
+    ``allocate_state_pools`` filled with garbage, equal HF's ``Mamba2ForCausalLM`` recomputing each
+    whole sequence without a cache; spare slots come back unchanged."""
+    gen = torch.Generator().manual_seed(2)
+    hf = _hf_model(gen)
+    ours = _our_model(hf)
+    ids = {s: torch.randint(0, VOCAB, (n,), generator=gen) for s, n in LENGTHS.items()}
+    pools = ours.allocate_state_pools(5)
+    for conv, ssm in pools:
+        conv.normal_(generator=gen)
+        ssm.normal_(generator=gen)
+    before = [tuple(p.clone() for p in pair) for pair in pools]
+    got = run_model_steps(ours, ids, STEPS, SLOTS)
+    with torch.no_grad():
+        for s in LENGTHS:
+            expected = hf(input_ids=ids[s][None], use_cache=False).logits[0]
+            torch.testing.assert_close(got[s], expected, rtol=1e-4, atol=1e-4)
+    unowned = [i for i in range(5) if i not in SLOTS.values()]
+    for pair, old in zip(pools, before):
+        assert all(torch.equal(p[unowned], q[unowned]) for p, q in zip(pair, old))
