@@ -139,3 +139,93 @@ def test_gated_delta_net_block_is_hf_qwen3_next_gated_delta_net():
         for s in lengths:
             expected = hf(x[s][None])[0]
             torch.testing.assert_close(torch.cat(got[s]), expected, rtol=1e-4, atol=1e-5)
+
+
+# ---- the whole model ---------------------------------------------------------------------------------
+# Four layers hold Qwen3-Next's pattern once (three gated DeltaNet layers, then full attention);
+# 8 experts, top 2, so that routing (and a renormalised top-k) is exercised.
+MODEL = dict(GDN, vocab_size=96, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=32, partial_rotary_factor=0.25, rope_theta=1e6,
+             max_position_embeddings=512, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+             shared_expert_intermediate_size=48, norm_topk_prob=True, tie_word_embeddings=False)
+
+
+def _hf_model(gen):
+    cfg = modeling.Qwen3NextConfig(**MODEL)
+    cfg._attn_implementation = "eager"
+    hf = modeling.Qwen3NextForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("A_log"):  # decay rates from slow to fast, as trained layers have
+                p.copy_(torch.linspace(0.02, 4.0, p.numel()).log())
+            elif name.endswith("linear_attn.norm.weight"):  # the gated norm's plain weight
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
+            elif p.dim() == 1:  # dt_bias and the zero-centred norms
+                p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("embed_tokens.weight"):
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:  # matrices and stacked experts [E, out, in]: fan_in is last
+                p.copy_(torch.randn(p.shape, generator=gen) * p.shape[-1] ** -0.5)
+    return cfg, hf
+
+
+def _routing_gap(hf, ids):
+    """The smallest gap between the k-th and (k+1)-th router logit over every MoE call of HF's run."""
+    gaps = []
+
+    def record(module, args, out):
+        top = torch.topk(out[0].double(), module.top_k + 1, dim=-1).values
+        gaps.append((top[:, -2] - top[:, -1]).min())
+    hooks = [m.register_forward_hook(record) for m in hf.modules() if isinstance(m, modeling.Qwen3NextTopKRouter)]
+    with torch.no_grad():
+        logits = hf(ids[None]).logits[0]
+    for h in hooks:
+        h.remove()
+    return logits, min(gaps)
+
+
+def test_model_is_hf_qwen3_next_for_causal_lm():
+    """Two prompts prefilled together (fresh), then decode steps of both, through the paged KV cache
+    of the attention layer and the state pools of the three linear layers: our model's native logits
+    in float32 equal HF's ``Qwen3NextForCausalLM`` recomputing each whole sequence without a cache.
+    The router's top-k boundary is checked to be far from a tie (else a rounding could flip an
+    expert and the comparison would say nothing about the kernels)."""
+    from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+    from kernels_reference.L4.qwen3_next import Qwen3NextForCausalLM
+
+    gen = torch.Generator().manual_seed(0)
+    cfg, hf = _hf_model(gen)
+    assert cfg.layer_types == ["linear_attention"] * 3 + ["full_attention"]
+    ours = Qwen3NextForCausalLM(cfg).eval()
+    ours.load_weights(hf.state_dict().items())
+    block, slots = 16, {"a": 3, "b": 1}
+    ours.allocate_kv_cache(num_blocks=12, block_size=block)
+    ours.allocate_state_cache(num_slots=5)
+    with torch.no_grad():  # slots and blocks hold an earlier owner's garbage: fresh sequences must not read it
+        for layer in ours.state_layers():
+            for pool in layer.state_cache:
+                pool.normal_(generator=gen)
+        for attn in ours.attention_layers():
+            for cache in attn.kv_cache:
+                cache.normal_(generator=gen)
+    tables = {"a": [7, 2], "b": [0, 5, 9, 4, 11]}
+    prompts = {"a": 9, "b": 70}  # b crosses the delta rule's 64-token chunk and several cache blocks
+    decodes = 3
+    ids = {s: torch.randint(0, MODEL["vocab_size"], (n + decodes,), generator=gen) for s, n in prompts.items()}
+    steps = [(("a", "b"), (9, 70))] + [(("b", "a"), (1, 1))] * decodes
+    done = {s: 0 for s in prompts}
+    got = {s: [] for s in prompts}
+    with torch.no_grad():
+        for seqs, counts in steps:
+            meta = AttentionMetadata.build([done[s] for s in seqs], list(counts), block,
+                                           block_tables=[tables[s] for s in seqs], state_slots=[slots[s] for s in seqs])
+            batch = torch.cat([ids[s][done[s]: done[s] + n] for s, n in zip(seqs, counts)])
+            with set_forward_context(meta):
+                logits = ours.compute_logits(ours.forward_native(batch, meta.positions()), native=True)
+            for s, part in zip(seqs, logits.split(list(counts))):
+                got[s].append(part)
+                done[s] += part.shape[0]
+        for s in prompts:
+            expected, gap = _routing_gap(hf, ids[s])
+            assert gap > 1e-4, f"a router near-tie ({gap:.2e}) in sequence {s}: draw other weights"
+            torch.testing.assert_close(torch.cat(got[s]), expected, rtol=1e-4, atol=1e-4)

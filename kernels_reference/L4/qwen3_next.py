@@ -1,0 +1,85 @@
+"""Qwen3NextForCausalLM (vLLM): embedding, the hybrid stack of Qwen3NextDecoderLayer (three gated
+DeltaNet layers, then one gated full-attention layer, repeated: ``config.layer_types``), the final
+zero-centred norm and the LM head; the interface of LlamaForCausalLM (forward, compute_logits,
+allocate_kv_cache, load_weights, load_safetensors).
+
+Two kinds of per-sequence memory, both bound to the layers before a step runs:
+
+* a paged KV cache per full-attention layer (``allocate_kv_cache``: [blocks, block_size, kv heads,
+  head_dim] pairs bound to ``self_attn.attn.kv_cache``), addressed by the metadata's block tables;
+* two state pools per linear-attention layer (``allocate_state_cache``: ``conv_states [slots,
+  K - 1, conv_dim]`` in the activation dtype and ``ssm_states [slots, Hv, K, V]`` in float32, bound
+  to ``linear_attn.state_cache``), addressed by the metadata's ``state_slots``; a sequence keeps
+  its slot from its first prefill chunk to its last decode step, and a fresh sequence
+  (``has_initial_state`` False) ignores what its slot held.
+
+Checkpoints: HF names through the shared loader: ``q_proj`` / ``k_proj`` / ``v_proj`` packed into
+``qkv_proj`` (the q shard is twice as wide: each head's query and its gate), experts as the Hub's
+``mlp.experts.{e}.gate_proj/up_proj/down_proj`` or transformers 5's fused ``mlp.experts.gate_up_proj``
+/ ``down_proj`` into FusedMoE's stacks, the shared expert's gate/up into its ``gate_up_proj``; the
+linear-attention tensors (``in_proj_qkvz``, ``in_proj_ba``, ``conv1d``, ``A_log``, ``dt_bias``,
+``norm``) load as stored. The multi-token-prediction head (``mtp.*``) is a draft model's, not
+this one's: skipped, as vLLM skips it.
+"""
+from typing import Iterable, List, Tuple
+
+import torch
+from torch import nn
+
+from ..L1.gemma_rms_norm import GemmaRMSNorm
+from ..L1.vocab_parallel_embedding import VocabParallelEmbedding
+from ..L3.qwen3_next_decoder_layer import Qwen3NextDecoderLayer
+from ..native import run
+from ..qwen3_next_config import FULL, LINEAR, Qwen3NextArchConfig
+from ..records import RecordsInit
+from .llama import LlamaForCausalLM
+
+
+class Qwen3NextModel(RecordsInit, nn.Module):
+    def __init__(self, config: Qwen3NextArchConfig):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Qwen3NextDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, input_ids, positions):
+        return self._forward(input_ids, positions, native=False)
+
+    def forward_native(self, input_ids, positions):
+        return self._forward(input_ids, positions, native=True)
+
+    def _forward(self, input_ids, positions, native):
+        hidden_states, residual = run(self.embed_tokens, native, input_ids), None
+        for layer in self.layers:
+            hidden_states, residual = run(layer, native, positions, hidden_states, residual)
+        hidden_states, _ = run(self.norm, native, hidden_states, residual)
+        return hidden_states
+
+
+class Qwen3NextForCausalLM(LlamaForCausalLM):
+    model_class = Qwen3NextModel
+    config_class = Qwen3NextArchConfig
+
+    # ---- KV caches (full-attention layers) -------------------------------------------------------
+    def attention_layers(self) -> List[nn.Module]:
+        return [layer.self_attn.attn for layer in self.model.layers if layer.layer_type == FULL]
+
+    # ---- recurrent-state pools (linear-attention layers) -----------------------------------------
+    def state_layers(self) -> List[nn.Module]:
+        """The modules that own a layer's state pools, in layer order."""
+        return [layer.linear_attn for layer in self.model.layers if layer.layer_type == LINEAR]
+
+    def allocate_state_cache(self, num_slots: int, dtype=None, device=None) -> None:
+        """Bind fresh pools of ``num_slots`` slots to every linear-attention layer: the conv window
+        in the activation dtype, the recurrent state in float32 (it accumulates over the whole
+        sequence; vLLM keeps it in float32 too)."""
+        weight = self.lm_head.weight
+        dtype, device = dtype or weight.dtype, device or weight.device
+        c = self.config
+        for layer in self.state_layers():
+            layer.state_cache = (torch.zeros((num_slots, *c.conv_state_shape()), dtype=dtype, device=device),
+                                 torch.zeros((num_slots, *c.ssm_state_shape()), dtype=torch.float32, device=device))
+
+    # ---- weights ------------------------------------------------------------------------------
+    def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        super().load_weights((name, tensor) for name, tensor in weights if not name.startswith("mtp."))
