@@ -193,3 +193,21 @@ def test_model_logits_are_hf_mamba2_for_causal_lm():
     unowned = [i for i in range(5) if i not in SLOTS.values()]
     for pair, old in zip(pools, before):
         assert all(torch.equal(p[unowned], q[unowned]) for p, q in zip(pair, old))
+
+
+def test_model_loads_mamba_ssm_names():
+    """A mamba-ssm checkpoint (``backbone.embedding``, no ``lm_head`` for the tied head) loads to
+    the same parameters as HF's names; ``A`` is -exp(A_log) in float32."""
+    from kernels_reference.L4.mamba2 import Mamba2ForCausalLM
+
+    hf = _hf_model(torch.Generator().manual_seed(4))
+    ours = _our_model(hf)
+    ssm_names = {k.replace("backbone.embeddings.", "backbone.embedding."): v for k, v in hf.state_dict().items()
+                 if k != "lm_head.weight"}
+    other = Mamba2ForCausalLM(hf.config)
+    other.load_weights(ssm_names.items())
+    for (name, p), q in zip(ours.state_dict().items(), other.state_dict().values()):
+        assert torch.equal(p, q), name
+    a_log = hf.backbone.layers[1].mixer.A_log
+    assert other.backbone.layers[1].mixer.A.dtype == torch.float32
+    torch.testing.assert_close(other.backbone.layers[1].mixer.A, -torch.exp(a_log.float()))
