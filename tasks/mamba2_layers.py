@@ -54,7 +54,6 @@ def arch_config(case, layers: int = 1) -> Mamba2ArchConfig:
 class Mamba2StackTask(StateTask):
     """Cases, weights, pools and fuzz of a stack of Mamba-2 layers; subclasses add the inputs and
     outputs of their level (``extra_params`` per case)."""
-    family = "linear_attention"
     fuzz_dtypes = ("bf16",)  # the served dtype
     cpu_steps = CPU_STEPS
 

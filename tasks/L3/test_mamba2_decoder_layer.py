@@ -13,6 +13,7 @@ from ..workload import activations
 class Mamba2DecoderLayerTask(Mamba2StackTask):
     name = "mamba2_decoder_layer"
     level = 3
+    family = "layer"  # as the other models' layers
     module_path = "L3/mamba2_decoder_layer.py"
     reference = Mamba2DecoderLayer
 

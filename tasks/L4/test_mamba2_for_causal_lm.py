@@ -18,6 +18,7 @@ LAYERS = 2
 class Mamba2ModelTask(Mamba2StackTask):
     name = "mamba2_for_causal_lm"
     level = 4
+    family = "model"  # as the other models' stacks
     module_path = "L4/mamba2.py"
     reference = Mamba2ForCausalLM
     state_layers = LAYERS
