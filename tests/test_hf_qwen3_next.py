@@ -200,7 +200,7 @@ def test_model_is_hf_qwen3_next_for_causal_lm():
     ours.load_weights(hf.state_dict().items())
     block, slots = 16, {"a": 3, "b": 1}
     ours.allocate_kv_cache(num_blocks=12, block_size=block)
-    ours.allocate_state_cache(num_slots=5)
+    ours.allocate_state_pools(num_slots=5)
     with torch.no_grad():  # slots and blocks hold an earlier owner's garbage: fresh sequences must not read it
         for layer in ours.state_layers():
             for pool in layer.state_cache:

@@ -7,7 +7,7 @@ Two kinds of per-sequence memory, both bound to the layers before a step runs:
 
 * a paged KV cache per full-attention layer (``allocate_kv_cache``: [blocks, block_size, kv heads,
   head_dim] pairs bound to ``self_attn.attn.kv_cache``), addressed by the metadata's block tables;
-* two state pools per linear-attention layer (``allocate_state_cache``: ``conv_states [slots,
+* two state pools per linear-attention layer (``allocate_state_pools``: ``conv_states [slots,
   K - 1, conv_dim]`` in the activation dtype and ``ssm_states [slots, Hv, K, V]`` in float32, bound
   to ``linear_attn.state_cache``), addressed by the metadata's ``state_slots``; a sequence keeps
   its slot from its first prefill chunk to its last decode step, and a fresh sequence
@@ -69,16 +69,24 @@ class Qwen3NextForCausalLM(LlamaForCausalLM):
         """The modules that own a layer's state pools, in layer order."""
         return [layer.linear_attn for layer in self.model.layers if layer.layer_type == LINEAR]
 
-    def allocate_state_cache(self, num_slots: int, dtype=None, device=None) -> None:
-        """Bind fresh pools of ``num_slots`` slots to every linear-attention layer: the conv window
-        in the activation dtype, the recurrent state in float32 (it accumulates over the whole
-        sequence; vLLM keeps it in float32 too)."""
+    def state_shapes(self) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+        """(conv window, recurrent state) of one slot of one linear-attention layer."""
+        return self.config.conv_state_shape(), self.config.ssm_state_shape()
+
+    def allocate_state_pools(self, num_slots: int, dtype=None, device=None) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+        """Make every linear-attention layer's (conv_states, ssm_states) pools of ``num_slots`` slots
+        and bind them (the same call as Mamba2ForCausalLM's): the conv windows in ``dtype`` (default:
+        the model's), the recurrent states in float32 (they accumulate over the whole sequence; vLLM
+        keeps them in float32 too). Returned in layer order."""
         weight = self.lm_head.weight
         dtype, device = dtype or weight.dtype, device or weight.device
-        c = self.config
+        conv_shape, ssm_shape = self.state_shapes()
+        pools = []
         for layer in self.state_layers():
-            layer.state_cache = (torch.zeros((num_slots, *c.conv_state_shape()), dtype=dtype, device=device),
-                                 torch.zeros((num_slots, *c.ssm_state_shape()), dtype=torch.float32, device=device))
+            layer.state_cache = (torch.zeros((num_slots, *conv_shape), dtype=dtype, device=device),
+                                 torch.zeros((num_slots, *ssm_shape), dtype=torch.float32, device=device))
+            pools.append(layer.state_cache)
+        return pools
 
     # ---- weights ------------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
