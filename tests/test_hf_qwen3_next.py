@@ -184,48 +184,66 @@ def _routing_gap(hf, ids):
     return logits, min(gaps)
 
 
-def test_model_is_hf_qwen3_next_for_causal_lm():
-    """Two prompts prefilled together (fresh), then decode steps of both, through the paged KV cache
-    of the attention layer and the state pools of the three linear layers: our model's native logits
-    in float32 equal HF's ``Qwen3NextForCausalLM`` recomputing each whole sequence without a cache.
-    The router's top-k boundary is checked to be far from a tie (else a rounding could flip an
-    expert and the comparison would say nothing about the kernels)."""
-    from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+# Two prompts prefilled together (fresh; b crosses the delta rule's 64-token chunk and several
+# cache blocks), a mixed step (a decodes, b continues its prompt), then decode steps of both.
+PROMPTS = {"a": 9, "b": 70}
+STEPS = [(("a", "b"), (9, 70)), (("a", "b"), (1, 6))] + [(("b", "a"), (1, 1))] * 3
+LENGTHS = {"a": 9 + 1 + 3, "b": 70 + 6 + 3}
+SLOTS = {"a": 3, "b": 1}
+TABLES = {"a": [7, 2], "b": [0, 5, 9, 4, 11, 6]}  # blocks a block manager handed out after some churn
+BLOCK = 16
+
+
+def our_model(hf, gen):
+    """Our model loaded from HF's state_dict, its KV caches and state pools allocated and filled
+    with garbage (an earlier owner's leftovers: fresh sequences must not read them)."""
     from kernels_reference.L4.qwen3_next import Qwen3NextForCausalLM
 
-    gen = torch.Generator().manual_seed(0)
-    cfg, hf = _hf_model(gen)
-    assert cfg.layer_types == ["linear_attention"] * 3 + ["full_attention"]
-    ours = Qwen3NextForCausalLM(cfg).eval()
+    ours = Qwen3NextForCausalLM(hf.config).eval()
     ours.load_weights(hf.state_dict().items())
-    block, slots = 16, {"a": 3, "b": 1}
-    ours.allocate_kv_cache(num_blocks=12, block_size=block)
-    ours.allocate_state_pools(num_slots=5)
-    with torch.no_grad():  # slots and blocks hold an earlier owner's garbage: fresh sequences must not read it
-        for layer in ours.state_layers():
-            for pool in layer.state_cache:
-                pool.normal_(generator=gen)
-        for attn in ours.attention_layers():
-            for cache in attn.kv_cache:
-                cache.normal_(generator=gen)
-    tables = {"a": [7, 2], "b": [0, 5, 9, 4, 11]}
-    prompts = {"a": 9, "b": 70}  # b crosses the delta rule's 64-token chunk and several cache blocks
-    decodes = 3
-    ids = {s: torch.randint(0, MODEL["vocab_size"], (n + decodes,), generator=gen) for s, n in prompts.items()}
-    steps = [(("a", "b"), (9, 70))] + [(("b", "a"), (1, 1))] * decodes
-    done = {s: 0 for s in prompts}
-    got = {s: [] for s in prompts}
+    ours.allocate_kv_cache(num_blocks=12, block_size=BLOCK)
+    pools = ours.allocate_state_pools(num_slots=5)
     with torch.no_grad():
-        for seqs, counts in steps:
-            meta = AttentionMetadata.build([done[s] for s in seqs], list(counts), block,
-                                           block_tables=[tables[s] for s in seqs], state_slots=[slots[s] for s in seqs])
+        for memory in pools + [attn.kv_cache for attn in ours.attention_layers()]:
+            for tensor in memory:
+                tensor.normal_(generator=gen)
+    return ours
+
+
+def run_model_steps(model, ids, method="forward_native"):
+    """Each sequence's logits over ``STEPS``, through the model's bound caches and pools."""
+    from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+
+    done = {s: 0 for s in ids}
+    got = {s: [] for s in ids}
+    with torch.no_grad():
+        for seqs, counts in STEPS:
+            meta = AttentionMetadata.build([done[s] for s in seqs], list(counts), BLOCK,
+                                           block_tables=[TABLES[s] for s in seqs],
+                                           state_slots=[SLOTS[s] for s in seqs])
             batch = torch.cat([ids[s][done[s]: done[s] + n] for s, n in zip(seqs, counts)])
             with set_forward_context(meta):
-                logits = ours.compute_logits(ours.forward_native(batch, meta.positions()), native=True)
+                hidden = getattr(model, method)(batch, meta.positions())
+            logits = model.compute_logits(hidden, native=method == "forward_native")
             for s, part in zip(seqs, logits.split(list(counts))):
                 got[s].append(part)
                 done[s] += part.shape[0]
-        for s in prompts:
-            expected, gap = _routing_gap(hf, ids[s])
-            assert gap > 1e-4, f"a router near-tie ({gap:.2e}) in sequence {s}: draw other weights"
-            torch.testing.assert_close(torch.cat(got[s]), expected, rtol=1e-4, atol=1e-4)
+    return {s: torch.cat(parts) for s, parts in got.items()}
+
+
+def test_model_is_hf_qwen3_next_for_causal_lm():
+    """A prefill of two prompts, a mixed step and decode steps through the paged KV cache of the
+    attention layer and the state pools of the three linear layers (garbage-filled): our model's
+    native logits in float32 equal HF's ``Qwen3NextForCausalLM`` recomputing each whole sequence
+    without a cache. The router's top-k boundary is checked to be far from a tie (else a rounding
+    could flip an expert and the comparison would say nothing about the kernels)."""
+    gen = torch.Generator().manual_seed(0)
+    cfg, hf = _hf_model(gen)
+    assert cfg.layer_types == ["linear_attention"] * 3 + ["full_attention"]
+    ours = our_model(hf, gen)
+    ids = {s: torch.randint(0, MODEL["vocab_size"], (n,), generator=gen) for s, n in LENGTHS.items()}
+    got = run_model_steps(ours, ids)
+    for s in LENGTHS:
+        expected, gap = _routing_gap(hf, ids[s])
+        assert gap > 1e-4, f"a router near-tie ({gap:.2e}) in sequence {s}: draw other weights"
+        torch.testing.assert_close(got[s], expected, rtol=1e-4, atol=1e-4)
