@@ -77,3 +77,53 @@ def test_wrong_candidates_fail_where_their_bug_shows(tree, task, failing):
     assert expected
     assert {r.case_id for r in results if not r.passed} == expected, counts
     assert {r.status for r in results if not r.passed} == {status.WRONG_RESULT}
+
+
+def test_routing_rule_follows_an_undetermined_token_through_the_later_layers(monkeypatch):
+    """A token whose router is undetermined in layer 0 (forced here: at float32 real ties are rare)
+    leaves out its own and its sequence's later rows, the attention layer's K/V rows of those
+    tokens and the state slot of its sequence in the later linear layers (1 and 2), not layer 0's
+    (its scan ran before the router); nothing else."""
+    from fk_pytest.build import upcast_inputs
+
+    task = get_task("qwen3_next_for_causal_lm")
+    case = next(c for c in task.cases("cpu") if "mixed" in c.id)
+    seq = 2  # the fresh prefill after the two decodes
+    start = sum(case["query"][:seq])
+    hit = start + 4
+    calls = []
+
+    def undetermined(logits, top_k, dtype, ulps, deviation=None):
+        calls.append(len(calls))
+        mask = torch.zeros(logits.shape[0], dtype=torch.bool)
+        mask[hit] = len(calls) == 1  # layer 0's router only
+        return mask
+    # the rule's own module (the registry may import the task package under another name)
+    monkeypatch.setitem(task.undetermined_rows.__func__.__globals__, "undetermined_tokens", undetermined)
+
+    gen = torch.Generator().manual_seed(0)
+    module = task.reference(**task.init_args(case))
+    task.init_weights(module, gen)
+    module = module.to(torch.float64).eval()
+    inputs = upcast_inputs(task.make_inputs(case, gen, torch.device("cpu")))
+    with torch.no_grad():
+        masks = task.undetermined_rows(case, inputs, module)
+        task.call(module, dict(inputs), "forward_native")
+        got = masks()
+    assert len(calls) == 4  # one router per layer
+
+    rows = torch.zeros(sum(case["query"]), dtype=torch.bool)
+    rows[hit: start + case["query"][seq]] = True
+    assert torch.equal(got["hidden_states"], rows)
+    meta = inputs["metadata"]
+    for kind in ("k", "v"):
+        cache = torch.zeros(inputs[f"{kind}_cache_0"].shape[:2], dtype=torch.bool)
+        cache.view(-1)[meta.slot_mapping[rows]] = True
+        assert torch.equal(got[f"{kind}_cache_0"], cache)
+    slot = int(meta.state_slots[seq])
+    for i in (1, 2):
+        for kind in ("conv", "ssm"):
+            pool = torch.zeros(inputs[f"{kind}_states_{i}"].shape[0], dtype=torch.bool)
+            pool[slot] = True
+            assert torch.equal(got[f"{kind}_states_{i}"], pool)
+    assert not any(name.endswith("_states_0") for name in got)
