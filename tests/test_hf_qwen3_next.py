@@ -247,3 +247,30 @@ def test_model_is_hf_qwen3_next_for_causal_lm():
         expected, gap = _routing_gap(hf, ids[s])
         assert gap > 1e-4, f"a router near-tie ({gap:.2e}) in sequence {s}: draw other weights"
         torch.testing.assert_close(got[s], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_model_loads_the_hub_checkpoint_layout():
+    """The Hub's shards name each expert's matrices (``mlp.experts.{e}.gate_proj/up_proj/down_proj``)
+    and carry a multi-token-prediction head (``mtp.*``, a draft model's): loaded, they give the
+    same parameters as transformers 5's fused experts, and the mtp tensors are skipped."""
+    from kernels_reference.L4.qwen3_next import Qwen3NextForCausalLM
+
+    gen = torch.Generator().manual_seed(1)
+    cfg, hf = _hf_model(gen)
+    fused = Qwen3NextForCausalLM(cfg)
+    fused.load_weights(hf.state_dict().items())
+    hub = []
+    for name, tensor in hf.state_dict().items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            prefix, half = name[: -len("gate_up_proj")], tensor.shape[1] // 2
+            for e in range(tensor.shape[0]):
+                hub += [(f"{prefix}{e}.gate_proj.weight", tensor[e, :half]), (f"{prefix}{e}.up_proj.weight", tensor[e, half:])]
+        elif name.endswith("mlp.experts.down_proj"):
+            hub += [(f"{name[: -len('down_proj')]}{e}.down_proj.weight", tensor[e]) for e in range(tensor.shape[0])]
+        else:
+            hub.append((name, tensor))
+    hub.append(("mtp.fc.weight", torch.zeros(3, 3)))
+    ours = Qwen3NextForCausalLM(cfg)
+    ours.load_weights(hub)
+    for (name, p), q in zip(ours.state_dict().items(), fused.state_dict().values()):
+        assert torch.equal(p, q), name
