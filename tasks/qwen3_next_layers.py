@@ -29,9 +29,9 @@ from kernels_reference.qwen3_next_config import Qwen3NextArchConfig
 from .configs import load_config
 from .dense import DenseTask
 from .gated_delta_inputs import STATE_SCALE, decay_rates
-from .linear_inputs import CPU_HEADS, GATED_DELTA_CHUNK, GATED_DELTA_MODELS, decode_batches, prefill_batches
-from .moe import L4_ROUTING_ULPS, RouterLogits, layer_of, reference_deviation, undetermined_tokens, cut_config
-from .linear_inputs import zero_centred_norm_weights
+from .linear_inputs import (CPU_HEADS, GATED_DELTA_CHUNK, decode_batches, prefill_batches,
+                            zero_centred_norm_weights)
+from .moe import L4_ROUTING_ULPS, RouterLogits, cut_config, layer_of, reference_deviation, undetermined_tokens
 
 CPU_ATTENTION_HEADS = (2, 1)  # (query heads, KV heads) at the real head_dim 256
 PATTERN_LAYERS = 4  # three gated DeltaNet layers, then one full-attention layer

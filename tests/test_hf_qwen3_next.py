@@ -264,7 +264,8 @@ def test_model_loads_the_hub_checkpoint_layout():
         if name.endswith("mlp.experts.gate_up_proj"):
             prefix, half = name[: -len("gate_up_proj")], tensor.shape[1] // 2
             for e in range(tensor.shape[0]):
-                hub += [(f"{prefix}{e}.gate_proj.weight", tensor[e, :half]), (f"{prefix}{e}.up_proj.weight", tensor[e, half:])]
+                hub += [(f"{prefix}{e}.gate_proj.weight", tensor[e, :half]),
+                        (f"{prefix}{e}.up_proj.weight", tensor[e, half:])]
         elif name.endswith("mlp.experts.down_proj"):
             hub += [(f"{name[: -len('down_proj')]}{e}.down_proj.weight", tensor[e]) for e in range(tensor.shape[0])]
         else:

@@ -29,7 +29,8 @@ class Qwen3NextDecoderLayer(nn.Module):
         setattr(self, name, mixer)
         self._takes_positions = name == "self_attn"
         self._mixer = name
-        sparse = c.num_experts > 0 and layer_idx not in c.mlp_only_layers and (layer_idx + 1) % c.decoder_sparse_step == 0
+        sparse = (c.num_experts > 0 and layer_idx not in c.mlp_only_layers
+                  and (layer_idx + 1) % c.decoder_sparse_step == 0)
         self.mlp = Qwen3NextSparseMoeBlock(c.hidden_size, c.moe_intermediate_size, c.num_experts,
                                            c.num_experts_per_tok, c.norm_topk_prob,
                                            c.shared_expert_intermediate_size) if sparse else \
