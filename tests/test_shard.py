@@ -9,7 +9,7 @@ from fk_pytest.merge import MergeError, merge_reports
 from fk_pytest.report import main as fk_report
 from fk_pytest.shard import assign, parse_shard
 
-SELECT = "(rms_norm or silu_and_mul or rotary_emb) and not deepseek and correctness and decode-T1-"
+SELECT = "(rms_norm or silu_and_mul or rotary_emb) and not deepseek and not gemma and not gated and correctness and decode-T1-"
 TIMING_KEYS = {"seconds", "seconds_by_kind", "phases", "speed", "informational_cpu_speedup"}  # wall-clock: differs run to run
 
 
