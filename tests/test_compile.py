@@ -36,29 +36,11 @@ def _run(task, case, backend):
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
 
 
-# The linear-attention ops' native paths (the token recurrences, the conv windows) plan their work
-# per sequence from cu_seqlens on the host, which Dynamo cannot trace; vLLM makes such layers opaque
-# custom ops under compile, as fused_moe / attention / mla_attention are here. Until they are, these
-# tasks are expected to break the graph (strict: one that starts compiling fails here and must
-# leave this list). Qwen3-Next's decoder layer breaks on its first CPU case only (a linear-attention
-# layer; the last is a full-attention one).
-NOT_YET_OPAQUE = {f"{name}-{which}" for name in (
-    "short_convolution", "gated_delta_rule", "gated_linear_attention", "mamba_chunk_scan", "mamba_mixer2",
-    "qwen3_next_gated_delta_net", "mamba2_decoder_layer", "mamba2_for_causal_lm", "qwen3_next_for_causal_lm")
-    for which in ("first", "last")} | {"qwen3_next_decoder_layer-first"}
-
-
-def _compile_params():
-    out = []
-    for name in TASKS:
-        for which in ("first", "last"):
-            marks = [pytest.mark.xfail(strict=True, reason="host-planned recurrence: not yet an opaque op "
-                                       "under torch.compile")] if f"{name}-{which}" in NOT_YET_OPAQUE else []
-            out.append(pytest.param(name, which, marks=marks, id=f"{name}-{which}"))
-    return out
-
-
-@pytest.mark.parametrize("name, which", _compile_params())
+# Layers whose native paths plan their work on the host (the MoE expert loop, paged attention, the
+# linear-attention recurrences and conv windows, which read cu_seqlens / slots) are opaque custom
+# ops under compile, as vLLM makes them, so every task compiles in one graph.
+@pytest.mark.parametrize("which", ["first", "last"])
+@pytest.mark.parametrize("name", TASKS)
 def test_reference_compiles_with_fullgraph(name, which):
     cases = all_tasks()[name].cases("cpu")  # decode-sized first, prefill/chunked last
     _run(all_tasks()[name], cases[0] if which == "first" else cases[-1], backend="aot_eager")
@@ -156,3 +138,40 @@ def test_ops_declare_their_mutations_and_fake_shapes():
                 torch.randn(heads * (nope + v), rank, generator=gen), meta.query_start_loc, meta.seq_lens,
                 meta.block_tables, meta.slot_mapping, heads, 0.3, nope, rope, v, rank)
     torch.library.opcheck(mla_attention, mla_args, test_utils=("test_schema", "test_faketensor"))
+    # the linear-attention ops: the conv and the state update name their pools as mutated
+    from kernels_reference.L1.gated_delta_rule import gated_delta_rule
+    from kernels_reference.L1.gla import chunk_gla
+    from kernels_reference.L1.mamba_chunk_scan import mamba_chunk_scan_combined
+    from kernels_reference.L1.selective_state_update import selective_state_update_op
+    from kernels_reference.L1.short_convolution import short_convolution
+
+    cu = torch.tensor([0, 1, 4, 6], dtype=torch.int32)  # three sequences, 6 tokens
+    slots, fresh = torch.tensor([4, 0, 2], dtype=torch.int32), torch.tensor([True, False, True])
+    for args in ((torch.randn(6, 8, generator=gen), torch.randn(5, 3, 8, generator=gen),
+                  torch.randn(8, 1, 4, generator=gen), torch.randn(8, generator=gen), cu, slots, fresh, "silu"),
+                 (torch.randn(3, 8, generator=gen), torch.randn(5, 3, 8, generator=gen),
+                  torch.randn(8, 1, 4, generator=gen), None, None, slots, None, None)):
+        torch.library.opcheck(short_convolution, args, test_utils=("test_schema", "test_faketensor"))
+    q, k = torch.randn(1, 6, 2, 8, generator=gen), torch.randn(1, 6, 2, 8, generator=gen)
+    v, g = torch.randn(1, 6, 4, 8, generator=gen), -torch.rand(1, 6, 4, generator=gen)
+    beta, h0 = torch.rand(1, 6, 4, generator=gen), torch.randn(3, 4, 8, 8, generator=gen)
+    for final in (True, False):
+        torch.library.opcheck(gated_delta_rule, (q, k, v, g, beta, None, h0, final, True, cu),
+                              test_utils=("test_schema", "test_faketensor"))
+    qg, kg, vg = (torch.randn(2, 3, 2, 8, generator=gen) for _ in range(3))
+    for final in (True, False):
+        torch.library.opcheck(chunk_gla, (qg, kg, vg, -torch.rand(2, 3, 2, 8, generator=gen), 0.5, None, final, None),
+                              test_utils=("test_schema", "test_faketensor"))
+    heads, p, n = 4, 8, 16
+    x, dt = torch.randn(6, heads, p, generator=gen), torch.randn(6, heads, generator=gen)
+    a, bc = -torch.rand(heads, generator=gen), torch.randn(6, 2, n, generator=gen)
+    torch.library.opcheck(mamba_chunk_scan_combined,
+                          (x, dt, a, bc, bc.flip(0), cu, torch.randn(heads, generator=gen), None,
+                           torch.randn(heads, generator=gen), torch.randn(3, heads, p, n, generator=gen), None, 16,
+                           True, [0.0, float("inf")]), test_utils=("test_schema", "test_faketensor"))
+    state = torch.randn(5, heads, p, n, generator=gen)
+    torch.library.opcheck(selective_state_update_op,
+                          (state, x[:3], dt[:3, :, None].expand(-1, -1, p), a[:, None, None].expand(-1, p, n),
+                           bc[:3], bc[3:], None, torch.randn(3, heads, p, generator=gen), None, slots, True),
+                          test_utils=("test_schema", "test_faketensor"))
+

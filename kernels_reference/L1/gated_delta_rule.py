@@ -21,7 +21,14 @@ scale.
 Fast path: the recurrent Triton kernel when every sequence brings one token (decode: the state is
 read and written once), the chunked kernels (64-token chunks, UT transform, float32 state carried
 across chunks) otherwise.
+
+Under ``torch.compile`` the call is one opaque custom op, ``fk::gated_delta_rule`` (vLLM's gated
+DeltaNet layer is opaque the same way): the native recurrence walks each sequence's tokens between
+``cu_seqlens`` bounds read on the host, which no graph can hold. An op cannot return None, so
+without ``output_final_state`` it returns an empty state that ``forward`` maps back to None.
 """
+import functools
+import re
 from typing import Optional, Tuple
 
 import torch
@@ -50,6 +57,10 @@ class GatedDeltaRule(RecordsInit, nn.Module):
             final = (torch.empty((n, v.shape[2], k.shape[-1], v.shape[-1]), dtype=torch.float32, device=v.device)
                      if output_final_state else None)
             return torch.empty_like(v), final
+        if torch.compiler.is_compiling():
+            o, final = gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state,
+                                        use_qk_l2norm_in_kernel, cu_seqlens)
+            return o, (final if output_final_state else None)
         if triton is not None and use_fast_path(q, k, v, g, beta, initial_state):
             return self.forward_triton(q, k, v, g, beta, scale, initial_state, output_final_state,
                                        use_qk_l2norm_in_kernel, cu_seqlens)
@@ -111,3 +122,46 @@ def _check(q, k, v, g, beta, initial_state, cu_seqlens):
     n = cu_seqlens.numel() - 1
     if initial_state is not None and tuple(initial_state.shape) != (n, hv, kd, v.shape[-1]):
         raise ValueError(f"initial_state {tuple(initial_state.shape)} is not [N={n}, Hv, K, V]")
+
+
+# ---- torch.compile: the call as one custom op ----------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _op_layer() -> GatedDeltaRule:
+    """The (weightless) module the op runs, built on the meta device once: op and eager module
+    share one code path, the eager ``forward`` choosing the device's kernels."""
+    with torch.device("meta"):
+        return GatedDeltaRule()
+
+
+# A copy of this file imported under another name (a candidate tree that copies the reference)
+# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
+_OP_NAME = "fk::gated_delta_rule" if __name__ == "kernels_reference.L1.gated_delta_rule" else \
+    "fk::gated_delta_rule_" + re.sub(r"\W", "_", __name__)
+
+
+@torch.library.custom_op(_OP_NAME, mutates_args=())
+def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                     scale: Optional[float], initial_state: Optional[torch.Tensor], output_final_state: bool,
+                     use_qk_l2norm_in_kernel: bool, cu_seqlens: Optional[torch.Tensor]
+                     ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``GatedDeltaRule.forward`` as an op: (o, final states), the states empty when not asked for."""
+    o, final = _op_layer()(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                           cu_seqlens)
+    return o, (final if final is not None else v.new_empty(0, dtype=torch.float32))
+
+
+@gated_delta_rule.register_fake
+def _gated_delta_rule_fake(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                           cu_seqlens):
+    return v.new_empty(v.shape), _final_state_like(q, k, v, output_final_state, cu_seqlens)
+
+
+def _final_state_like(q, k, v, output_final_state, cu_seqlens):
+    """The final states' shape and dtype: [N, Hv, K, V] in float32 (float64 for the float64 truth,
+    which only the native recurrence computes); empty when not asked for."""
+    if not output_final_state:
+        return v.new_empty(0, dtype=torch.float32)
+    n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    dtype = torch.float64 if v.dtype == torch.float64 else torch.float32
+    return v.new_empty((n, v.shape[2], k.shape[-1], v.shape[-1]), dtype=dtype)

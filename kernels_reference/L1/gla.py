@@ -20,7 +20,14 @@ o_t = S^T (q_t scale): the output reads the state after the token's own write.
 Fast path: the recurrent Triton kernel when every sequence brings one token (decode: the state is
 read and written once), the chunked kernels (64-token chunks, 16-token sub-chunks for the
 per-channel decay, float32 state carried across chunks) otherwise.
+
+Under ``torch.compile`` the call is one opaque custom op, ``fk::chunk_gla``: the native recurrence
+walks each sequence's tokens between ``cu_seqlens`` bounds read on the host, which no graph can
+hold. An op cannot return None, so without ``output_final_state`` it returns an empty state that
+``forward`` maps back to None.
 """
+import functools
+import re
 from typing import Optional, Tuple
 
 import torch
@@ -49,6 +56,9 @@ class ChunkGLA(RecordsInit, nn.Module):
             final = (torch.empty((n, v.shape[2], k.shape[-1], v.shape[-1]), dtype=torch.float32, device=v.device)
                      if output_final_state else None)
             return torch.empty_like(v), final
+        if torch.compiler.is_compiling():
+            o, final = chunk_gla(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens)
+            return o, (final if output_final_state else None)
         if triton is not None and use_fast_path(q, k, v, g, initial_state):
             return self.forward_triton(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens)
         return self.forward_native(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens)
@@ -102,3 +112,38 @@ def _check(q, k, v, g, initial_state, cu_seqlens):
     n, heads = cu_seqlens.numel() - 1, q.shape[2]
     if initial_state is not None and tuple(initial_state.shape) != (n, heads, kd, v.shape[-1]):
         raise ValueError(f"initial_state {tuple(initial_state.shape)} is not [N={n}, H, K, V]")
+
+
+# ---- torch.compile: the call as one custom op ----------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _op_layer() -> ChunkGLA:
+    """The (weightless) module the op runs, built on the meta device once: op and eager module
+    share one code path, the eager ``forward`` choosing the device's kernels."""
+    with torch.device("meta"):
+        return ChunkGLA()
+
+
+# A copy of this file imported under another name (a candidate tree that copies the reference)
+# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
+_OP_NAME = "fk::chunk_gla" if __name__ == "kernels_reference.L1.gla" else \
+    "fk::chunk_gla_" + re.sub(r"\W", "_", __name__)
+
+
+@torch.library.custom_op(_OP_NAME, mutates_args=())
+def chunk_gla(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, scale: Optional[float],
+              initial_state: Optional[torch.Tensor], output_final_state: bool, cu_seqlens: Optional[torch.Tensor]
+              ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``ChunkGLA.forward`` as an op: (o, final states), the states empty when not asked for."""
+    o, final = _op_layer()(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens)
+    return o, (final if final is not None else v.new_empty(0, dtype=torch.float32))
+
+
+@chunk_gla.register_fake
+def _chunk_gla_fake(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens):
+    if not output_final_state:
+        return v.new_empty(v.shape), v.new_empty(0, dtype=torch.float32)
+    # [N, H, K, V] in float32 (float64 for the float64 truth, which only the native recurrence computes)
+    n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    dtype = torch.float64 if v.dtype == torch.float64 else torch.float32
+    return v.new_empty(v.shape), v.new_empty((n, v.shape[2], k.shape[-1], v.shape[-1]), dtype=dtype)

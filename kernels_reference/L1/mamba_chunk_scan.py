@@ -18,8 +18,14 @@ metadata (seq_idx, cu_chunk_seqlens, last_chunk_indices) that is a function of c
 chunk_size alone: this module derives it itself. y is returned, not written into a preallocated
 ``out``. ``forward_native`` is the token-by-token recurrence (:mod:`kernels_reference.ops.mamba_ssd.native`);
 ``forward_triton`` the chunked kernels (:mod:`kernels_reference.ops.mamba_ssd.chunk_scan`).
+
+Under ``torch.compile`` the scan is one opaque custom op, ``fk::mamba_chunk_scan_combined`` (vLLM's
+mixer is an opaque op around it): the native recurrence walks each sequence's tokens between
+``cu_seqlens`` bounds read on the host, which no graph can hold.
 """
-from typing import Optional, Sequence, Tuple
+import functools
+import re
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -49,6 +55,9 @@ class MambaChunkScanCombined(RecordsInit, nn.Module):
             seqs = cu_seqlens.shape[0] - 1
             return (torch.empty_like(x), torch.empty((seqs, *x.shape[1:], B.shape[-1]), device=x.device,
                                                      dtype=state_dtype or torch.float32))
+        if torch.compiler.is_compiling():
+            return mamba_chunk_scan_combined(x, dt, A, B, C, cu_seqlens, D, z, dt_bias, initial_states, state_dtype,
+                                             self.chunk_size, self.dt_softplus, list(self.dt_limit))
         if ssd_chunk_scan is not None and x.dtype in _KERNEL_DTYPES and use_fast_path(x, dt, B, C):
             return self.forward_triton(*args)
         return self.forward_native(*args)
@@ -62,3 +71,41 @@ class MambaChunkScanCombined(RecordsInit, nn.Module):
                        state_dtype=None):
         return ssd_chunk_scan(x, dt, A, B, C, cu_seqlens, self.chunk_size, D, z, dt_bias, initial_states,
                               self.dt_softplus, self.dt_limit, state_dtype)
+
+
+# ---- torch.compile: the scan as one custom op ----------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _op_layer(chunk_size: int, dt_softplus: bool, dt_limit: Tuple[float, float]) -> MambaChunkScanCombined:
+    """The (weightless) module of this configuration the op runs, built on the meta device once: op
+    and eager module share one code path, the eager ``forward`` choosing the device's kernels."""
+    with torch.device("meta"):
+        return MambaChunkScanCombined(chunk_size, dt_softplus, dt_limit)
+
+
+# A copy of this file imported under another name (a candidate tree that copies the reference)
+# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
+_OP_NAME = "fk::mamba_chunk_scan_combined" if __name__ == "kernels_reference.L1.mamba_chunk_scan" else \
+    "fk::mamba_chunk_scan_combined_" + re.sub(r"\W", "_", __name__)
+
+
+@torch.library.custom_op(_OP_NAME, mutates_args=())
+def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                              cu_seqlens: torch.Tensor, D: Optional[torch.Tensor], z: Optional[torch.Tensor],
+                              dt_bias: Optional[torch.Tensor], initial_states: Optional[torch.Tensor],
+                              state_dtype: Optional[torch.dtype], chunk_size: int, dt_softplus: bool,
+                              dt_limit: List[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``MambaChunkScanCombined.forward`` as an op: (y, each sequence's final state)."""
+    layer = _op_layer(chunk_size, dt_softplus, tuple(dt_limit))
+    return layer(x, dt, A, B, C, cu_seqlens, D, z, dt_bias, initial_states, state_dtype)
+
+
+@mamba_chunk_scan_combined.register_fake
+def _mamba_chunk_scan_combined_fake(x, dt, A, B, C, cu_seqlens, D, z, dt_bias, initial_states, state_dtype,
+                                    chunk_size, dt_softplus, dt_limit):
+    # the states' dtype as both paths choose it: asked for, else the initial states', else float32
+    # (float64 for the float64 truth, which only the native recurrence computes)
+    dtype = state_dtype or (initial_states.dtype if initial_states is not None else
+                            torch.float64 if x.dtype == torch.float64 else torch.float32)
+    seqs = cu_seqlens.shape[0] - 1
+    return x.new_empty(x.shape), x.new_empty((seqs, *x.shape[1:], B.shape[-1]), dtype=dtype)

@@ -14,7 +14,16 @@ cache's dtype (float32 in these tasks).
 
 ``forward_native`` is the recurrence's step in PyTorch (:mod:`kernels_reference.ops.mamba_ssd.native`);
 ``forward_triton`` the fused kernel (:mod:`kernels_reference.ops.mamba_ssd.state_update`).
+
+Under ``torch.compile`` the step is one opaque custom op, ``fk::selective_state_update``, with the
+slot pool a declared mutation (vLLM's mixer is an opaque op around its kernel): the native step
+traces, but the fused kernel is what production runs there, and one op keeps the compiled graph's
+path the eager one.
 """
+import functools
+import re
+from typing import Optional
+
 import torch
 from torch import nn
 
@@ -39,6 +48,9 @@ class SelectiveStateUpdate(RecordsInit, nn.Module):
         args = (state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
         if on_meta(x):
             return torch.empty_like(x)
+        if torch.compiler.is_compiling():
+            return selective_state_update_op(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices,
+                                             self.dt_softplus)
         if selective_state_update is not None and x.dtype in _KERNEL_DTYPES and state.dtype in _KERNEL_DTYPES \
                 and use_fast_path(state, x):
             return self.forward_triton(*args)
@@ -49,3 +61,33 @@ class SelectiveStateUpdate(RecordsInit, nn.Module):
 
     def forward_triton(self, state, x, dt, A, B, C, D=None, z=None, dt_bias=None, state_batch_indices=None):
         return selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, self.dt_softplus, state_batch_indices)
+
+
+# ---- torch.compile: the step as one custom op ----------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _op_layer(dt_softplus: bool) -> SelectiveStateUpdate:
+    """The (weightless) module of this configuration the op runs, built on the meta device once: op
+    and eager module share one code path, the eager ``forward`` choosing the device's kernel."""
+    with torch.device("meta"):
+        return SelectiveStateUpdate(dt_softplus)
+
+
+# A copy of this file imported under another name (a candidate tree that copies the reference)
+# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
+_OP_NAME = "fk::selective_state_update" if __name__ == "kernels_reference.L1.selective_state_update" else \
+    "fk::selective_state_update_" + re.sub(r"\W", "_", __name__)
+
+
+@torch.library.custom_op(_OP_NAME, mutates_args=("state",))
+def selective_state_update_op(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
+                              B: torch.Tensor, C: torch.Tensor, D: Optional[torch.Tensor], z: Optional[torch.Tensor],
+                              dt_bias: Optional[torch.Tensor], state_batch_indices: Optional[torch.Tensor],
+                              dt_softplus: bool) -> torch.Tensor:
+    """``SelectiveStateUpdate.forward`` as an op: advance the named slots in place, return y."""
+    return _op_layer(dt_softplus)(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+
+
+@selective_state_update_op.register_fake
+def _selective_state_update_fake(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices, dt_softplus):
+    return x.new_empty(x.shape)  # contiguous, as both paths return it

@@ -17,7 +17,14 @@ load unchanged); ``forward`` takes the arguments of vLLM's two ops, one call per
 K - 1)`` view is a transpose of this same storage); it is an in-place output, and slots not named
 in ``cache_indices`` are left untouched. ``cache_indices`` omitted means slot ``b`` for sequence ``b``.
 Padded batch entries (vLLM's ``PAD_SLOT_ID``) are not supported: every entry is a real sequence.
+
+Under ``torch.compile`` the layer is one opaque custom op, ``fk::short_convolution`` (vLLM's
+causal_conv1d ops sit inside its opaque mamba / gated-DeltaNet layer ops): the native path plans
+its windows per sequence from ``query_start_loc`` and ``cache_indices`` on the host, which no graph
+can hold, and the pool update is a declared mutation of ``conv_states``.
 """
+import functools
+import re
 from typing import Optional
 
 import torch
@@ -46,6 +53,9 @@ class ShortConvolution(RecordsInit, nn.Module):
         if on_meta(x, conv_states):
             return torch.empty_like(x)
         self._check(x, conv_states)
+        if torch.compiler.is_compiling():
+            return short_convolution(x, conv_states, self.weight, self.bias, query_start_loc, cache_indices,
+                                     has_initial_state, self.activation)
         if triton is not None and use_fast_path(x, conv_states):
             return self.forward_triton(x, conv_states, query_start_loc, cache_indices, has_initial_state)
         return self.forward_native(x, conv_states, query_start_loc, cache_indices, has_initial_state)
@@ -71,3 +81,37 @@ class ShortConvolution(RecordsInit, nn.Module):
         if conv_states.dim() != 3 or tuple(conv_states.shape[1:]) != (self.kernel_size - 1, self.hidden_size):
             raise ValueError(f"conv_states must be [slots, {self.kernel_size - 1}, {self.hidden_size}], "
                              f"got {tuple(conv_states.shape)}")
+
+
+# ---- torch.compile: the layer's work as one custom op --------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _op_layer(hidden_size: int, kernel_size: int, bias: bool, activation: Optional[str]) -> ShortConvolution:
+    """A weightless layer of this shape (built on the meta device, once): the op runs its eager
+    ``forward`` with the op's weights bound in, so op and eager module share one code path."""
+    with torch.device("meta"):
+        return ShortConvolution(hidden_size, kernel_size, bias, activation)
+
+
+# A copy of this file imported under another name (a candidate tree that copies the reference)
+# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
+_OP_NAME = "fk::short_convolution" if __name__ == "kernels_reference.L1.short_convolution" else \
+    "fk::short_convolution_" + re.sub(r"\W", "_", __name__)
+
+
+@torch.library.custom_op(_OP_NAME, mutates_args=("conv_states",))
+def short_convolution(x: torch.Tensor, conv_states: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                      query_start_loc: Optional[torch.Tensor], cache_indices: Optional[torch.Tensor],
+                      has_initial_state: Optional[torch.Tensor], activation: Optional[str]) -> torch.Tensor:
+    """``ShortConvolution.forward`` as an op: convolve each sequence, update its slot in the pool."""
+    hidden_size, _, kernel_size = weight.shape
+    layer = _op_layer(hidden_size, kernel_size, bias is not None, activation)
+    params = {"weight": weight} if bias is None else {"weight": weight, "bias": bias}
+    return torch.func.functional_call(layer, params, (x, conv_states, query_start_loc, cache_indices,
+                                                      has_initial_state))
+
+
+@short_convolution.register_fake
+def _short_convolution_fake(x, conv_states, weight, bias, query_start_loc, cache_indices, has_initial_state,
+                            activation):
+    return x.new_empty(x.shape)  # contiguous, as both paths return it

@@ -26,7 +26,7 @@ def short_conv_native(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
     has_init = has_initial_state.tolist() if has_initial_state is not None else [False] * n_seq
     w = weight.to(compute)
     b = bias.to(compute) if bias is not None else None
-    out = torch.empty_like(x)
+    out = x.new_empty(x.shape)  # contiguous, as the kernels' output (and the compiled op's fake)
     for seq in range(n_seq):
         start, end = starts[seq], starts[seq + 1]
         slot = slots[seq]
