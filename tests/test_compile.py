@@ -175,3 +175,54 @@ def test_ops_declare_their_mutations_and_fake_shapes():
                            bc[:3], bc[3:], None, torch.randn(3, heads, p, generator=gen), None, slots, True),
                           test_utils=("test_schema", "test_faketensor"))
 
+
+def _mixer2():
+    from kernels_reference.L2.mamba_mixer2 import MambaMixer2
+
+    block = MambaMixer2(hidden_size=16, ssm_state_size=8, conv_kernel_size=4, intermediate_size=32, use_conv_bias=True,
+                        use_bias=False, n_groups=2, num_heads=4, head_dim=8, chunk_size=16)
+    return block, (torch.randn(5, 3, block.conv_dim), torch.randn(5, 4, 8, 8))
+
+
+def _gated_delta_net():
+    from kernels_reference.L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaNet
+
+    block = Qwen3NextGatedDeltaNet(hidden_size=16, num_k_heads=2, num_v_heads=4, head_k_dim=8, head_v_dim=8)
+    return block, (torch.randn(5, 3, block.conv_dim), torch.randn(5, 4, 8, 8))
+
+
+@pytest.mark.parametrize("make", [_mixer2, _gated_delta_net], ids=["mamba_mixer2", "qwen3_next_gated_delta_net"])
+def test_compiled_state_blocks_update_their_pools_as_eager(make):
+    """The linear-attention blocks compile to graphs of opaque ops whose pool updates are declared
+    mutations: over prefill, mixed and decode steps the compiled block leaves both pools, and gives
+    the outputs, that the eager block does."""
+    from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    block, pools = make()
+    with torch.no_grad():
+        for prm in block.parameters():
+            prm.copy_(torch.randn(prm.shape) * 0.3)
+    graphs = []
+    compiled = torch.compile(block.forward, fullgraph=True, backend=_recording_backend(graphs))
+    eager_pools, compiled_pools = [p.clone() for p in pools], [p.clone() for p in pools]
+    # (context, new tokens, slot) per sequence: fresh prompts, then a decode beside a continued
+    # prompt and a fresh one, then decodes only
+    for step in (((0, 5, 3), (0, 7, 1)), ((5, 1, 3), (7, 3, 1), (0, 4, 0)), ((6, 1, 3), (10, 1, 1), (4, 1, 0))):
+        context, counts, slots = zip(*step)
+        meta = AttentionMetadata.build(list(context), list(counts), 16, state_slots=list(slots))
+        x = torch.randn(sum(counts), 16)
+        results = []
+        for fn, bound in ((block.forward, eager_pools), (compiled, compiled_pools)):
+            block.state_cache = tuple(bound)
+            with set_forward_context(meta), torch.no_grad():
+                results.append(fn(x))
+        torch.testing.assert_close(results[1], results[0])
+        for got, want in zip(compiled_pools, eager_pools):
+            torch.testing.assert_close(got, want)
+    assert not torch.equal(eager_pools[1], pools[1])
+    targets = " ".join(_op_targets(graphs))
+    assert "fk.short_convolution" in targets
+    assert ("fk.mamba_chunk_scan_combined" in targets and "fk.selective_state_update" in targets
+            if make is _mixer2 else "fk.gated_delta_rule" in targets)
