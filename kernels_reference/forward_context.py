@@ -35,6 +35,10 @@ class AttentionMetadata:
     query_lens_cpu: Tuple[int, ...] = ()
     seq_lens_cpu: Tuple[int, ...] = ()
     state_slots: Optional[torch.Tensor] = None  # [B] int32: each sequence's slot in the state pools
+    # Leading sequences that state layers run as decodes; None: planned from the host lengths. The
+    # padded decode path sets it to the whole padded batch, so its plan (and a CUDA graph captured
+    # from it) does not depend on how many rows are padding (padding rows decode into a spare slot).
+    num_decodes: Optional[int] = None
 
     @property
     def has_initial_state(self) -> torch.Tensor:
@@ -118,8 +122,11 @@ def state_phases(meta: AttentionMetadata, tokens: int) -> List[StatePhase]:
     seq_lens: List[int] = list(meta.seq_lens_cpu) or meta.seq_lens.tolist()
     n = len(query_lens)
     decodes = 0
-    while decodes < n and query_lens[decodes] == 1 and seq_lens[decodes] > 1:
-        decodes += 1
+    if meta.num_decodes is not None:
+        decodes = meta.num_decodes
+    else:
+        while decodes < n and query_lens[decodes] == 1 and seq_lens[decodes] > 1:
+            decodes += 1
     slots = meta.state_slots
     if slots is None:
         slots = torch.arange(n, dtype=torch.int32, device=meta.query_start_loc.device)

@@ -59,6 +59,11 @@ class Scheduler:
             self.running.append(seq)
             batch.append((seq, n))
             budget -= n
+        # Decodes first: a running sequence still in its prompt's chunks may precede one that
+        # decodes. State layers plan a step as its leading one-token continuing sequences (the
+        # decode kernels) then the rest; a decode left behind a chunk would run through the prefill
+        # scan (correct, but the slower path). Stable, so arrival order holds within each kind.
+        batch.sort(key=lambda item: not item[0].decodes(item[1]))
         if not batch and self.waiting and not self.running:
             raise RuntimeError("a waiting prompt can never be scheduled: raise max_num_batched_tokens "
                                "or the number of KV-cache blocks, or enable chunked prefill")

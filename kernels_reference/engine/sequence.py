@@ -1,7 +1,7 @@
 """One request as the engine tracks it."""
 import dataclasses
 import enum
-from typing import Any, List
+from typing import Any, List, Optional
 
 
 class Status(enum.Enum):
@@ -19,6 +19,9 @@ class Sequence:
     params: Any = None  # the request's SamplingParams
     num_cached: int = 0  # tokens whose keys/values are in the cache
     block_table: List[int] = dataclasses.field(default_factory=list)
+    # Slot in the recurrent-state pools (models with state layers): held from the first scheduled
+    # chunk to finish or preemption, so the states carry across prefill chunks and decode steps.
+    state_slot: Optional[int] = None
     status: Status = Status.WAITING
 
     def decodes(self, num_tokens: int) -> bool:
