@@ -16,7 +16,8 @@ from typing import Any, Optional, Tuple
 
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-               "deepseek_v2": "DeepseekV2ForCausalLM"}
+               "deepseek_v2": "DeepseekV2ForCausalLM", "mamba2": "Mamba2ForCausalLM",
+               "qwen3_next": "Qwen3NextForCausalLM"}
 QKV_BIAS = {"Qwen2ForCausalLM"}
 QK_NORM = {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM"}
 

@@ -134,7 +134,8 @@ def init_random_weights(model: nn.Module, generator: Optional[torch.Generator] =
 # Architectures served from other modules of this package (imported when asked for: they import
 # this one).
 LAZY_ARCHITECTURES = {"MixtralForCausalLM": "mixtral", "Qwen3MoeForCausalLM": "qwen3_moe",
-                      "DeepseekV2ForCausalLM": "deepseek_v2"}
+                      "DeepseekV2ForCausalLM": "deepseek_v2", "Mamba2ForCausalLM": "mamba2",
+                      "Qwen3NextForCausalLM": "qwen3_next"}
 
 
 def model_class(architecture: str) -> type:

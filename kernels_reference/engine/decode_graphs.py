@@ -4,7 +4,11 @@ A decode step runs one token per sequence, so its work is fixed by the number of
 start-up the model forward (and the logits) is captured once per bucket size; a step pads its
 batch to the next bucket, writes its values into the static buffers the graphs read, and replays.
 Padding rows are inert: token 0 at position 0, cache slot -1 (not stored) and length 0 (nothing
-attended). Mixed and prefill steps never come here; they run eagerly.
+attended). For a model with state layers (``spare_slot`` given) each row also names its sequence's
+state slot, and padding rows name the spare slot, which no sequence holds: the state layers run
+every row as a decode (``num_decodes``), so the plan is the same for any number of padding rows and
+the padding's state updates land where nothing reads them. Mixed and prefill steps never come
+here; they run eagerly.
 
 The same static-buffer path runs without graphs (``PaddedDecoder.run`` with ``graphs=False``):
 on the CPU that is how tests check the padding, and on CUDA it runs the very kernels (the same
@@ -41,10 +45,11 @@ class PaddedDecoder:
     ``forward(input_ids, positions) -> hidden`` and ``logits(hidden) -> logits`` are the model's
     (possibly compiled) body and head. ``max_blocks`` = the block-table width every graph is
     captured with (ceil(max_model_len / block_size)): attention launches may depend on it.
+    ``spare_slot``: for a model with state layers, the state-pool slot padding rows use.
     """
 
     def __init__(self, forward: Callable, logits: Callable, sizes: Sequence[int], block_size: int,
-                 max_blocks: int, vocab_size: int, device: torch.device):
+                 max_blocks: int, vocab_size: int, device: torch.device, spare_slot: Optional[int] = None):
         if not sizes or min(sizes) < 1:
             raise ValueError(f"decode bucket sizes must be positive, got {list(sizes)}")
         self.forward, self.logits = forward, logits
@@ -60,6 +65,13 @@ class PaddedDecoder:
         # One query token per row, padding included: the start offsets never change.
         self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=device)
         self.out_logits = torch.zeros(n, vocab_size, dtype=torch.float32, device=device)
+        self.spare_slot = spare_slot
+        self.state_slots = None if spare_slot is None else \
+            torch.full((n,), spare_slot, dtype=torch.int32, device=device)
+        self._slots_host = self.state_slots
+        if on_cuda and spare_slot is not None:
+            self._slots_host = torch.full((n,), spare_slot, dtype=torch.int32, pin_memory=True)
+        self._slots_np = None if spare_slot is None else self._slots_host.numpy()
         if on_cuda:  # pinned staging, so the copies are asynchronous DMA
             self._tokens_host = torch.zeros(3, n, dtype=torch.int64, pin_memory=True)
             self._seq_lens_host = torch.zeros(n, dtype=torch.int32, pin_memory=True)
@@ -129,6 +141,8 @@ class PaddedDecoder:
             lens[i] = pos + 1
             tables[i, :len(table)] = table  # entries past the table are never read (length bound)
             seq_lens.append(pos + 1)
+            if self._slots_np is not None:
+                self._slots_np[i] = seq.state_slot
         n = len(batch)
         if n < size:
             tokens[0, n:size] = 0
@@ -136,10 +150,14 @@ class PaddedDecoder:
             tokens[2, n:size] = -1
             lens[n:size] = 0
             seq_lens += [0] * (size - n)
+            if self._slots_np is not None:
+                self._slots_np[n:size] = self.spare_slot
         if self._tokens_host is not self.tokens:
             self.tokens.copy_(self._tokens_host, non_blocking=True)
             self.seq_lens[:size].copy_(self._seq_lens_host[:size], non_blocking=True)
             self.block_tables[:size].copy_(self._tables_host[:size], non_blocking=True)
+            if self.state_slots is not None:
+                self.state_slots[:size].copy_(self._slots_host[:size], non_blocking=True)
             self._copied.record()
         return seq_lens
 
@@ -150,7 +168,9 @@ class PaddedDecoder:
             query_start_loc=self.query_start_loc[:size + 1], seq_lens=self.seq_lens[:size],
             block_tables=self.block_tables[:size], slot_mapping=self.tokens[2, :size],
             block_size=self.block_size, max_query_len=1, max_seq_len=self.max_blocks * self.block_size,
-            query_lens_cpu=(1,) * size, seq_lens_cpu=tuple(seq_lens))
+            query_lens_cpu=(1,) * size, seq_lens_cpu=tuple(seq_lens),
+            state_slots=None if self.state_slots is None else self.state_slots[:size],
+            num_decodes=None if self.state_slots is None else size)
 
     # ---- start-up -----------------------------------------------------------------------------
     @torch.no_grad()
@@ -181,3 +201,5 @@ class PaddedDecoder:
         self.tokens[2].fill_(-1)
         self.seq_lens.zero_()
         self.block_tables.zero_()
+        if self.state_slots is not None:
+            self.state_slots.fill_(self.spare_slot)

@@ -87,7 +87,10 @@ class LLM:
                  padded_decode: Optional[bool] = None, compile: Union[bool, dict] = False,
                  graph_batch_sizes: Optional[Seq[int]] = None, fused_decode: Union[bool, FusedDecodeConfig] = False):
         self.model = model.eval()
-        self.blocks = BlockManager(num_blocks, block_size)
+        # A state slot per admitted sequence (at most max_num_seqs run at once): the runner
+        # allocates one more, the padded decode path's spare.
+        slots = max_num_seqs if hasattr(model, "allocate_state_pools") else 0
+        self.blocks = BlockManager(num_blocks, block_size, num_state_slots=slots)
         self.scheduler = Scheduler(self.blocks, max_num_seqs, max_num_batched_tokens, chunked_prefill)
         self.runner = ModelRunner(model, num_blocks, block_size, max_num_seqs, max_model_len,
                                   cuda_graphs, padded_decode, compile, graph_batch_sizes, fused_decode)

@@ -43,7 +43,15 @@ class ModelRunner:
         padded = cuda_graphs if padded_decode is None else padded_decode
         # Padding rows carry cache slot -1. The fast attention path skips it; a plain PyTorch store
         # writes it to the cache's last slot, so that slot belongs to a block no sequence is given.
-        model.allocate_kv_cache(num_blocks + 1 if padded else num_blocks, block_size)
+        # Models without attention layers (Mamba-2) have no KV cache to allocate.
+        if hasattr(model, "allocate_kv_cache"):
+            model.allocate_kv_cache(num_blocks + 1 if padded else num_blocks, block_size)
+        # Models with state layers: one slot per running sequence (the block manager hands them
+        # out), plus a spare one that the padded decode path's padding rows write into.
+        self.has_states = hasattr(model, "allocate_state_pools")
+        self.spare_slot = max_num_seqs if self.has_states else None
+        if self.has_states:
+            model.allocate_state_pools(max_num_seqs + 1)
         self.forward = _compiled(model.forward, compile) if compile else model.forward
         self.decoder = None
         if padded:
@@ -53,7 +61,8 @@ class ModelRunner:
             config = fused_decode if isinstance(fused_decode, FusedDecodeConfig) else None
             decode_forward = FusedDecode(model, self.forward, config) if fused_decode else self.forward
             self.decoder = PaddedDecoder(decode_forward, model.compute_logits, sizes, block_size,
-                                         -(-self.max_model_len // block_size), model.config.vocab_size, self.device)
+                                         -(-self.max_model_len // block_size), model.config.vocab_size, self.device,
+                                         spare_slot=self.spare_slot)
             if cuda_graphs:
                 self.decoder.capture()
 
@@ -102,8 +111,12 @@ class ModelRunner:
             ids += seq.token_ids[seq.num_cached: seq.num_cached + n]
             ctx.append(seq.num_cached)
             lens.append(n)
+        slots = [seq.state_slot for seq, _ in batch] if self.has_states else None
+        if slots is not None and None in slots:
+            raise RuntimeError("a sequence of a model with state layers reached the runner without a state slot "
+                               "(the block manager was built with num_state_slots=0)")
         meta = AttentionMetadata.build(ctx, lens, self.block_size, device=self.device,
-                                       block_tables=[seq.block_table for seq, _ in batch])
+                                       block_tables=[seq.block_table for seq, _ in batch], state_slots=slots)
         with set_forward_context(meta):
             hidden = self.forward(torch.tensor(ids, device=self.device), meta.positions())
         for seq, n in batch:

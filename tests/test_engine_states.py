@@ -1,0 +1,187 @@
+"""The engine serving models whose layers carry a per-sequence state (Mamba-2; Qwen3-Next's hybrid
+of gated DeltaNet and paged full attention): greedy tokens through chunked prefill, mixed steps,
+preemption and the padded decode path equal HF transformers' model recomputing each whole sequence,
+decode-forced scoring replays them, and every state slot is free after a run.
+
+Tiny random-weight configs in float32 (the HF tests' shapes: Mamba-2's 16-token scan chunks, so
+prompts cross them; Qwen3-Next's 3 linear : 1 full layer pattern with a routed MoE)."""
+import math
+
+import pytest
+import torch
+
+from kernels_reference.engine import LLM, SamplingParams
+
+transformers = pytest.importorskip("transformers")
+mamba2 = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
+qwen3_next = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
+
+MAMBA2 = dict(hidden_size=64, num_heads=4, head_dim=32, expand=2, state_size=16, n_groups=2, conv_kernel=4,
+              chunk_size=16, use_conv_bias=True, use_bias=False, layer_norm_epsilon=1e-5, num_hidden_layers=2,
+              vocab_size=97, tie_word_embeddings=True)
+QWEN3_NEXT = dict(hidden_size=64, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                  linear_value_head_dim=8, linear_conv_kernel_dim=4, rms_norm_eps=1e-6, vocab_size=96,
+                  intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=32, partial_rotary_factor=0.25, rope_theta=1e6, max_position_embeddings=512,
+                  num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                  shared_expert_intermediate_size=48, norm_topk_prob=True, tie_word_embeddings=False)
+
+# Lengths that cross Mamba-2's 16-token scan chunks and the 8-token budget below; Qwen3-Next's
+# 70-token prompt crosses the delta rule's 64-token chunk.
+PROMPT_LENS = {"mamba2": [5, 23, 40, 11], "qwen3_next": [5, 23, 70, 11]}
+
+
+def _hf_mamba2(gen):
+    hf = mamba2.Mamba2ForCausalLM(mamba2.Mamba2Config(**MAMBA2)).eval()
+    heads = MAMBA2["num_heads"]
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("A_log"):  # decay rates from slow to fast, as mamba-ssm draws them
+                p.copy_(torch.linspace(1.0, 16.0, heads).log())
+            elif name.endswith("dt_bias"):  # softplus(dt_bias) spread over [1e-3, 0.1]
+                step = torch.exp(torch.linspace(math.log(1e-3), math.log(0.1), heads))
+                p.copy_(step + torch.log(-torch.expm1(-step)))
+            elif name.endswith("conv1d.weight"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("conv1d.bias"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+            elif p.dim() == 1:  # D and the norms
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("embeddings.weight"):
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * p.shape[-1] ** -0.5)
+    return hf
+
+
+def _hf_qwen3_next(gen):
+    cfg = qwen3_next.Qwen3NextConfig(**QWEN3_NEXT)
+    cfg._attn_implementation = "eager"
+    hf = qwen3_next.Qwen3NextForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.linspace(0.02, 4.0, p.numel()).log())
+            elif name.endswith("linear_attn.norm.weight"):  # the gated norm's plain weight
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
+            elif p.dim() == 1:  # dt_bias and the zero-centred norms
+                p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("embed_tokens.weight"):
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * p.shape[-1] ** -0.5)
+    return hf
+
+
+_CACHE = {}
+
+
+def setup(name):
+    """(HF model, our model's state_dict source, prompts, HF greedy continuations), built once."""
+    if name not in _CACHE:
+        gen = torch.Generator().manual_seed(0)
+        hf = _hf_mamba2(gen) if name == "mamba2" else _hf_qwen3_next(gen)
+        vocab = hf.config.vocab_size
+        prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in PROMPT_LENS[name]]
+        expected = [greedy_reference(hf, p, MAX_TOKENS) for p in prompts]
+        _CACHE[name] = hf, prompts, expected
+    return _CACHE[name]
+
+
+MAX_TOKENS = 6
+
+
+@torch.no_grad()
+def greedy_reference(hf, prompt, max_tokens):
+    """Greedy tokens without any engine or cache: the whole sequence so far through HF's model,
+    argmax of the last row, appended; repeated."""
+    tokens = list(prompt)
+    for _ in range(max_tokens):
+        tokens.append(int(hf(input_ids=torch.tensor([tokens]), use_cache=False).logits[0, -1].argmax()))
+    return tokens[len(prompt):]
+
+
+def our_llm(hf, **engine_args):
+    from kernels_reference.L4.llama import model_for
+
+    model = model_for(hf.config.to_dict())  # the architecture registry builds both from HF configs
+    model.load_weights(hf.state_dict().items())
+    return LLM(model.float(), **engine_args)
+
+
+def assert_slots_free(llm):
+    blocks = llm.blocks
+    assert sorted(blocks.free_slots) == list(range(blocks.num_state_slots)), "a state slot leaked"
+    assert sorted(blocks.free_blocks) == list(range(blocks.num_blocks))
+
+
+def served(llm, prompts):
+    """Greedy outputs, then decode-forced scoring of them (which must return them token for token)."""
+    out = llm.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
+    assert_slots_free(llm)
+    scored = llm.score_decode([p + o for p, o in zip(prompts, out)], [len(p) for p in prompts])
+    assert scored == out
+    assert_slots_free(llm)
+    return out
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["eager", "padded"])
+@pytest.mark.parametrize("name", ["mamba2", "qwen3_next"])
+def test_chunked_prefill_and_mixed_steps_equal_hf(name, padded):
+    """An 8-token budget splits the longer prompts over steps while earlier ones decode: prefill,
+    mixed and decode steps, states carried across chunks in each sequence's slot."""
+    hf, prompts, expected = setup(name)
+    # One bucket of 4: every decode step of fewer sequences has padding rows, which must write
+    # their states to the spare slot, not to a running sequence's.
+    llm = our_llm(hf, num_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=8,
+                  padded_decode=padded, graph_batch_sizes=[4])
+    assert served(llm, prompts) == expected
+    steps = llm.runner.steps
+    assert steps["mixed"] > 0 and steps["prefill"] > 0
+    assert steps["decode-padded" if padded else "decode-eager"] > 0
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["eager", "padded"])
+@pytest.mark.parametrize("name", ["mamba2", "qwen3_next"])
+def test_preemption_recomputes_states(name, padded):
+    """Fewer slots than prompts and blocks so tight that running sequences are preempted: each is
+    recomputed from its tokens with a fresh state (possibly in another slot), same tokens."""
+    hf, prompts, expected = setup(name)
+    longest = max(len(p) for p in prompts) + MAX_TOKENS
+    llm = our_llm(hf, num_blocks=-(-longest // 4) + 3, block_size=4, max_num_seqs=2, max_num_batched_tokens=16,
+                  padded_decode=padded, graph_batch_sizes=[2])
+    preempted = []
+    original = llm.scheduler._preempt
+
+    def preempt(seq):
+        preempted.append((seq.seq_id, seq.state_slot))
+        original(seq)
+    llm.scheduler._preempt = preempt
+    assert served(llm, prompts) == expected
+    assert preempted, "the run was meant to preempt"
+    assert all(slot is not None for _, slot in preempted)
+
+
+def test_block_manager_state_slots():
+    """A slot is taken when a sequence is first given blocks, kept while it grows, returned with
+    its blocks; none is handed out when the pool is empty."""
+    from kernels_reference.engine.block_manager import BlockManager
+    from kernels_reference.engine.sequence import Sequence
+
+    bm = BlockManager(num_blocks=8, block_size=4, num_state_slots=2)
+    a, b, c = (Sequence(i, [1] * 6, 6, 2) for i in range(3))
+    bm.grow(a, 4)
+    slot = a.state_slot
+    a.num_cached = 4
+    bm.grow(a, 2)
+    assert a.state_slot == slot
+    bm.grow(b, 6)
+    assert {a.state_slot, b.state_slot} == {0, 1}
+    assert not bm.can_grow(c, 1)
+    with pytest.raises(RuntimeError, match="state slots"):
+        bm.grow(c, 1)
+    bm.free(a)
+    assert a.state_slot is None and bm.can_grow(c, 1)
+    bm.grow(c, 1)
+    assert c.state_slot == slot
+    assert BlockManager(4, 4).free_slots == []  # a model without states: no slots
