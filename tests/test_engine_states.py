@@ -185,3 +185,21 @@ def test_block_manager_state_slots():
     bm.grow(c, 1)
     assert c.state_slot == slot
     assert BlockManager(4, 4).free_slots == []  # a model without states: no slots
+
+
+def test_scheduler_puts_decodes_before_prompt_chunks():
+    """A running sequence still in its prompt's chunks comes before a later-admitted one that
+    decodes in the running list; the step still lists the decode first (state layers run the
+    leading one-token continuing sequences through their decode kernels)."""
+    from kernels_reference.engine.block_manager import BlockManager
+    from kernels_reference.engine.scheduler import Scheduler
+    from kernels_reference.engine.sequence import Sequence, Status
+
+    sched = Scheduler(BlockManager(64, 4, num_state_slots=4), max_num_batched_tokens=16)
+    long, short = Sequence(0, [1] * 20, 20, 2), Sequence(1, [1] * 3, 3, 2)
+    for s, cached in ((long, 8), (short, 3)):
+        sched.blocks.grow(s, cached)
+        s.num_cached, s.status = cached, Status.RUNNING
+        sched.running.append(s)
+    short.token_ids.append(5)
+    assert [(s.seq_id, n) for s, n in sched.schedule()] == [(1, 1), (0, 12)]
