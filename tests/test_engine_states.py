@@ -203,3 +203,29 @@ def test_scheduler_puts_decodes_before_prompt_chunks():
         sched.running.append(s)
     short.token_ids.append(5)
     assert [(s.seq_id, n) for s, n in sched.schedule()] == [(1, 1), (0, 12)]
+
+
+@pytest.mark.parametrize("name", ["mamba2", "qwen3_next"])
+def test_random_weights_from_a_config_decay_and_centre_as_trained_ones(name):
+    """``LLM.from_config`` draws random weights; the generic rule (vectors 1 + noise) would make
+    Mamba-2's A positive (states that grow) and Qwen3-Next's zero-centred norms scale by about 2.
+    The layers' own redraws fix those; the engine then generates finite logits."""
+    from kernels_reference.L1.gemma_rms_norm import GemmaRMSNorm
+    from kernels_reference.L2.mamba_mixer2 import MambaMixer2
+    from kernels_reference.L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaNet
+
+    config = dict(MAMBA2, architectures=["Mamba2ForCausalLM"]) if name == "mamba2" else \
+        dict(QWEN3_NEXT, architectures=["Qwen3NextForCausalLM"])
+    llm = LLM.from_config(config, dtype=torch.float32, max_num_seqs=4)
+    modules = list(llm.model.modules())
+    for m in modules:
+        if isinstance(m, MambaMixer2):
+            assert bool((m.A < 0).all()) and bool((m.D == 1).all())
+            assert bool((torch.nn.functional.softplus(m.dt_bias) <= 0.1 + 1e-6).all())
+        if isinstance(m, Qwen3NextGatedDeltaNet):
+            assert float(m.A_log.exp().min()) >= 1.0 and bool((m.dt_bias == 1).all())
+        if isinstance(m, GemmaRMSNorm):
+            assert float(m.weight.abs().max()) < 0.6
+    assert any(isinstance(m, (MambaMixer2, Qwen3NextGatedDeltaNet)) for m in modules)
+    out = llm.generate([[3, 5, 7, 11]], SamplingParams(max_tokens=3))
+    assert len(out[0]) == 3

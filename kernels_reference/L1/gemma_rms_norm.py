@@ -43,3 +43,9 @@ class GemmaRMSNorm(RecordsInit, nn.Module):
 
     def forward_triton(self, x, residual=None):
         return rms_norm_rows(self, x, residual, unit_offset=True)
+
+    @torch.no_grad()
+    def init_random_parameters(self, generator=None):
+        """Random weights for a model built from a config alone: centred on zero, as trained ones
+        are (the scale is ``1 + weight``)."""
+        self.weight.copy_(0.1 * torch.randn(self.weight.shape, generator=generator, device=self.weight.device))

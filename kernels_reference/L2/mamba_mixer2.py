@@ -26,6 +26,7 @@ The places a kernel goes wrong:
   dt, A, D and dt_bias broadcast over head_dim; prefills the varlen conv and the chunked scan (with
   ``dt_limit`` clamping), their offsets rebased to the prefill tokens.
 """
+import math
 from typing import List, Optional, Tuple
 
 import torch
@@ -78,6 +79,19 @@ class MambaMixer2(RecordsInit, nn.Module):
 
     def forward_native(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self._forward(hidden_states, native=True)
+
+    @torch.no_grad()
+    def init_random_parameters(self, generator=None):
+        """Random per-head parameters for a model built from a config alone, as mamba-ssm and HF
+        initialise them: decay rates A = -U(1, 16), time steps dt log-uniform in [1e-3, 0.1] stored
+        as dt_bias = softplus^-1(dt), D = 1. (The generic draw, 1 + noise, would make A positive:
+        a state that grows instead of decaying.)"""
+        dev, n = self.A.device, self.A.numel()
+        self.A.copy_(-(1 + 15 * torch.rand(n, generator=generator, device=dev)))
+        dt = torch.exp(torch.rand(n, generator=generator, device=dev) * (math.log(0.1) - math.log(1e-3))
+                       + math.log(1e-3))
+        self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+        self.D.fill_(1.0)
 
     # ---- the block ----------------------------------------------------------------------------------
     def _forward(self, hidden_states, native):

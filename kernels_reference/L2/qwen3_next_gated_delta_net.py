@@ -70,6 +70,15 @@ class Qwen3NextGatedDeltaNet(RecordsInit, nn.Module):
     def forward_native(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self._forward(hidden_states, native=True)
 
+    @torch.no_grad()
+    def init_random_parameters(self, generator=None):
+        """Random gating parameters for a model built from a config alone, as HF initialises them:
+        A_log = log U(1, 16) (per value head decays from slow to fast) and dt_bias = 1. (The
+        generic draw, 1 + noise, would give every head the same fast decay.)"""
+        dev, n = self.A_log.device, self.A_log.numel()
+        self.A_log.copy_(torch.log(1 + 15 * torch.rand(n, generator=generator, device=dev)))
+        self.dt_bias.fill_(1.0)
+
     # ---- the block ----------------------------------------------------------------------------------
     def _forward(self, hidden_states, native):
         meta, conv_states, ssm_states = step_states(self)

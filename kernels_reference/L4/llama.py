@@ -124,10 +124,16 @@ ARCHITECTURES = {cls.__name__: cls for cls in
 def init_random_weights(model: nn.Module, generator: Optional[torch.Generator] = None) -> nn.Module:
     """Random weights at a trained network's scale, for models built from a config alone: every
     matrix (and each expert's) N(0, 1/fan_in) (unit-size activations stay unit-size through the layers), every vector
-    (the norm weights) 1 + N(0, 0.01). One float32 draw per parameter, in ``parameters()`` order."""
+    (the norm weights) 1 + N(0, 0.01). One float32 draw per parameter, in ``parameters()`` order.
+    Then each module with an ``init_random_parameters(generator)`` redraws the parameters that rule
+    does not fit (a zero-centred norm's weight, a state-space layer's decay rates), in module order."""
     for p in model.parameters():  # matrices and stacked experts [E, out, in] alike: fan_in is last
         noise = torch.randn(p.shape, generator=generator, device=p.device)
         p.copy_(noise * p.shape[-1] ** -0.5 if p.dim() >= 2 else 1 + 0.1 * noise)
+    for module in model.modules():
+        redraw = getattr(module, "init_random_parameters", None)
+        if redraw is not None:
+            redraw(generator)
     return model
 
 
