@@ -3,6 +3,8 @@
 Production (vLLM's CustomOp) runs the hand-written kernel on CUDA tensors, plain PyTorch on the
 CPU, and plain PyTorch under torch.compile so that Inductor can fuse it with its neighbours.
 """
+import re
+
 import torch
 
 _HALF_TYPES = (torch.float16, torch.bfloat16)
@@ -27,3 +29,13 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     float64 ground truth of the correctness checks.
     """
     return torch.float32 if dtype in _HALF_TYPES else dtype
+
+
+def op_name(op: str, module_name: str) -> str:
+    """The custom op name a reference module registers: ``fk::<op>`` from the module in
+    ``kernels_reference``; from a copy of its file imported under another name (a candidate tree
+    that copies the reference) ``fk::<op>_<that name>``, so the copy registers its own op instead of
+    colliding with the reference's."""
+    if module_name.startswith("kernels_reference."):
+        return f"fk::{op}"
+    return f"fk::{op}_" + re.sub(r"\W", "_", module_name)

@@ -17,13 +17,12 @@ Triton KV store, Triton split-K paged decode, SDPA prefill), elsewhere ``forward
 ``torch.compile`` the layer's work is one opaque custom op, ``fk::paged_attention`` (vLLM wraps its
 attention the same way), whose implementation makes that choice when it runs.
 """
-import re
 from typing import Optional, Tuple
 
 import torch
 from torch import nn
 
-from ..dispatch import use_fast_path
+from ..dispatch import op_name, use_fast_path
 from ..forward_context import AttentionMetadata, get_forward_context
 from ..ops.attention.native import (causal_attention, gather_kv, paged_attention_native,  # noqa: F401
                                     sequence_kv, split_heads, store_kv_cache)
@@ -121,8 +120,7 @@ def _step_metadata(query_start_loc, seq_lens, block_tables, slot_mapping, block_
 
 # A copy of this file imported under another name (a candidate tree that copies the reference, or
 # ``--fk-candidate=kernels_reference``) registers its own op instead of colliding with this one.
-_OP_NAME = "fk::paged_attention" if __name__ == "kernels_reference.L1.attention" else \
-    "fk::paged_attention_" + re.sub(r"\W", "_", __name__)
+_OP_NAME = op_name("paged_attention", __name__)  # a copy of this file registers its own op
 
 
 @torch.library.custom_op(_OP_NAME, mutates_args=("key_cache", "value_cache"))

@@ -27,12 +27,11 @@ the reference routing and activation *inside* the op, as vLLM's op holds its own
 composed candidate TopKSoftmax / SiluAndMul replaces them in eager runs, not in a compiled graph.
 """
 import functools
-import re
 
 import torch
 from torch import nn
 
-from ..dispatch import compute_dtype, on_meta, use_fast_path
+from ..dispatch import compute_dtype, on_meta, op_name, use_fast_path
 from ..native import run
 from ..records import RecordsInit
 from .silu_and_mul import SiluAndMul
@@ -147,10 +146,7 @@ def _op_layer(num_experts: int, top_k: int, hidden_size: int, intermediate_size:
         return FusedMoE(num_experts, top_k, hidden_size, intermediate_size, renormalize)
 
 
-# A copy of this file imported under another name (a candidate tree that copies the reference)
-# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
-_OP_NAME = "fk::fused_moe" if __name__ == "kernels_reference.L1.fused_moe" else \
-    "fk::fused_moe_" + re.sub(r"\W", "_", __name__)
+_OP_NAME = op_name("fused_moe", __name__)  # a copy of this file registers its own op
 
 
 @torch.library.custom_op(_OP_NAME, mutates_args=())

@@ -28,14 +28,14 @@ DeltaNet layer is opaque the same way): the native recurrence walks each sequenc
 without ``output_final_state`` it returns an empty state that ``forward`` maps back to None.
 """
 import functools
-import re
 from typing import Optional, Tuple
 
 import torch
 from torch import nn
 
-from ..dispatch import on_meta, use_fast_path
+from ..dispatch import on_meta, op_name, use_fast_path
 from ..ops.gated_delta.native import gated_delta_rule_recurrence
+from ..ops.gated_delta.layout import packed_batch
 from ..records import RecordsInit
 
 try:
@@ -70,7 +70,7 @@ class GatedDeltaRule(RecordsInit, nn.Module):
     def forward_native(self, q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                        use_qk_l2norm_in_kernel=False, cu_seqlens=None):
         shape = v.shape
-        q, k, v, g, beta, cu_seqlens = _packed(q, k, v, g, beta, cu_seqlens)
+        (q, k, v, g, beta), cu_seqlens = packed_batch((q, k, v, g, beta), cu_seqlens)
         o, final = gated_delta_rule_recurrence(q[0], k[0], v[0], g[0], beta[0], _scale(scale, k), initial_state,
                                                cu_seqlens, use_qk_l2norm_in_kernel)
         return o.to(v.dtype).reshape(shape), (final if output_final_state else None)
@@ -82,7 +82,7 @@ class GatedDeltaRule(RecordsInit, nn.Module):
         from ..ops.gated_delta.recurrent import recurrent_forward
 
         shape = v.shape
-        q, k, v, g, beta, cu_seqlens = _packed(q, k, v, g, beta, cu_seqlens)
+        (q, k, v, g, beta), cu_seqlens = packed_batch((q, k, v, g, beta), cu_seqlens)
         _check(q, k, v, g, beta, initial_state, cu_seqlens)
         if initial_state is not None:
             initial_state = initial_state.to(torch.float32).contiguous()
@@ -96,17 +96,6 @@ class GatedDeltaRule(RecordsInit, nn.Module):
 
 def _scale(scale, k):
     return k.shape[-1] ** -0.5 if scale is None else float(scale)
-
-
-def _packed(q, k, v, g, beta, cu_seqlens):
-    """The call as one packed batch: B equal-length rows become B sequences of cu_seqlens."""
-    if cu_seqlens is not None:
-        if q.shape[0] != 1:
-            raise ValueError(f"with cu_seqlens the batch dimension must be 1, got {q.shape[0]}")
-        return q, k, v, g, beta, cu_seqlens
-    b, t = q.shape[:2]
-    cu = torch.arange(b + 1, dtype=torch.int32, device=q.device) * t
-    return (*(x.reshape(1, b * t, *x.shape[2:]) for x in (q, k, v, g, beta)), cu)
 
 
 def _check(q, k, v, g, beta, initial_state, cu_seqlens):
@@ -134,10 +123,7 @@ def _op_layer() -> GatedDeltaRule:
         return GatedDeltaRule()
 
 
-# A copy of this file imported under another name (a candidate tree that copies the reference)
-# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
-_OP_NAME = "fk::gated_delta_rule" if __name__ == "kernels_reference.L1.gated_delta_rule" else \
-    "fk::gated_delta_rule_" + re.sub(r"\W", "_", __name__)
+_OP_NAME = op_name("gated_delta_rule", __name__)  # a copy of this file registers its own op
 
 
 @torch.library.custom_op(_OP_NAME, mutates_args=())

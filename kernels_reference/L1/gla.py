@@ -27,14 +27,14 @@ hold. An op cannot return None, so without ``output_final_state`` it returns an 
 ``forward`` maps back to None.
 """
 import functools
-import re
 from typing import Optional, Tuple
 
 import torch
 from torch import nn
 
-from ..dispatch import on_meta, use_fast_path
+from ..dispatch import on_meta, op_name, use_fast_path
 from ..ops.gla.native import gla_recurrence
+from ..ops.gated_delta.layout import packed_batch
 from ..records import RecordsInit
 
 try:
@@ -65,7 +65,7 @@ class ChunkGLA(RecordsInit, nn.Module):
 
     def forward_native(self, q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
         shape = v.shape
-        q, k, v, g, cu_seqlens = _packed(q, k, v, g, cu_seqlens)
+        (q, k, v, g), cu_seqlens = packed_batch((q, k, v, g), cu_seqlens)
         o, final = gla_recurrence(q[0], k[0], v[0], g[0], _scale(scale, k), initial_state, cu_seqlens)
         return o.to(v.dtype).reshape(shape), (final if output_final_state else None)
 
@@ -75,7 +75,7 @@ class ChunkGLA(RecordsInit, nn.Module):
         from ..ops.gla.recurrent import recurrent_forward
 
         shape = v.shape
-        q, k, v, g, cu_seqlens = _packed(q, k, v, g, cu_seqlens)
+        (q, k, v, g), cu_seqlens = packed_batch((q, k, v, g), cu_seqlens)
         _check(q, k, v, g, initial_state, cu_seqlens)
         if initial_state is not None:
             initial_state = initial_state.to(torch.float32).contiguous()
@@ -89,17 +89,6 @@ class ChunkGLA(RecordsInit, nn.Module):
 
 def _scale(scale, k):
     return k.shape[-1] ** -0.5 if scale is None else float(scale)
-
-
-def _packed(q, k, v, g, cu_seqlens):
-    """The call as one packed batch: B equal-length rows become B sequences of cu_seqlens."""
-    if cu_seqlens is not None:
-        if q.shape[0] != 1:
-            raise ValueError(f"with cu_seqlens the batch dimension must be 1, got {q.shape[0]}")
-        return q, k, v, g, cu_seqlens
-    b, t = q.shape[:2]
-    cu = torch.arange(b + 1, dtype=torch.int32, device=q.device) * t
-    return (*(x.reshape(1, b * t, *x.shape[2:]) for x in (q, k, v, g)), cu)
 
 
 def _check(q, k, v, g, initial_state, cu_seqlens):
@@ -124,10 +113,7 @@ def _op_layer() -> ChunkGLA:
         return ChunkGLA()
 
 
-# A copy of this file imported under another name (a candidate tree that copies the reference)
-# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
-_OP_NAME = "fk::chunk_gla" if __name__ == "kernels_reference.L1.gla" else \
-    "fk::chunk_gla_" + re.sub(r"\W", "_", __name__)
+_OP_NAME = op_name("chunk_gla", __name__)  # a copy of this file registers its own op
 
 
 @torch.library.custom_op(_OP_NAME, mutates_args=())

@@ -24,13 +24,12 @@ mixer is an opaque op around it): the native recurrence walks each sequence's to
 ``cu_seqlens`` bounds read on the host, which no graph can hold.
 """
 import functools
-import re
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-from ..dispatch import on_meta, use_fast_path
+from ..dispatch import on_meta, op_name, use_fast_path
 from ..ops.mamba_ssd import native
 from ..records import RecordsInit
 
@@ -83,10 +82,7 @@ def _op_layer(chunk_size: int, dt_softplus: bool, dt_limit: Tuple[float, float])
         return MambaChunkScanCombined(chunk_size, dt_softplus, dt_limit)
 
 
-# A copy of this file imported under another name (a candidate tree that copies the reference)
-# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
-_OP_NAME = "fk::mamba_chunk_scan_combined" if __name__ == "kernels_reference.L1.mamba_chunk_scan" else \
-    "fk::mamba_chunk_scan_combined_" + re.sub(r"\W", "_", __name__)
+_OP_NAME = op_name("mamba_chunk_scan_combined", __name__)  # a copy of this file registers its own op
 
 
 @torch.library.custom_op(_OP_NAME, mutates_args=())

@@ -40,14 +40,13 @@ candidate ``kv_b_proj`` is therefore bypassed inside a compiled graph (it applie
 """
 import dataclasses
 import functools
-import re
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..dispatch import on_meta, use_fast_path
+from ..dispatch import on_meta, op_name, use_fast_path
 from ..forward_context import AttentionMetadata, get_forward_context, set_forward_context
 from ..native import run
 from ..records import RecordsInit
@@ -289,10 +288,7 @@ def _op_layer(num_heads: int, scale: float, qk_nope_head_dim: int, qk_rope_head_
         return MLAAttention(num_heads, scale, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank)
 
 
-# A copy of this file imported under another name (a candidate tree that copies the reference)
-# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
-_OP_NAME = "fk::mla_attention" if __name__ == "kernels_reference.L1.mla_attention" else \
-    "fk::mla_attention_" + re.sub(r"\W", "_", __name__)
+_OP_NAME = op_name("mla_attention", __name__)  # a copy of this file registers its own op
 
 
 @torch.library.custom_op(_OP_NAME, mutates_args=("kv_cache",))

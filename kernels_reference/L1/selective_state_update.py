@@ -21,13 +21,12 @@ traces, but the fused kernel is what production runs there, and one op keeps the
 path the eager one.
 """
 import functools
-import re
 from typing import Optional
 
 import torch
 from torch import nn
 
-from ..dispatch import on_meta, use_fast_path
+from ..dispatch import on_meta, op_name, use_fast_path
 from ..ops.mamba_ssd import native
 from ..records import RecordsInit
 
@@ -73,10 +72,7 @@ def _op_layer(dt_softplus: bool) -> SelectiveStateUpdate:
         return SelectiveStateUpdate(dt_softplus)
 
 
-# A copy of this file imported under another name (a candidate tree that copies the reference)
-# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
-_OP_NAME = "fk::selective_state_update" if __name__ == "kernels_reference.L1.selective_state_update" else \
-    "fk::selective_state_update_" + re.sub(r"\W", "_", __name__)
+_OP_NAME = op_name("selective_state_update", __name__)  # a copy of this file registers its own op
 
 
 @torch.library.custom_op(_OP_NAME, mutates_args=("state",))

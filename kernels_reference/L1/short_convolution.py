@@ -24,13 +24,12 @@ its windows per sequence from ``query_start_loc`` and ``cache_indices`` on the h
 can hold, and the pool update is a declared mutation of ``conv_states``.
 """
 import functools
-import re
 from typing import Optional
 
 import torch
 from torch import nn
 
-from ..dispatch import on_meta, use_fast_path
+from ..dispatch import on_meta, op_name, use_fast_path
 from ..ops.short_conv.kernels import short_conv_decode, short_conv_prefill, triton
 from ..ops.short_conv.native import short_conv_native
 from ..records import RecordsInit
@@ -93,10 +92,7 @@ def _op_layer(hidden_size: int, kernel_size: int, bias: bool, activation: Option
         return ShortConvolution(hidden_size, kernel_size, bias, activation)
 
 
-# A copy of this file imported under another name (a candidate tree that copies the reference)
-# registers its own op instead of colliding with this one (as ``fk::paged_attention`` does).
-_OP_NAME = "fk::short_convolution" if __name__ == "kernels_reference.L1.short_convolution" else \
-    "fk::short_convolution_" + re.sub(r"\W", "_", __name__)
+_OP_NAME = op_name("short_convolution", __name__)  # a copy of this file registers its own op
 
 
 @torch.library.custom_op(_OP_NAME, mutates_args=("conv_states",))
