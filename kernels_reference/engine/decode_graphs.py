@@ -39,17 +39,25 @@ def bucket_for(num_seqs: int, sizes: Sequence[int]) -> Optional[int]:
     return next((s for s in sorted(sizes) if s >= num_seqs), None)
 
 
+def _relative(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((x - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
 class PaddedDecoder:
     """Static decode buffers for up to ``max(sizes)`` sequences, and one CUDA graph per size.
 
     ``forward(input_ids, positions) -> hidden`` and ``logits(hidden) -> logits`` are the model's
     (possibly compiled) body and head. ``max_blocks`` = the block-table width every graph is
     captured with (ceil(max_model_len / block_size)): attention launches may depend on it.
-    ``spare_slot``: for a model with state layers, the state-pool slot padding rows use.
+    ``spare_slot``: for a model with state layers, the state-pool slot padding rows use;
+    ``state_pools``: those layers' pools (tensors indexed by slot), which the first replay of each
+    bucket puts back before it re-runs the step eagerly to check it (a decode step advances a
+    state, so running it twice on the same pools is not a repeat of it).
     """
 
     def __init__(self, forward: Callable, logits: Callable, sizes: Sequence[int], block_size: int,
-                 max_blocks: int, vocab_size: int, device: torch.device, spare_slot: Optional[int] = None):
+                 max_blocks: int, vocab_size: int, device: torch.device, spare_slot: Optional[int] = None,
+                 state_pools: Sequence[torch.Tensor] = ()):
         if not sizes or min(sizes) < 1:
             raise ValueError(f"decode bucket sizes must be positive, got {list(sizes)}")
         self.forward, self.logits = forward, logits
@@ -66,6 +74,7 @@ class PaddedDecoder:
         self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=device)
         self.out_logits = torch.zeros(n, vocab_size, dtype=torch.float32, device=device)
         self.spare_slot = spare_slot
+        self.state_pools = list(state_pools)
         self.state_slots = None if spare_slot is None else \
             torch.full((n,), spare_slot, dtype=torch.int32, device=device)
         self._slots_host = self.state_slots
@@ -103,9 +112,11 @@ class PaddedDecoder:
         seq_lens = self._stage(batch, size)
         if not graphs:
             return self._run_eager(size, seq_lens)[:n]
+        first = size not in self._checked
+        before = self._state_rows(size) if first else None
         self.graphs[size].replay()
-        if size not in self._checked:
-            self._check_replay(size, n, seq_lens)
+        if first:
+            self._check_replay(size, n, seq_lens, before)
         return self.out_logits[:n]
 
     def _run_eager(self, size: int, seq_lens: Sequence[int]) -> torch.Tensor:
@@ -113,17 +124,33 @@ class PaddedDecoder:
             hidden = self.forward(self.tokens[0, :size], self.tokens[1, :size])
             return self.logits(hidden).float()  # the head on all rows: the graphs' GEMM shape
 
-    def _check_replay(self, size: int, n: int, seq_lens: Sequence[int]) -> None:
-        """First real step of each bucket: the replay must match the same step run eagerly (it
-        rewrites the same cache slots with the same values). A graph captured from an attention
-        path that plans its work from host values, not tensors, would be silently wrong."""
+    def _state_rows(self, size: int) -> List[torch.Tensor]:
+        """Copies of the step's rows of every state pool (padding rows: the spare slot's)."""
+        if not self.state_pools:
+            return []
+        slots = self.state_slots[:size].long()
+        return [pool.index_select(0, slots) for pool in self.state_pools]
+
+    def _check_replay(self, size: int, n: int, seq_lens: Sequence[int], before: List[torch.Tensor]) -> None:
+        """First real step of each bucket: the replay must match the same step run eagerly. The KV
+        cache is simply rewritten with the same values; the state rows the replay advanced are put
+        back first, and after the eager step they must equal the replay's. A graph captured from a
+        layer that plans its work from host values, not tensors, would be silently wrong."""
+        replayed_states = self._state_rows(size)
+        slots = self.state_slots[:size].long() if before else None
+        for pool, rows in zip(self.state_pools, before):
+            pool.index_copy_(0, slots, rows)
+        replayed = self.out_logits[:n].clone()
         eager = self._run_eager(size, seq_lens)[:n]
-        replayed = self.out_logits[:n]
-        err = float((replayed - eager).norm() / eager.norm().clamp_min(1e-30))
-        if not err <= 2e-2:  # same kernels: 0; bf16 from other kernels: ~4e-3; stale lengths: O(1)
+        err = _relative(replayed, eager)
+        state_err = max((_relative(r[:n].float(), pool.index_select(0, slots[:n]).float())
+                         for pool, r in zip(self.state_pools, replayed_states)), default=0.0)
+        # same kernels: 0; bf16 from other kernels: ~4e-3; stale lengths or slots: O(1)
+        if not (err <= 2e-2 and state_err <= 2e-2):
             raise RuntimeError(f"CUDA-graph replay of decode bucket {size} disagrees with the same step run "
-                               f"eagerly (relative error {err:.3g}): the attention layer's decode path is not "
-                               "capturable (it must read lengths and tables from tensors only)")
+                               f"eagerly (relative error of the logits {err:.3g}, of the states {state_err:.3g}): "
+                               "the model's decode path is not capturable (attention must read lengths and "
+                               "tables, state layers their slots, from tensors only)")
         self._checked.add(size)
 
     def _stage(self, batch, size: int) -> List[int]:

@@ -50,8 +50,7 @@ class ModelRunner:
         # out), plus a spare one that the padded decode path's padding rows write into.
         self.has_states = hasattr(model, "allocate_state_pools")
         self.spare_slot = max_num_seqs if self.has_states else None
-        if self.has_states:
-            model.allocate_state_pools(max_num_seqs + 1)
+        pools = model.allocate_state_pools(max_num_seqs + 1) if self.has_states else []
         self.forward = _compiled(model.forward, compile) if compile else model.forward
         self.decoder = None
         if padded:
@@ -62,7 +61,8 @@ class ModelRunner:
             decode_forward = FusedDecode(model, self.forward, config) if fused_decode else self.forward
             self.decoder = PaddedDecoder(decode_forward, model.compute_logits, sizes, block_size,
                                          -(-self.max_model_len // block_size), model.config.vocab_size, self.device,
-                                         spare_slot=self.spare_slot)
+                                         spare_slot=self.spare_slot,
+                                         state_pools=[t for pair in pools for t in pair])
             if cuda_graphs:
                 self.decoder.capture()
 
