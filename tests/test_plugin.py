@@ -220,6 +220,17 @@ def test_fuzz_is_deterministic_and_fk_seed_changes_the_shapes(suite_run, tmp_pat
     assert seeded != first
 
 
+def test_a_gpu_worker_that_ran_out_of_memory_is_replaced():
+    """An out-of-memory failure on the GPU ends the sterile child after its reply, so the next case
+    gets the whole GPU back; on the CPU nothing restarts for it."""
+    from fk_pytest.worker import _memory_stuck
+
+    oom = ("RUNTIME_ERROR", "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.")
+    assert _memory_stuck("cuda", ["candidate_error", oom])
+    assert _memory_stuck("cuda", ["task_error", "the task failed before the candidate ran: " + oom[1]])
+    assert not _memory_stuck("cpu", ["candidate_error", oom])
+
+
 def test_report_survives_a_crashing_candidate(suite_run, tmp_path):
     tree = write_tree(tmp_path / "crash", {
         "L1/rms_norm.py": (ROOT / "examples/candidates/triton/L1/rms_norm.py").read_text(),

@@ -4,8 +4,9 @@ The parent (the pytest session, which records results and writes the report) nev
 candidate code. Each request is pickled over a socket pair; if the child dies (segfault, abort
 from a corrupted heap, a CUDA fault that took the context down) or does not answer within the
 time limit, the request ends as RUNTIME_ERROR / TIMEOUT and the next request starts a fresh
-child. After a request that left the child unusable (a sticky CUDA error, patched timers) the
-child says so and exits, so nothing leaks into the next task.
+child. After a request that left the child unusable (a sticky CUDA error, patched timers, an
+out-of-memory failure or GPU memory its allocator cannot give back) the child says so and exits,
+so nothing leaks into the next task.
 """
 from __future__ import annotations
 
@@ -142,6 +143,26 @@ def _context_broken(device: str) -> bool:
     return False
 
 
+STUCK_BYTES = 32 << 30  # GPU memory the allocator keeps but cannot give back, past which a child restarts
+
+
+def _memory_stuck(device: str, reply) -> bool:
+    """After an out-of-memory failure, or when the caching allocator holds more than STUCK_BYTES
+    it cannot return (big segments of a full-size case pinned by a few tensors that outlived it),
+    the next request gets a fresh child with the whole GPU: otherwise one case that ran out of
+    memory makes every later case of the run fail the same way (seen on the H200, 2026-12-04)."""
+    if device != "cuda":
+        return False
+    if reply[0] != "ok" and "out of memory" in str(reply[1]).lower():
+        return True
+    import torch
+    from .build import release_memory
+    if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() <= STUCK_BYTES:
+        return False
+    release_memory()
+    return torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > STUCK_BYTES
+
+
 def serve(fd: int) -> None:
     conn = Connection(fd)
     init = conn.recv()
@@ -171,7 +192,7 @@ def serve(fd: int) -> None:
         except BaseException as exc:  # candidate code failing while timed, or a suite bug
             lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
             reply = ["error", f"{type(exc).__name__}: {exc}\n{''.join(lines[-3:]).strip()}"]
-        restart = _context_broken(init["device"])
+        restart = _context_broken(init["device"]) or _memory_stuck(init["device"], reply)
         conn.send((*reply, restart))
         if restart:
             conn.close()
