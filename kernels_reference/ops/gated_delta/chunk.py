@@ -81,11 +81,14 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
         g.token_stride, g.head_stride, beta.token_stride, beta.head_stride,
         HV=hv, GROUP=group, K=kd, V=vd, BT=CHUNK, BK=block_k,
         BV=block_v_all if interpreting() else min(64, block_v_all), USE_L2NORM=use_qk_l2norm, **dot, num_warps=4)
-    # Few (sequence, head) pairs: narrower V blocks give more programs to walk the chunks in parallel.
-    if interpreting():
-        block_v = block_v_all
-    else:
-        block_v = min(block_v_all, 32 if n * hv * triton.cdiv(vd, 64) < 256 else 64)
+    # 64-wide V blocks on the GPU, two stages. 32-wide blocks (tried for few (sequence, head) pairs,
+    # to give more programs) faulted on the H200 with Triton 3.6 (2026-12-04): compute-sanitizer
+    # found shared memory read out of range inside this kernel's dots at two and three stages and
+    # with 8 warps, and the timed runs of a 4096-token prefill faulted 3 times in 3. At one stage
+    # that run was clean, but 2 of the task's 7 tests on the H200 still hit an illegal address
+    # (the kernel not identified). 64-wide blocks at two stages ran that prefill clean under the
+    # sanitizer, in 1.78 ms against the 32-wide blocks' 1.30 ms.
+    block_v = block_v_all if interpreting() else min(block_v_all, 64)
     h0 = initial_state
     _chunk_state_output_kernel[(triton.cdiv(vd, block_v), n * hv)](
         q.tensor, k.tensor, w, u, g.tensor, o, h0 if h0 is not None else o,
