@@ -60,6 +60,28 @@ def steps(profile: str):
     return CPU_STEPS if profile == "cpu" else full_steps()
 
 
+MODEL_PREFILL_CHUNK = 256  # the longest prefill chunk of the model task's full-profile steps
+
+
+def model_steps(profile: str):
+    """The model task's steps (L4). A token whose 10th and 11th router logits are within rounding
+    leaves out its sequence's later rows at every later layer (``hybrid_model_rule``). On the H200
+    (2026-12-04, float32) 0.02-0.2% of a 4096-token prompt's tokens were undetermined per layer,
+    the first of them at token 62-2980, so each draw of that step lost 90-98% of its rows, over the
+    50% cap. The model task therefore prefills 16 sequences in chunks of 256 tokens (chunked prefill
+    at a small token budget; fresh and continuing alternate), 4096 tokens in all: on the H200 its
+    draws were scored. The long prompts are the layer tasks' (L1..L3)."""
+    if profile == "cpu":
+        return CPU_STEPS
+    chunk = MODEL_PREFILL_CHUNK
+    chunks = [(0 if i % 2 == 0 else 1 + (37 * i + 11) % 300, chunk) for i in range(4096 // chunk)]
+    decodes = [(1 + (53 * i) % 1500, 1) for i in range(32)]
+    return ([(f"prefill-{len(chunks)}x{chunk}", chunks)]
+            + [(f"decode-{name}", [(1 + (37 * (i + 1) + 11) % 2000, 1) for i in range(n)])
+               for name, n in decode_batches("full")]
+            + [("mixed-D32-P4", decodes + chunks[:4])])
+
+
 def arch_config(model: str, profile: str, layers: int = PATTERN_LAYERS, vocab_shard: int = 1) -> Qwen3NextArchConfig:
     """The model's config cut to ``profile``, ``layers`` deep with its 3 : 1 layer pattern."""
     cfg = cut_config(model, profile)

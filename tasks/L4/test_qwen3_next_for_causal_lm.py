@@ -7,7 +7,8 @@ cannot hold Qwen3-Next's 3 : 1 pattern of gated DeltaNet and full-attention laye
 is what the model is (a state carried through three scans feeds the attention layer). The CPU
 profile is the layer task's cut (hidden 256, 64 experts top-10, 2 / 4 linear heads of 128, 2 / 1
 attention heads of 256) with the vocabulary sharded by 64; the full profile is the real widths and
-vocabulary on the gated DeltaNet task's steps (no captured workload yet).
+vocabulary on steps whose prefill chunks are at most 256 tokens (``model_steps`` says why; no
+captured workload yet).
 
 Scored in float32 (``float32_cases``, as the other MoE models): in bf16 the rounding of four layers
 moves the last routers' logits past the gap between the 10th and 11th expert of many tokens. The
@@ -24,7 +25,7 @@ from ..linear_inputs import GATED_DELTA_MODELS
 from ..moe import float32_cases
 from ..paged import PagedTask
 from ..qwen3_next_layers import (PATTERN_LAYERS, Qwen3NextStackTask, hybrid_model_rule, layer_flops,
-                                 layer_weight_bytes, step_case, steps)
+                                 layer_weight_bytes, model_steps, step_case)
 from ..state_steps import StateTask
 from ..workload import model_dtype
 
@@ -43,7 +44,7 @@ class Qwen3NextModelTask(Qwen3NextStackTask, StateTask, PagedTask):
     def cases(self, profile):
         shard = 64 if profile == "cpu" else 1
         out = [step_case(model, name, seqs, model_dtype(model), dict(profile=profile, vocab_shard=shard))
-               for model in GATED_DELTA_MODELS for name, seqs in steps(profile)]
+               for model in GATED_DELTA_MODELS for name, seqs in model_steps(profile)]
         return float32_cases(out)
 
     def init_args(self, case):
