@@ -70,6 +70,10 @@ step_cmd() {
     # tests again with no cache (the reference timed anew: do its times repeat?), an honest PyTorch tree
     # on the warm cache (what a second candidate pays). Seconds per run in $OUT/task-cache.log.
     task-cache) echo "T=tasks/L1/test_${CACHE_TASK:-rms_norm}.py; rm -rf /tmp/fk-rc; for r in fill fresh warm; do s=\$(date +%s); case \$r in fill) a='--fk-candidate=examples/candidates/triton --fk-cache-dir=/tmp/fk-rc';; fresh) a='-k speed --fk-candidate=examples/candidates/triton --fk-no-cache';; warm) a='--fk-candidate=tests/candidates/minimal_signatures --fk-cache-dir=/tmp/fk-rc';; esac; $PYTEST \$T --fk-device=cuda \$a --fk-report=$OUT/cache-\$r.json | tail -3; echo \"run \$r: \$((\$(date +%s)-s)) s\"; done" ;;
+    # The linear-attention tasks (issue 28) on the H200: a breadth-first sample of their kernel-level
+    # tests plus the 32k-token cases (docs/perf/h200-linear-attention.md), then the engine's
+    # CUDA-graph decode of the two state models.
+    linear-sample) echo "$PYTEST \$(cat docs/perf/h200-linear-attention/sample.txt) --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-candidate=\${SAMPLE_TREE:-examples/candidates/triton} --fk-report=$OUT/linear-sample.json; python3 -m pytest -q -p no:cacheprovider -rA tests/test_engine_states.py -k 'cuda_graph or replay_check'" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
     *) echo "false unknown-step-$1" ;;
   esac
