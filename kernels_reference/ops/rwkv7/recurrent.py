@@ -1,0 +1,88 @@
+"""Token-by-token Triton kernel of RWKV-7's time mix: the fast path of prefill and decode alike.
+
+Each program owns a [K, BV] slice of one (sequence, head) state in float32 registers, reads it
+once, applies the sequence's tokens in order and writes it once. Per token: a^T S over the slice's
+columns (a reduction over K only, so splitting V over programs is exact), then
+S <- diag(exp(w)) S + b (a^T S) + k v^T and o = S^T (r * scale). Splitting V keeps the slice in
+registers (64 x 32 floats over 4 warps at RWKV-7's 64-wide heads) and gives enough programs to
+fill the GPU at small batch.
+
+Known gap: there is no chunked (WY / DPLR-chunk) form. Prefill walks its tokens one after the
+other in each program, which is exact but latency-bound on long prompts, where FLA's
+``chunk_rwkv7`` (64-token chunks in the layer) turns the work into tensor-core matmuls. The
+task's cases still straddle 64-token chunks so that a chunked candidate is tested at its
+boundaries.
+"""
+from typing import Optional, Tuple
+
+import torch
+
+from ..gated_delta.layout import TokenHeads, interpreting
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+MAX_KEY_DIM = 128  # a whole key column of the state slice lives in registers
+
+
+def recurrent_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a: TokenHeads, b: TokenHeads,
+                      scale: float, initial_state: Optional[torch.Tensor], cu_seqlens: torch.Tensor,
+                      output_final_state: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    t, heads, vd = v.tensor.shape
+    kd = k.tensor.shape[-1]
+    n = cu_seqlens.numel() - 1
+    o = torch.empty((t, heads, vd), dtype=v.tensor.dtype, device=v.tensor.device)
+    final = (torch.empty((n, heads, kd, vd), dtype=torch.float32, device=v.tensor.device)
+             if output_final_state else None)
+    if n == 0:
+        return o, final
+    block_k = triton.next_power_of_2(kd)
+    # The interpreter costs per program, not per element: one program per (sequence, head) there.
+    block_v = triton.next_power_of_2(vd) if interpreting() else min(32, triton.next_power_of_2(vd))
+    h0 = initial_state
+    _recurrent_kernel[(triton.cdiv(vd, block_v), n * heads)](
+        r.tensor, w.tensor, k.tensor, v.tensor, a.tensor, b.tensor, o,
+        h0 if h0 is not None else o, final if final is not None else o, cu_seqlens, scale,
+        r.token_stride, r.head_stride, w.token_stride, w.head_stride, k.token_stride, k.head_stride,
+        v.token_stride, v.head_stride, a.token_stride, a.head_stride, b.token_stride, b.head_stride,
+        H=heads, K=kd, V=vd, BK=block_k, BV=block_v, HAS_H0=h0 is not None, STORE_FINAL=final is not None,
+        num_warps=4)
+    return o, final
+
+
+if triton is not None:
+
+    @triton.jit
+    def _recurrent_kernel(r, w, k, v, a, b, o, h0, final, cu_seqlens, scale,
+                          sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sv_t, sv_h, sa_t, sa_h, sb_t, sb_h,
+                          H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                          HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr):
+        i_v, i_nh = tl.program_id(0), tl.program_id(1)
+        i_n, i_h = i_nh // H, i_nh % H
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+        offs_k = tl.arange(0, BK)
+        offs_v = i_v * BV + tl.arange(0, BV)
+        mask_k, mask_v = offs_k < K, offs_v < V
+        mask_h = mask_k[:, None] & mask_v[None, :]
+        tile = i_nh.to(tl.int64) * K * V + offs_k[:, None] * V + offs_v[None, :]
+        h = tl.zeros((BK, BV), dtype=tl.float32)
+        if HAS_H0:
+            h = tl.load(h0 + tile, mask=mask_h, other=0.0)
+        for t in range(bos, eos):
+            # masked key rows load 0 everywhere (w too: exp(0) = 1 keeps the zero rows zero)
+            b_r = tl.load(r + t * sr_t + i_h * sr_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+            b_w = tl.load(w + t * sw_t + i_h * sw_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+            b_k = tl.load(k + t * sk_t + i_h * sk_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+            b_a = tl.load(a + t * sa_t + i_h * sa_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+            b_b = tl.load(b + t * sb_t + i_h * sb_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+            b_v = tl.load(v + t * sv_t + i_h * sv_h + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+            removed = tl.sum(h * b_a[:, None], 0)  # a^T S, read before this token's decay
+            h = h * tl.exp(b_w)[:, None] + b_b[:, None] * removed[None, :] + b_k[:, None] * b_v[None, :]
+            b_o = tl.sum(h * (b_r * scale)[:, None], 0)
+            tl.store(o + (t * H + i_h) * V + offs_v, b_o.to(o.dtype.element_ty), mask=mask_v)
+        if STORE_FINAL:
+            tl.store(final + tile, h, mask=mask_h)
