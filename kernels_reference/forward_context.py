@@ -103,13 +103,14 @@ class StatePhase:
     decode: bool
 
 
-def step_states(layer) -> Tuple[AttentionMetadata, torch.Tensor, torch.Tensor]:
-    """(the step's metadata, conv_states, ssm_states) of a state-carrying layer, or an error naming
-    what the caller did not set up."""
+def step_states(layer) -> Tuple[AttentionMetadata, torch.Tensor, ...]:
+    """(the step's metadata, conv_states, ssm_states) of a state-carrying layer ((metadata,
+    recurrent_states) of one without a conv window, GLA's), or an error naming what the caller did
+    not set up."""
     meta = get_forward_context()
     if meta is None or getattr(layer, "state_cache", None) is None:
         raise RuntimeError(f"{type(layer).__name__} needs the step's metadata (set_forward_context) "
-                           "and its bound state_cache = (conv_states, ssm_states)")
+                           "and its bound state_cache = (conv_states, ssm_states), or (recurrent_states,)")
     return (meta, *layer.state_cache)
 
 

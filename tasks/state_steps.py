@@ -1,5 +1,5 @@
 """Engine steps of layers that carry a state per sequence (Mamba-2's mixer, Qwen3-Next's gated
-DeltaNet, and the layers and models built on them).
+DeltaNet, GLA's layer, and the layers and models built on them).
 
 Such a layer keeps, per sequence, a conv window and a recurrent state, each in a pool of slots that
 it binds as ``state_cache = (conv_states, ssm_states)`` (as attention layers bind ``kv_cache``);
@@ -11,11 +11,13 @@ and garbage that must not leak into a fresh one), and spare slots no sequence ow
 unchanged.
 
 ``StateTask`` gives the pools, their binding and the forward context; a task says how big a slot's
-states are (``state_shapes``). A hybrid with attention layers also derives from
+states are (``state_shapes``). A layer without a short convolution (GLA) keeps its recurrent state
+alone: its task sets ``state_kinds = ("recurrent",)`` and the layer binds ``state_cache =
+(recurrent_states,)``. A hybrid with attention layers also derives from
 :class:`tasks.paged.PagedTask` (listed after ``StateTask``), which adds the paged KV caches.
 """
 import dataclasses
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -30,15 +32,19 @@ BLOCK_SIZE = 16  # the metadata's block tables (only attention layers read them)
 
 class StateTask(Task):
     state_layers = 1  # layers with a state_cache, in module order
+    # The pools of one layer's state_cache, in binding order: a conv window and a recurrent state,
+    # or (a layer without a conv) one kind naming the recurrent state alone.
+    state_kinds: Tuple[str, ...] = ("conv", "ssm")
 
-    def state_shapes(self, case) -> Tuple[Tuple[int, ...], Tuple[int, ...], float]:
-        """(conv window shape, recurrent state shape) of one slot, and the state's typical scale."""
+    def state_shapes(self, case) -> Tuple[Optional[Tuple[int, ...]], Tuple[int, ...], float]:
+        """(conv window shape (None without a conv), recurrent state shape) of one slot, and the
+        state's typical scale."""
         raise NotImplementedError
 
     def pool_names(self) -> Tuple[str, ...]:
         if self.state_layers == 1:
-            return ("conv_states", "ssm_states")
-        return tuple(f"{kind}_states_{i}" for i in range(self.state_layers) for kind in ("conv", "ssm"))
+            return tuple(f"{kind}_states" for kind in self.state_kinds)
+        return tuple(f"{kind}_states_{i}" for i in range(self.state_layers) for kind in self.state_kinds)
 
     def step_inputs(self, case, gen, device) -> Dict:
         """The step's metadata (with state slots) and the state pools."""
@@ -52,12 +58,14 @@ class StateTask(Task):
         slots = torch.randperm(pool, generator=gen, device=device)[:batch].to(torch.int32)
         inputs["metadata"] = dataclasses.replace(inputs["metadata"], state_slots=slots)
         conv_shape, ssm_shape, ssm_scale = self.state_shapes(case)
-        names = self.pool_names()
+        names, per_layer = self.pool_names(), len(self.state_kinds)
         for i in range(self.state_layers):
-            # A conv window holds earlier projected rows (unit scale); a recurrent state the scale
-            # the layer's decay builds up; float32, as the engines keep it.
-            inputs[names[2 * i]] = activations((pool, *conv_shape), gen, device, case.dtype)
-            inputs[names[2 * i + 1]] = ssm_scale * torch.randn((pool, *ssm_shape), generator=gen, device=device)
+            layer_names = names[per_layer * i: per_layer * (i + 1)]
+            if per_layer == 2:
+                # A conv window holds earlier projected rows (unit scale)
+                inputs[layer_names[0]] = activations((pool, *conv_shape), gen, device, case.dtype)
+            # a recurrent state the scale the layer's decay builds up; float32, as the engines keep it.
+            inputs[layer_names[-1]] = ssm_scale * torch.randn((pool, *ssm_shape), generator=gen, device=device)
         return inputs
 
     def inplace_outputs(self, case):
@@ -74,8 +82,9 @@ class StateTask(Task):
         if len(layers) != self.state_layers:
             raise ValueError(f"{type(module).__name__} has {len(layers)} layers with a state_cache, "
                              f"the task binds {self.state_layers}")
+        per_layer = len(self.state_kinds)
         for i, layer in enumerate(layers):
-            layer.state_cache = (inputs[names[2 * i]], inputs[names[2 * i + 1]])
+            layer.state_cache = tuple(inputs[n] for n in names[per_layer * i: per_layer * (i + 1)])
         rest = {k: v for k, v in inputs.items() if k not in names}
         if "metadata" in rest and not _sets_its_own_context(self):
             meta = rest.pop("metadata")
