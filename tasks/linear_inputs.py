@@ -108,6 +108,30 @@ def decode_batches(profile: str) -> List[Tuple[str, int]]:
     """(name, sequences) of the decode cases: one new token per sequence, each carrying a state."""
     return [("B1", 1), ("B3", 3)] if profile == "cpu" else [("B1", 1), ("B32", 32), ("B128", 128), ("B256", 256)]
 
+def continuing_contexts(count: int, salt: int) -> List[int]:
+    """Tokens already seen by continuing sequences: varied, some inside a chunk, some past several."""
+    return [1 + (37 * (i + salt) + 11) % 300 for i in range(count)]
+
+
+def layer_steps(chunk: int, profile: str) -> List[Tuple[str, List[int], List[int]]]:
+    """(name, context lens, query lens) of the engine steps an L2 linear-attention layer's cases
+    run: the kernel's prefill batches with fresh and continuing sequences alternating, the decode
+    batches, and a mixed step (decodes first)."""
+    out = []
+    for name, lengths in prefill_batches(chunk, profile):
+        if profile == "cpu" and name == "one":  # the varlen batch carries the CPU's chunk edges
+            continue
+        cont = continuing_contexts(len(lengths), 0)
+        # alternate fresh and continuing sequences (the first, a 1-token prompt on the edge batch, fresh)
+        out.append((f"prefill-{name}", [0 if i % 2 == 0 else c for i, c in enumerate(cont)], list(lengths)))
+    for name, n in decode_batches(profile):
+        out.append((f"decode-{name}", continuing_contexts(n, 1), [1] * n))
+    decodes, prefills = (2, (23, 66)) if profile == "cpu" else (32, (512, 1500))
+    out.append((f"mixed-D{decodes}-P{len(prefills)}", continuing_contexts(decodes, 2) + [0, 45],
+                [1] * decodes + list(prefills)))
+    return out
+
+
 
 def cu_seqlens(lengths: Sequence[int], device) -> torch.Tensor:
     """int32 [len(lengths) + 1] offsets of each sequence in the packed token dimension."""

@@ -23,7 +23,7 @@ from kernels_reference.L2.gla_layer import GatedLinearAttention
 from ..configs import load_config
 from ..dense import DenseTask
 from ..gla_inputs import GATE_BIAS_RANGE, GLA_CHUNK, GLA_MODELS, STATE_SCALE, GLADims, gla_dims
-from ..linear_inputs import decode_batches, prefill_batches
+from ..linear_inputs import layer_steps
 from ..state_steps import StateTask
 from ..workload import activations, model_dtype
 
@@ -35,27 +35,6 @@ def layer_dims(model: str, profile: str) -> GLADims:
     if profile == "cpu":
         d = dataclasses.replace(d, hidden_size=int(d.num_heads * d.head_k_dim / load_config(model)["expand_k"]))
     return d
-
-
-def _contexts(count: int, salt: int):
-    """Tokens already seen by continuing sequences: varied, some inside a chunk, some past several."""
-    return [1 + (41 * (i + salt) + 13) % 300 for i in range(count)]
-
-
-def _steps(profile: str):
-    """(name, context lens, query lens) of the steps a model's cases run."""
-    out = []
-    for name, lengths in prefill_batches(GLA_CHUNK, profile):
-        if profile == "cpu" and name == "one":  # the varlen batch carries the CPU's chunk edges
-            continue
-        cont = _contexts(len(lengths), 0)
-        # alternate fresh and continuing sequences (the first, a 1-token prompt on the edge batch, fresh)
-        out.append((f"prefill-{name}", [0 if i % 2 == 0 else c for i, c in enumerate(cont)], list(lengths)))
-    for name, n in decode_batches(profile):
-        out.append((f"decode-{name}", _contexts(n, 1), [1] * n))
-    decodes, prefills = (2, (23, 66)) if profile == "cpu" else (32, (512, 1500))
-    out.append((f"mixed-D{decodes}-P{len(prefills)}", _contexts(decodes, 2) + [0, 45], [1] * decodes + list(prefills)))
-    return out
 
 
 class GatedLinearAttentionLayerTask(StateTask):
@@ -71,7 +50,7 @@ class GatedLinearAttentionLayerTask(StateTask):
         out = []
         for model in GLA_MODELS:
             dt = model_dtype(model)
-            for name, context, query in _steps(profile):
+            for name, context, query in layer_steps(GLA_CHUNK, profile):
                 out.append(Case(f"{model}-{name}-{DTYPE_NAMES[dt]}", dt, model=model,
                                 params=dict(profile=profile, context=context, query=query)))
         return out

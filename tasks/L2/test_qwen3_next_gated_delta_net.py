@@ -20,31 +20,8 @@ from kernels_reference.L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaN
 from ..dense import DenseTask
 from ..gated_delta_inputs import STATE_SCALE, decay_rates
 from ..state_steps import StateTask
-from ..linear_inputs import (GATED_DELTA_CHUNK, GATED_DELTA_MODELS, decode_batches, gated_delta_dims,
-                             prefill_batches)
+from ..linear_inputs import GATED_DELTA_CHUNK, GATED_DELTA_MODELS, gated_delta_dims, layer_steps
 from ..workload import activations, model_dtype
-
-
-
-def _contexts(count: int, salt: int):
-    """Tokens already seen by continuing sequences: varied, some inside a chunk, some past several."""
-    return [1 + (37 * (i + salt) + 11) % 300 for i in range(count)]
-
-
-def _steps(profile: str):
-    """(name, context lens, query lens) of the steps a model's cases run."""
-    out = []
-    for name, lengths in prefill_batches(GATED_DELTA_CHUNK, profile):
-        if profile == "cpu" and name == "one":  # the varlen batch carries the CPU's chunk edges
-            continue
-        cont = _contexts(len(lengths), 0)
-        # alternate fresh and continuing sequences (the first, a 1-token prompt on the edge batch, fresh)
-        out.append((f"prefill-{name}", [0 if i % 2 == 0 else c for i, c in enumerate(cont)], list(lengths)))
-    for name, n in decode_batches(profile):
-        out.append((f"decode-{name}", _contexts(n, 1), [1] * n))
-    decodes, prefills = (2, (23, 66)) if profile == "cpu" else (32, (512, 1500))
-    out.append((f"mixed-D{decodes}-P{len(prefills)}", _contexts(decodes, 2) + [0, 45], [1] * decodes + list(prefills)))
-    return out
 
 
 class Qwen3NextGatedDeltaNetTask(StateTask):
@@ -59,7 +36,7 @@ class Qwen3NextGatedDeltaNetTask(StateTask):
         out = []
         for model in GATED_DELTA_MODELS:
             dt = model_dtype(model)
-            for name, context, query in _steps(profile):
+            for name, context, query in layer_steps(GATED_DELTA_CHUNK, profile):
                 out.append(Case(f"{model}-{name}-{DTYPE_NAMES[dt]}", dt, model=model,
                                 params=dict(profile=profile, context=context, query=query)))
         return out
