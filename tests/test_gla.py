@@ -11,7 +11,7 @@ from fk_pytest.registry import _suite_package, get_task
 from kernels_reference.L1.gla import ChunkGLA
 
 from conftest import CANDIDATES, EXAMPLES, ROOT
-from test_verdicts import load, verdicts
+from test_verdicts import assert_fails_exactly, load, verdicts
 
 pytest.importorskip("triton")
 gla_inputs = importlib.import_module(_suite_package().__name__ + ".gla_inputs").gla_inputs
@@ -129,12 +129,7 @@ def test_honest_candidates_pass(tree):
 def test_wrong_candidates_fail_exactly_where_their_bug_shows(tree, failing):
     """Each bug is WRONG_RESULT on every case that exercises it (carried states; sequences longer
     than a chunk; decode steps; any decay at all) and passes every case that does not."""
-    cases = get_task(TASK).cases("cpu")
-    counts, results = verdicts(TASK, load(CANDIDATES / tree, TASK), cases)
-    expected = {c.id for c in cases if failing(c)}
-    assert expected
-    assert {r.case_id for r in results if not r.passed} == expected, counts
-    assert {r.status for r in results if not r.passed} == {status.WRONG_RESULT}
+    assert_fails_exactly(TASK, tree, failing)
 
 
 def test_chunk_reset_passes_when_no_sequence_crosses_a_chunk():

@@ -7,12 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from fk_pytest import status
-from fk_pytest.registry import get_task
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context
 from kernels_reference.L2.gla_layer import GatedLinearAttention
 
-from conftest import CANDIDATES, EXAMPLES
-from test_verdicts import load, verdicts
+from conftest import EXAMPLES
+from test_verdicts import assert_fails_exactly, load, verdicts
 
 TASK = "gated_linear_attention_layer"
 HIDDEN, HEADS, EPS = 64, 2, 1e-6  # expand_k 0.5, expand_v 1: 16 x 32 heads
@@ -145,9 +144,4 @@ def test_wrong_candidates_fail_exactly_where_their_bug_shows(tree, failing):
     """Gating before the norm and a decay without its normaliser fail every case; ignoring
     has_initial_state fails the steps with a fresh sequence; addressing the pool by batch position
     on decode-only steps fails those steps only."""
-    cases = get_task(TASK).cases("cpu")
-    counts, results = verdicts(TASK, load(CANDIDATES / tree, TASK), cases)
-    expected = {c.id for c in cases if failing(c)}
-    assert expected
-    assert {r.case_id for r in results if not r.passed} == expected, counts
-    assert {r.status for r in results if not r.passed} == {status.WRONG_RESULT}
+    assert_fails_exactly(TASK, tree, failing)

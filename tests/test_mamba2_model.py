@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from fk_pytest import status
-from fk_pytest.registry import get_task
 
-from conftest import CANDIDATES, EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT
 from test_hf_mamba2 import LENGTHS, SLOTS, STEPS, VOCAB, _hf_model, _our_model, run_model_steps
-from test_verdicts import load, verdicts
+from test_verdicts import assert_fails_exactly, load, verdicts
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernels run interpreted on the CPU
 pytest.importorskip("triton")
@@ -60,9 +59,4 @@ def test_wrong_candidates_fail_where_their_bug_shows(tree, task, failing):
     """The mixer fed the norm of its input alone and a final norm without the residual fail every case; a layer that
     clears its slots fails the steps with a continuing sequence (every CPU step has one); layers
     sharing one pool pair fail every step (their states overwrite each other)."""
-    cases = get_task(task).cases("cpu")
-    counts, results = verdicts(task, load(CANDIDATES / tree, task), cases)
-    expected = {c.id for c in cases if failing(c)}
-    assert expected
-    assert {r.case_id for r in results if not r.passed} == expected, counts
-    assert {r.status for r in results if not r.passed} == {status.WRONG_RESULT}
+    assert_fails_exactly(task, tree, failing)

@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from fk_pytest import status
-from fk_pytest.registry import get_task
 
-from conftest import CANDIDATES, EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT
 from test_hf_mamba2 import LENGTHS, SLOTS, STEPS, TINY, _hf_mixer, _our_mixer, garbage_pools, run_steps
-from test_verdicts import load, verdicts
+from test_verdicts import assert_fails_exactly, load, verdicts
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernels run interpreted on the CPU
 pytest.importorskip("triton")
@@ -57,9 +56,4 @@ def test_wrong_candidates_fail_exactly_where_their_bug_shows(tree, failing):
     """The swapped projection fails every case; ignoring has_initial_state fails the steps with a
     fresh sequence; the decode step without dt_bias the steps with decodes; prefill flags not
     shifted past the decodes only the mixed step."""
-    cases = get_task(TASK).cases("cpu")
-    counts, results = verdicts(TASK, load(CANDIDATES / tree, TASK), cases)
-    expected = {c.id for c in cases if failing(c)}
-    assert expected
-    assert {r.case_id for r in results if not r.passed} == expected, counts
-    assert {r.status for r in results if not r.passed} == {status.WRONG_RESULT}
+    assert_fails_exactly(TASK, tree, failing)

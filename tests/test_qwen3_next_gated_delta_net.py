@@ -5,12 +5,11 @@ import pytest
 import torch
 
 from fk_pytest import status
-from fk_pytest.registry import get_task
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context
 from kernels_reference.L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaNet
 
-from conftest import CANDIDATES, EXAMPLES, ROOT
-from test_verdicts import load, verdicts
+from conftest import EXAMPLES, ROOT
+from test_verdicts import assert_fails_exactly, load, verdicts
 
 pytest.importorskip("triton")
 
@@ -117,9 +116,4 @@ def test_wrong_candidates_fail_exactly_where_their_bug_shows(tree, failing):
     """The grouped-layout bug fails every case; ignoring has_initial_state fails the steps with a
     fresh sequence; a decode step's lost state the steps with decodes; the prefill-first output
     order only the mixed step."""
-    cases = get_task(TASK).cases("cpu")
-    counts, results = verdicts(TASK, load(CANDIDATES / tree, TASK), cases)
-    expected = {c.id for c in cases if failing(c)}
-    assert expected
-    assert {r.case_id for r in results if not r.passed} == expected, counts
-    assert {r.status for r in results if not r.passed} == {status.WRONG_RESULT}
+    assert_fails_exactly(TASK, tree, failing)

@@ -9,9 +9,9 @@ import torch
 from fk_pytest import status
 from fk_pytest.registry import get_task
 
-from conftest import CANDIDATES, EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT
 from test_hf_qwen3_next import LENGTHS, MODEL, _hf_model, our_model, run_model_steps
-from test_verdicts import load, verdicts
+from test_verdicts import assert_fails_exactly, load, verdicts
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernels run interpreted on the CPU
 pytest.importorskip("triton")
@@ -71,12 +71,7 @@ def test_wrong_candidates_fail_where_their_bug_shows(tree, task, failing):
     step with a fresh prompt; one that addresses the pools by batch position on decode-only steps
     fails only the linear layer's decode step; linear layers sharing one pool pair fail every
     model step (each layer overwrites the state the next one reads)."""
-    cases = get_task(task).cases("cpu")
-    counts, results = verdicts(task, load(CANDIDATES / tree, task), cases)
-    expected = {c.id for c in cases if failing(c)}
-    assert expected
-    assert {r.case_id for r in results if not r.passed} == expected, counts
-    assert {r.status for r in results if not r.passed} == {status.WRONG_RESULT}
+    assert_fails_exactly(task, tree, failing)
 
 
 def test_routing_rule_follows_an_undetermined_token_through_the_later_layers(monkeypatch):

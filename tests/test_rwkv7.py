@@ -11,7 +11,7 @@ from fk_pytest.registry import _suite_package, get_task
 from kernels_reference.L1.rwkv7 import ChunkRWKV7
 
 from conftest import CANDIDATES, EXAMPLES, ROOT
-from test_verdicts import load, verdicts
+from test_verdicts import assert_fails_exactly, load, verdicts
 
 pytest.importorskip("triton")
 rwkv7_inputs = importlib.import_module(_suite_package().__name__ + ".rwkv7_inputs").rwkv7_inputs
@@ -143,12 +143,7 @@ def _prefill(case):
 def test_wrong_candidates_fail_exactly_where_their_bug_shows(tree, failing):
     """Each bug is WRONG_RESULT on every case that exercises it (carried states; sequences longer
     than a chunk; decode steps; any correction at all) and passes every case that does not."""
-    cases = get_task(TASK).cases("cpu")
-    counts, results = verdicts(TASK, load(CANDIDATES / tree, TASK), cases)
-    expected = {c.id for c in cases if failing(c)}
-    assert expected
-    assert {r.case_id for r in results if not r.passed} == expected, counts
-    assert {r.status for r in results if not r.passed} == {status.WRONG_RESULT}
+    assert_fails_exactly(TASK, tree, failing)
 
 
 def test_correction_after_the_decay_fails_every_prefill():

@@ -28,6 +28,17 @@ def load(tree, task_name):
     return CandidateSource(tree).load_class(get_task(task_name))
 
 
+def assert_fails_exactly(task_name, tree, failing, some_pass=False):
+    """The wrong candidate ``tree`` is WRONG_RESULT on exactly the CPU cases ``failing(case)``
+    names (at least one; with ``some_pass``, not all) and passes the others."""
+    cases = get_task(task_name).cases("cpu")
+    counts, results = verdicts(task_name, load(CANDIDATES / tree, task_name), cases)
+    expected = {c.id for c in cases if failing(c)}
+    assert expected and (not some_pass or len(expected) < len(cases))
+    assert {r.case_id for r in results if not r.passed} == expected, counts
+    assert {r.status for r in results if not r.passed} == {status.WRONG_RESULT}
+
+
 @pytest.mark.parametrize("task_name", ["rms_norm", "gemma_rms_norm", "silu_and_mul", "rotary_emb",
                                        "qwen3_next_attention"])
 @pytest.mark.parametrize("tree", [EXAMPLES, ROOT / "kernels_reference"], ids=["examples-triton", "reference-tree"])
