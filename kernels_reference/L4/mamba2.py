@@ -30,10 +30,7 @@ from ..L1.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 from ..L3.mamba2_decoder_layer import Mamba2ArchConfig, Mamba2DecoderLayer
 from ..native import run
 from ..records import RecordsInit
-
-# The SSM state's dtype: float32, as vLLM's ``mamba_ssm_cache_dtype="float32"`` keeps it for
-# accurate serving (a bf16 state loses the slow heads' memory over long sequences).
-SSM_STATE_DTYPE = torch.float32
+from ..state_pools import bind_state_pools
 
 
 class Mamba2Model(RecordsInit, nn.Module):
@@ -95,13 +92,7 @@ class Mamba2ForCausalLM(RecordsInit, nn.Module):
         in layer order. The contents start as zeros but are never read by a fresh sequence."""
         weight = self.lm_head.weight
         dtype, device = dtype or weight.dtype, device or weight.device
-        conv_shape, ssm_shape = self.state_shapes()
-        pools = []
-        for mixer in self.mixers():
-            mixer.state_cache = (torch.zeros((num_slots, *conv_shape), dtype=dtype, device=device),
-                                 torch.zeros((num_slots, *ssm_shape), dtype=SSM_STATE_DTYPE, device=device))
-            pools.append(mixer.state_cache)
-        return pools
+        return bind_state_pools(self.mixers(), num_slots, *self.state_shapes(), dtype, device)
 
     # ---- weights ------------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:

@@ -32,6 +32,7 @@ from ..L3.qwen3_next_decoder_layer import Qwen3NextDecoderLayer
 from ..native import run
 from ..qwen3_next_config import FULL, LINEAR, Qwen3NextArchConfig
 from ..records import RecordsInit
+from ..state_pools import bind_state_pools
 from .llama import LlamaForCausalLM
 
 
@@ -80,13 +81,7 @@ class Qwen3NextForCausalLM(LlamaForCausalLM):
         keeps them in float32 too). Returned in layer order."""
         weight = self.lm_head.weight
         dtype, device = dtype or weight.dtype, device or weight.device
-        conv_shape, ssm_shape = self.state_shapes()
-        pools = []
-        for layer in self.state_layers():
-            layer.state_cache = (torch.zeros((num_slots, *conv_shape), dtype=dtype, device=device),
-                                 torch.zeros((num_slots, *ssm_shape), dtype=torch.float32, device=device))
-            pools.append(layer.state_cache)
-        return pools
+        return bind_state_pools(self.state_layers(), num_slots, *self.state_shapes(), dtype, device)
 
     # ---- weights ------------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
