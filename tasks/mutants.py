@@ -230,3 +230,111 @@ BUILTIN_MUTANTS = {
     "rope-wrong-in-decode": Mutant({RotaryEmbedding: RopeWrongInDecode,
                                     DeepseekScalingRotaryEmbedding: DeepseekRopeWrongInDecode}, DECODE_PATH),
 }
+
+
+# ---- state models (Mamba-2, Qwen3-Next): the recurrent state a sequence carries between steps ----
+from kernels_reference.L1.gated_delta_rule import GatedDeltaRule  # noqa: E402
+from kernels_reference.L1.gemma_rms_norm import GemmaRMSNorm  # noqa: E402
+from kernels_reference.L1.mamba_chunk_scan import MambaChunkScanCombined  # noqa: E402
+from kernels_reference.L1.selective_state_update import SelectiveStateUpdate  # noqa: E402
+from kernels_reference.L1.short_convolution import ShortConvolution  # noqa: E402
+
+
+class GemmaRmsNormReturnsOldResidual(GemmaRMSNorm):
+    """Qwen3-Next's zero-centred fused add + RMSNorm with the same mistake as
+    :class:`RmsNormReturnsOldResidual`: the residual stream never accumulates the layers' outputs."""
+
+    def forward(self, x, residual=None):
+        if residual is None:
+            return super().forward(x)
+        out, _ = super().forward(x, residual.clone())
+        return out, residual
+
+
+class StateUpdateIgnoresCarriedState(SelectiveStateUpdate):
+    """Mamba-2's decode step starting every sequence from a zero SSM state (the slot's state never
+    read: a wrong pool pointer or slot index that lands on a cleared row): each decode token sees
+    only itself and the conv window. The prompt's chunked scan is untouched."""
+
+    def forward(self, state, x, dt, A, B, C, D=None, z=None, dt_bias=None, state_batch_indices=None):
+        if state_batch_indices is None:
+            state[:x.shape[0]].zero_()
+        else:
+            state.index_fill_(0, state_batch_indices.long(), 0.0)
+        return super().forward(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+
+
+def _decode_call(cu_seqlens: Optional[torch.Tensor], tokens: int) -> bool:
+    """Whether a state kernel's call is the step's decode phase: as many sequences as the step's
+    leading one-token continuing ones (``state_phases``), one token each."""
+    meta = get_forward_context()
+    if meta is None or cu_seqlens is None:
+        return False
+    sequences = cu_seqlens.shape[0] - 1
+    if sequences != tokens:
+        return False
+    if meta.num_decodes is not None:
+        return sequences == meta.num_decodes
+    return sequences == sum(1 for _ in _leading_decodes(meta))
+
+
+def _leading_decodes(meta: AttentionMetadata):
+    for q, n in zip(meta.query_lens_cpu, meta.seq_lens_cpu):
+        if not (q == 1 and n > 1):
+            return
+        yield q
+
+
+class DeltaRuleDecodeIgnoresCarriedState(GatedDeltaRule):
+    """Qwen3-Next's recurrent decode step starting from a zero state instead of the sequence's
+    slot (the decode kernel handed no initial state): right on a packed prompt, each decode token
+    then sees only itself and the conv window in the linear-attention layers."""
+
+    def forward(self, q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+        if initial_state is not None and _decode_call(cu_seqlens, q.shape[1]):
+            initial_state = torch.zeros_like(initial_state)
+        return super().forward(q, k, v, g, beta, scale, initial_state, output_final_state,
+                               use_qk_l2norm_in_kernel, cu_seqlens)
+
+
+class ShortConvTapsReversed(ShortConvolution):
+    """The causal conv applying its taps in reverse order (weight[k] to x[t - k] instead of
+    x[t - (K - 1 - k)]): the window and its state are right, the filter is time-reversed."""
+
+    def forward(self, x, conv_states, query_start_loc=None, cache_indices=None, has_initial_state=None):
+        weight = self.weight.data
+        self.weight.data = weight.flip(-1)
+        try:
+            return super().forward(x, conv_states, query_start_loc, cache_indices, has_initial_state)
+        finally:
+            self.weight.data = weight
+
+
+class ChunkScanDropsState(MambaChunkScanCombined):
+    """Mamba-2's chunked scan returning only the D skip (the SSM's contribution dropped: an output
+    buffer never accumulated into), final states right."""
+
+    def forward(self, x, dt, A, B, C, cu_seqlens, D=None, z=None, dt_bias=None, initial_states=None, **kw):
+        y, final = super().forward(x, dt, A, B, C, cu_seqlens, D=D, z=z, dt_bias=dt_bias,
+                                   initial_states=initial_states, **kw)
+        return (x * D[:, None]).to(y.dtype) if D is not None else torch.zeros_like(y), final
+
+
+class DeltaRuleDropsOutput(GatedDeltaRule):
+    """The gated DeltaNet's output zeroed (the kernel writes the state but not o)."""
+
+    def forward(self, *args, **kwargs):
+        o, final = super().forward(*args, **kwargs)
+        return torch.zeros_like(o), final
+
+
+STATE_MUTANTS = {
+    "gemma-rms-norm-old-residual": Mutant({GemmaRMSNorm: GemmaRmsNormReturnsOldResidual}),
+    "short-conv-taps-reversed": Mutant({ShortConvolution: ShortConvTapsReversed}),
+    "ssd-scan-drops-state": Mutant({MambaChunkScanCombined: ChunkScanDropsState}),
+    "delta-rule-drops-output": Mutant({GatedDeltaRule: DeltaRuleDropsOutput}),
+    "state-update-ignores-carried-state": Mutant({SelectiveStateUpdate: StateUpdateIgnoresCarriedState}, DECODE_PATH),
+    "delta-rule-decode-ignores-carried-state": Mutant({GatedDeltaRule: DeltaRuleDecodeIgnoresCarriedState},
+                                                      DECODE_PATH),
+}

@@ -66,6 +66,30 @@ class EngineModel(torch.nn.Module):
         return torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
 
 
+class StateEngineModel(EngineModel):
+    """:class:`EngineModel` of a model with state layers (Mamba-2, Qwen3-Next): the engine's state
+    slot pools go to every module exposing ``state_cache`` (the state layers' contract), in the
+    reference's per-slot shapes (conv window in the model's dtype, recurrent state in float32);
+    a model without attention (Mamba-2) has no KV cache to allocate."""
+
+    def __init__(self, root: torch.nn.Module, reference: torch.nn.Module):
+        super().__init__(root, reference)
+        self._state_shapes = reference.state_shapes()
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
+        if any(hasattr(m, "kv_cache") for m in self.root.modules()):
+            super().allocate_kv_cache(num_blocks, block_size)
+
+    def allocate_state_pools(self, num_slots: int, dtype=None, device=None):
+        param = next(self.root.parameters())
+        dtype, device = dtype or param.dtype, device or param.device
+        from kernels_reference.state_pools import bind_state_pools
+        layers = [m for m in self.root.modules() if hasattr(m, "state_cache")]
+        if not layers:
+            raise RuntimeError("no module of the model exposes a state_cache attribute (state layer contract)")
+        return bind_state_pools(layers, num_slots, *self._state_shapes, dtype, device)
+
+
 def unbind_kv_caches(model: torch.nn.Module) -> None:
     """Drop the KV caches the last engine bound to ``model``'s layers. The engine binds them to the
     modules it serves and nothing unbinds them when it goes: a reference kept for later runs would
@@ -73,13 +97,16 @@ def unbind_kv_caches(model: torch.nn.Module) -> None:
     for m in model.modules():
         if getattr(m, "kv_cache", None) is not None:
             m.kv_cache = None
+        if getattr(m, "state_cache", None) is not None:  # state layers' slot pools, likewise
+            m.state_cache = None
 
 
 def _engine(model: torch.nn.Module, reference: torch.nn.Module, args: dict):
     """An engine serving ``model`` (the reference, a mutant or a composed candidate) with the
     reference's config and cache layout."""
     from kernels_reference.engine import LLM
-    return LLM(EngineModel(model, reference), **args)
+    wrapper = StateEngineModel if hasattr(reference, "allocate_state_pools") else EngineModel
+    return LLM(wrapper(model, reference), **args)
 
 
 def _params(requests: Sequence[Request]):
