@@ -105,8 +105,9 @@ class StatePhase:
 
 def step_states(layer) -> Tuple[AttentionMetadata, torch.Tensor, ...]:
     """(the step's metadata, conv_states, ssm_states) of a state-carrying layer ((metadata,
-    recurrent_states) of one without a conv window, GLA's), or an error naming what the caller did
-    not set up."""
+    recurrent_states) of one without a conv window, GLA's; (metadata, shift_states,
+    recurrent_states) of RWKV-7's, whose first pool holds each sequence's last hidden row), or an
+    error naming what the caller did not set up."""
     meta = get_forward_context()
     if meta is None or getattr(layer, "state_cache", None) is None:
         raise RuntimeError(f"{type(layer).__name__} needs the step's metadata (set_forward_context) "

@@ -13,7 +13,10 @@ unchanged.
 ``StateTask`` gives the pools, their binding and the forward context; a task says how big a slot's
 states are (``state_shapes``). A layer without a short convolution (GLA) keeps its recurrent state
 alone: its task sets ``state_kinds = ("recurrent",)`` and the layer binds ``state_cache =
-(recurrent_states,)``. A hybrid with attention layers also derives from
+(recurrent_states,)``. RWKV-7's time-mix layer carries a token-shift row (the sequence's last
+hidden state, [hidden] in the activation dtype) where a conv window would be: ``state_kinds =
+("shift", "recurrent")``, ``state_shapes`` giving (hidden,) as the first shape, and the layer binds
+``state_cache = (shift_states, recurrent_states)``. A hybrid with attention layers also derives from
 :class:`tasks.paged.PagedTask` (listed after ``StateTask``), which adds the paged KV caches.
 """
 import dataclasses
@@ -37,8 +40,8 @@ class StateTask(Task):
     state_kinds: Tuple[str, ...] = ("conv", "ssm")
 
     def state_shapes(self, case) -> Tuple[Optional[Tuple[int, ...]], Tuple[int, ...], float]:
-        """(conv window shape (None without a conv), recurrent state shape) of one slot, and the
-        state's typical scale."""
+        """(conv window shape (a token-shift row's for RWKV-7; None without either), recurrent state
+        shape) of one slot, and the state's typical scale."""
         raise NotImplementedError
 
     def pool_names(self) -> Tuple[str, ...]:
@@ -62,7 +65,7 @@ class StateTask(Task):
         for i in range(self.state_layers):
             layer_names = names[per_layer * i: per_layer * (i + 1)]
             if per_layer == 2:
-                # A conv window holds earlier projected rows (unit scale)
+                # A conv window holds earlier projected rows, a token-shift row an earlier hidden state (unit scale)
                 inputs[layer_names[0]] = activations((pool, *conv_shape), gen, device, case.dtype)
             # a recurrent state the scale the layer's decay builds up; float32, as the engines keep it.
             inputs[layer_names[-1]] = ssm_scale * torch.randn((pool, *ssm_shape), generator=gen, device=device)
