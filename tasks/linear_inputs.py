@@ -131,6 +131,24 @@ def layer_steps(chunk: int, profile: str) -> List[Tuple[str, List[int], List[int
                 [1] * decodes + list(prefills)))
     return out
 
+def draw_layer_step(draw, profile: str, edge_lengths: Sequence[int]) -> Tuple[List[int], List[int], str]:
+    """A fuzzed engine step of an L2 linear-attention layer (inside a hypothesis ``composite``):
+    up to 3 decodes on the CPU (64 on the full profile) before 0-2 prefills whose lengths sit on
+    the kernel's edges or anywhere up to 150 (5000) tokens, fresh or continuing. Returns (context
+    lens, query lens, an id for the case)."""
+    from hypothesis import strategies as st
+
+    longest = 150 if profile == "cpu" else 5000
+    decodes = draw(st.integers(0, 3 if profile == "cpu" else 64))
+    prefills = draw(st.integers(0 if decodes else 1, 2))
+    length = st.one_of(st.sampled_from(list(edge_lengths)), st.integers(1, longest))
+    query = [1] * decodes + [draw(length) for _ in range(prefills)]
+    context = ([draw(st.integers(1, 500)) for _ in range(decodes)]
+               + [draw(st.sampled_from([0, 0, 1, 3, 64, 200])) for _ in range(prefills)])
+    ident = "_".join(f"{c}+{q}" for c, q in zip(context, query)) if len(query) <= 4 else f"{len(query)}seqs"
+    return context, query, ident
+
+
 
 
 def cu_seqlens(lengths: Sequence[int], device) -> torch.Tensor:

@@ -23,7 +23,7 @@ from kernels_reference.L2.gla_layer import GatedLinearAttention
 from ..configs import load_config
 from ..dense import DenseTask
 from ..gla_inputs import GATE_BIAS_RANGE, GLA_CHUNK, GLA_MODELS, STATE_SCALE, GLADims, gla_dims
-from ..linear_inputs import layer_steps
+from ..linear_inputs import draw_layer_step, layer_steps
 from ..state_steps import StateTask
 from ..workload import activations, model_dtype
 
@@ -88,17 +88,9 @@ class GatedLinearAttentionLayerTask(StateTask):
         return inputs
 
     def fuzz_strategy(self, dtype, profile):
-        longest = 150 if profile == "cpu" else 5000
-
         @st.composite
         def draw_case(draw):
-            decodes = draw(st.integers(0, 3 if profile == "cpu" else 64))
-            prefills = draw(st.integers(0 if decodes else 1, 2))
-            length = st.one_of(st.sampled_from([1, 15, 17, 63, 64, 65]), st.integers(1, longest))
-            query = [1] * decodes + [draw(length) for _ in range(prefills)]
-            context = ([draw(st.integers(1, 500)) for _ in range(decodes)]
-                       + [draw(st.sampled_from([0, 0, 1, 3, 64, 200])) for _ in range(prefills)])
-            ident = "_".join(f"{c}+{q}" for c, q in zip(context, query)) if len(query) <= 4 else f"{len(query)}seqs"
+            context, query, ident = draw_layer_step(draw, profile, [1, 15, 17, 63, 64, 65])
             return Case(f"fuzz-{ident}-{DTYPE_NAMES[dtype]}", dtype, model=GLA_MODELS[0],
                         params=dict(profile=profile, context=context, query=query))
 

@@ -20,7 +20,7 @@ from kernels_reference.L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaN
 from ..dense import DenseTask
 from ..gated_delta_inputs import STATE_SCALE, decay_rates
 from ..state_steps import StateTask
-from ..linear_inputs import GATED_DELTA_CHUNK, GATED_DELTA_MODELS, gated_delta_dims, layer_steps
+from ..linear_inputs import GATED_DELTA_CHUNK, GATED_DELTA_MODELS, draw_layer_step, gated_delta_dims, layer_steps
 from ..workload import activations, model_dtype
 
 
@@ -73,17 +73,9 @@ class Qwen3NextGatedDeltaNetTask(StateTask):
         return inputs
 
     def fuzz_strategy(self, dtype, profile):
-        longest = 150 if profile == "cpu" else 5000
-
         @st.composite
         def draw_case(draw):
-            decodes = draw(st.integers(0, 3 if profile == "cpu" else 64))
-            prefills = draw(st.integers(0 if decodes else 1, 2))
-            length = st.one_of(st.sampled_from([1, 63, 64, 65]), st.integers(1, longest))
-            query = [1] * decodes + [draw(length) for _ in range(prefills)]
-            context = ([draw(st.integers(1, 500)) for _ in range(decodes)]
-                       + [draw(st.sampled_from([0, 0, 1, 3, 64, 200])) for _ in range(prefills)])
-            ident = "_".join(f"{c}+{q}" for c, q in zip(context, query)) if len(query) <= 4 else f"{len(query)}seqs"
+            context, query, ident = draw_layer_step(draw, profile, [1, 63, 64, 65])
             return Case(f"fuzz-{ident}-{DTYPE_NAMES[dtype]}", dtype, model=GATED_DELTA_MODELS[0],
                         params=dict(profile=profile, context=context, query=query))
 

@@ -28,7 +28,7 @@ from kernels_reference.L2.rwkv7_attention import RWKV7Attention
 
 from ..configs import load_config
 from ..dense import DenseTask
-from ..linear_inputs import layer_steps, prefill_batches
+from ..linear_inputs import draw_layer_step, layer_steps, prefill_batches
 from ..rwkv7_inputs import DECAY_BIAS_RANGE, ICLR_BIAS_RANGE, RWKV7_CHUNK, RWKV7_MODELS, rwkv7_dims
 from ..state_steps import StateTask
 from ..workload import activations, model_dtype
@@ -140,18 +140,10 @@ class RWKV7AttentionTask(StateTask):
         return inputs
 
     def fuzz_strategy(self, dtype, profile):
-        longest = 150 if profile == "cpu" else 5000
-
         @st.composite
         def draw_case(draw):
-            decodes = draw(st.integers(0, 3 if profile == "cpu" else 64))
-            prefills = draw(st.integers(0 if decodes else 1, 2))
-            length = st.one_of(st.sampled_from([1, 15, 17, 63, 64, 65]), st.integers(1, longest))
-            query = [1] * decodes + [draw(length) for _ in range(prefills)]
-            context = ([draw(st.integers(1, 500)) for _ in range(decodes)]
-                       + [draw(st.sampled_from([0, 0, 1, 3, 64, 200])) for _ in range(prefills)])
+            context, query, ident = draw_layer_step(draw, profile, [1, 15, 17, 63, 64, 65])
             layer = draw(st.sampled_from([LAYER, LAYER, 0]))
-            ident = "_".join(f"{c}+{q}" for c, q in zip(context, query)) if len(query) <= 4 else f"{len(query)}seqs"
             return Case(f"fuzz-L{layer}-{ident}-{DTYPE_NAMES[dtype]}", dtype, model=RWKV7_MODELS[0],
                         params=dict(profile=profile, context=context, query=query, layer=layer))
 
