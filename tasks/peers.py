@@ -12,6 +12,11 @@ Targets (the reference's fraction of the measured copy bandwidth): memory-bound 
 on the MoE models' bf16 cases; fused_moe also has torch._grouped_mm (sort -> grouped GEMM -> act ->
 grouped GEMM -> weighted sum) as a peer, and targets of >= 60% of bf16 GEMM peak at prefill (the
 whole layer's time, routing and sort included) and >= 70% of copy bandwidth at decode.
+
+Kinds (``fk_pytest.peers`` PRODUCTION / FRAMEWORK): Liger, SDPA's flash / cuDNN / efficient kernels
+(the per-sequence loop around them is the peer's, not a serving stack's) and torch._grouped_mm are
+production kernels; eager, torch.compile and flex_attention are what the framework makes of plain
+PyTorch. The report gives the ratio against each kind apart.
 """
 import functools
 import importlib
@@ -23,7 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from fk_pytest.compare import triton_interpreter_active
-from fk_pytest.peers import COMPILE, EAGER, OpPeers, Peer, PeerContext, Skipped, Target, Unsupported, compiled_native
+from fk_pytest.peers import (COMPILE, EAGER, PRODUCTION, OpPeers, Peer, PeerContext, Skipped, Target, Unsupported,
+                             compiled_native, package_version)
 
 from .dense import SMALL_MODELS
 from .moe_inputs import MOE_MODELS
@@ -140,10 +146,11 @@ def _liger_rotary_emb(ctx: PeerContext):
     return rope
 
 
+LIGER = dict(kind=PRODUCTION, version=package_version("liger-kernel"))
 LIGER_RMS_NORM = Peer("liger", "Liger-Kernel RMSNorm (casting 'llama', offset 0; fused add where it has it)",
-                      _liger_rms_norm)
-LIGER_SILU = Peer("liger", "Liger-Kernel SwiGLU (silu(gate) * up) forward", _liger_silu_and_mul)
-LIGER_ROPE = Peer("liger", "Liger-Kernel rope, cos/sin gathered from a float32 table", _liger_rotary_emb)
+                      _liger_rms_norm, **LIGER)
+LIGER_SILU = Peer("liger", "Liger-Kernel SwiGLU (silu(gate) * up) forward", _liger_silu_and_mul, **LIGER)
+LIGER_ROPE = Peer("liger", "Liger-Kernel rope, cos/sin gathered from a float32 table", _liger_rotary_emb, **LIGER)
 
 
 # ---- attention around the paged cache --------------------------------------------------------------
@@ -324,11 +331,11 @@ ATTENTION_PEERS = (
     Peer("compile", COMPILE.description + f" (batches of up to {MAX_COMPILED_SEQUENCES} sequences)",
          _compile_attention),
     Peer("sdpa-flash", "SDPA forced to FlashAttention, per sequence, + cache store/gather",
-         _sdpa_peer("FLASH_ATTENTION")),
+         _sdpa_peer("FLASH_ATTENTION"), kind=PRODUCTION),
     Peer("sdpa-cudnn", "SDPA forced to cuDNN attention, per sequence, + cache store/gather",
-         _sdpa_peer("CUDNN_ATTENTION")),
+         _sdpa_peer("CUDNN_ATTENTION"), kind=PRODUCTION),
     Peer("sdpa-efficient", "SDPA forced to memory-efficient attention, per sequence, + cache store/gather",
-         _sdpa_peer("EFFICIENT_ATTENTION")),
+         _sdpa_peer("EFFICIENT_ATTENTION"), kind=PRODUCTION),
     Peer("flex", "flex_attention (compiled) over the packed batch with a per-sequence causal block mask, "
          "+ cache store/gather", _flex),
 )
@@ -396,7 +403,7 @@ MOE_COMPILE = Peer("compile", "torch.compile(forward_native) with torch's defaul
                    functools.partial(compiled_native, dynamic=None))
 
 GROUPED_MM = Peer("grouped_mm", "torch._grouped_mm: sort by expert, grouped GEMM, act, grouped GEMM, weighted sum",
-                  _grouped_mm_peer)
+                  _grouped_mm_peer, kind=PRODUCTION)
 
 
 # ---- multi-head latent attention (DeepSeek-V2) -------------------------------------------------------
@@ -450,7 +457,7 @@ MLA_PEERS = (
     Peer("compile", COMPILE.description + f" (batches of up to {MAX_COMPILED_SEQUENCES} sequences)",
          _compile_attention),
     Peer("sdpa-expanded", "latent store/gather, kv_b_proj expansion, SDPA per sequence (no MLA kernel)",
-         _mla_sdpa_expanded),
+         _mla_sdpa_expanded, kind=PRODUCTION),
 )
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fk_pytest import get_task
-from fk_pytest.peers import (REFERENCE, SCHEMA, Options, Peer, Target, benchmark, case_verdict, main, op_summary,
-                             select_cases, suite_ops, suite_peers_module, to_markdown)
+from fk_pytest.peers import (FRAMEWORK, PRODUCTION, REFERENCE, SCHEMA, Options, Peer, Target, benchmark, case_verdict,
+                             main, op_summary, select_cases, suite_ops, suite_peers_module, to_markdown)
 
 
 @pytest.fixture(autouse=True)
@@ -67,9 +67,18 @@ def test_cpu_run_structure_and_a_wrong_peer_is_excluded(tmp_path):
     assert s["targets"][0]["held"] is None and "no case" in s["targets"][0]["note"]  # T7 < 16384 tokens
     assert "rms_norm llama-3.1-8b-decode-T7-fused-add-bf16" in progress.getvalue()
 
+    # Kinds: the eager peer is the framework's; no production kernel ran here (Liger needs a GPU).
+    assert {p["name"]: p["kind"] for p in op["peers"]} == {"eager": FRAMEWORK, "compile": FRAMEWORK,
+                                                           "liger": PRODUCTION, "off": FRAMEWORK}
+    assert op["peers"][0]["version"] == f"torch {torch.__version__}"
+    assert case["by_kind"][FRAMEWORK]["best_peer"] == "eager" and case["by_kind"][PRODUCTION]["ratio"] is None
+    assert s["by_kind"][PRODUCTION]["geomean_ratio"] is None
+    assert s["by_kind"][FRAMEWORK]["geomean_ratio"] == pytest.approx(case["ratio"])
+
     md = to_markdown(doc, "fk-peers ...")
     assert "## rms_norm" in md and "| llama-3.1-8b-decode-T7-fused-add-bf16" in md
     assert "wrong [" in md and "off: wrong: out: error" in md
+    assert "vs production kernels" in md and "**liger** (production, " in md
 
 
 def test_case_verdict_and_op_summary_math():
@@ -80,6 +89,13 @@ def test_case_verdict_and_op_summary_math():
              "liger": {"status": "skipped"}}
     v = case_verdict(impls)
     assert v == {"best_peer": "compile", "best_peer_us": 8.5, "ratio": pytest.approx(0.85)}
+    # Per kind: the production kernels' best apart from the framework's (the cheat is never best).
+    by_kind = case_verdict(impls, {"eager": FRAMEWORK, "compile": FRAMEWORK, "cheat": PRODUCTION,
+                                   "liger": PRODUCTION})["by_kind"]
+    assert by_kind[FRAMEWORK] == {"best_peer": "compile", "best_peer_us": 8.5, "ratio": pytest.approx(0.85)}
+    assert by_kind[PRODUCTION] == {"best_peer": None, "best_peer_us": None, "ratio": None}
+    impls["liger"] = {"status": "ok", "us": 11.0}
+    assert case_verdict(impls, {"liger": PRODUCTION})["by_kind"][PRODUCTION]["ratio"] == pytest.approx(1.1)
     assert case_verdict({REFERENCE: {"status": "ok", "us": 1.0}, "x": {"status": "unsupported"}})["ratio"] is None
 
     big = Target("bw", 0.85, lambda c: c.params["tokens"] >= 100)
@@ -88,7 +104,12 @@ def test_case_verdict_and_op_summary_math():
     cases = {"a": mk("a", 200), "b": mk("b", 1)}
     records = [{"case": "a", "ratio": 1.2, "impls": {REFERENCE: {"bw_frac": 0.9}}},
                {"case": "b", "ratio": 0.95, "impls": {REFERENCE: {"bw_frac": 0.1}}}]
+    records[0]["by_kind"] = {PRODUCTION: {"ratio": 1.5}, FRAMEWORK: {"ratio": 1.2}}
+    records[1]["by_kind"] = {PRODUCTION: {"ratio": None}, FRAMEWORK: {"ratio": 0.95}}
     s = op_summary(records, [big], cases, informational=False)
+    assert s["by_kind"][PRODUCTION] == {"cases_with_ratio": 1, "geomean_ratio": pytest.approx(1.5), "min_ratio": 1.5,
+                                        "min_ratio_case": "a"}
+    assert s["by_kind"][FRAMEWORK]["geomean_ratio"] == pytest.approx(math.sqrt(1.2 * 0.95))
     assert s["geomean_ratio"] == pytest.approx(math.sqrt(1.2 * 0.95))
     assert s["min_ratio"] == 0.95 and s["min_ratio_case"] == "b"
     assert s["ratio_target"]["held"] is True  # geomean 1.068 >= 1.0, no shape under 0.9

@@ -58,15 +58,51 @@ class PeerContext:
         self.notes.append(text)
 
 
+# What kind of implementation a peer is. A reference that beats torch eager or Inductor says little
+# about production; one that matches the kernels serving stacks and kernel libraries ship says that
+# its speedups are honest. Reports give the ratio against each kind apart.
+PRODUCTION = "production"  # kernels serving stacks and kernel libraries ship (Liger, SDPA's flash/cuDNN, FlashInfer)
+FRAMEWORK = "framework"  # what a framework makes of plain PyTorch (eager, torch.compile, flex_attention)
+PEER_KINDS = (PRODUCTION, FRAMEWORK)
+
+
 @dataclasses.dataclass(frozen=True)
 class Peer:
     """An implementation a user could pick. ``build(ctx)`` returns ``fn(inputs) -> outputs`` in the
     task's output convention (inputs the task writes in place are read back after the call), or
-    raises :class:`Unsupported` / :class:`Skipped`."""
+    raises :class:`Unsupported` / :class:`Skipped`. ``kind``: :data:`PRODUCTION` or
+    :data:`FRAMEWORK`; ``version()``: the version of what it runs, read at run time (None: torch's)."""
 
     name: str
     description: str
     build: Callable[[PeerContext], Callable[[Dict[str, Any]], Any]]
+    kind: str = FRAMEWORK
+    version: Optional[Callable[[], Optional[str]]] = None
+
+    def __post_init__(self):
+        if self.kind not in PEER_KINDS:
+            raise ValueError(f"peer {self.name!r}: kind must be one of {PEER_KINDS}, got {self.kind!r}")
+
+    def version_text(self) -> str:
+        """'<library> <version>' of what this peer runs, or 'absent' when its library is missing."""
+        if self.version is None:
+            return f"torch {torch.__version__}"
+        try:
+            found = self.version()
+        except Exception:  # a library that fails to report is as good as absent here
+            found = None
+        return found or "absent"
+
+
+def package_version(distribution: str) -> Callable[[], Optional[str]]:
+    """A ``Peer.version`` reading an installed distribution's version ('name x.y.z'), None if absent."""
+    def read():
+        from importlib import metadata
+        try:
+            return f"{distribution} {metadata.version(distribution)}"
+        except metadata.PackageNotFoundError:
+            return None
+    return read
 
 
 @dataclasses.dataclass(frozen=True)

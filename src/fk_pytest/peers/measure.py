@@ -119,7 +119,7 @@ def measure_case(task: Task, case: Case, peers: Sequence[Peer], opts: Options,
     record = {"case": case.id, "same_as": [], "model": case.model, "dtype": DTYPE_NAMES.get(case.dtype),
               "params": dict(case.params), "weight": case.weight, "bytes": nbytes, "flops": flops,
               "impls": {REFERENCE: impls.pop(REFERENCE), **impls}}
-    record.update(case_verdict(record["impls"]))
+    record.update(case_verdict(record["impls"], {p.name: p.kind for p in peers}))
     return record
 
 

@@ -53,7 +53,8 @@ def benchmark(opts: Options, op_names: Optional[Sequence[str]] = None, keyword: 
         queues[name] = selected
         entries[name] = {"op": name, "family": task.family, "level": task.level,
                          "reference": f"{task.reference.__module__}.{task.reference.__qualname__}",
-                         "peers": [{"name": p.name, "description": p.description} for p in spec.peers],
+                         "peers": [{"name": p.name, "description": p.description, "kind": p.kind,
+                                    "version": p.version_text()} for p in spec.peers],
                          "targets": [{"name": t.name, "min_bw_frac": t.min_bw_frac} for t in spec.targets],
                          "cases": [], "not_run": [], "summary": None}
         doc["ops"].append(entries[name])

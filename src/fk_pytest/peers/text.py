@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from .contract import REFERENCE
+from .contract import FRAMEWORK, PRODUCTION, REFERENCE
 from .verdicts import RATIO_GEOMEAN_TARGET, RATIO_SHAPE_FLOOR
 
 
@@ -40,12 +40,22 @@ def summary_rows(doc: Dict[str, Any]) -> List[Tuple[str, ...]]:
         verdict = _held(ratio["held"])
         if ratio["held"] is False and ratio.get("within_noise"):
             verdict += f" (within the +-{ratio['noise']:.0%} timing noise)"
-        rows.append((op["op"], str(len(op["cases"])), _f(s["geomean_ratio"], ".3f"), low, verdict, targets))
+        rows.append((op["op"], str(len(op["cases"])), _f(s["geomean_ratio"], ".3f"), low, verdict,
+                     _kind_text(s, PRODUCTION), _kind_text(s, FRAMEWORK), targets))
     return rows
 
 
+def _kind_text(summary: Dict[str, Any], kind: str) -> str:
+    """'geomean (min)' of the ratio against one kind of peer; '-' where none of that kind ran."""
+    k = (summary.get("by_kind") or {}).get(kind) or {}
+    if k.get("geomean_ratio") is None:
+        return "-"
+    return f"{k['geomean_ratio']:.3f} (min {k['min_ratio']:.3f})"
+
+
 def format_summary(doc: Dict[str, Any]) -> str:
-    head = ("op", "cases", "geomean ratio", "min ratio (case)", "ratio target", "bandwidth targets (reference)")
+    head = ("op", "cases", "geomean ratio", "min ratio (case)", "ratio target", "vs production kernels",
+            "vs eager / compile", "bandwidth targets (reference)")
     rows = [head] + summary_rows(doc)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
@@ -77,12 +87,16 @@ def to_markdown(doc: Dict[str, Any], command: Optional[str] = None) -> str:
               "bandwidth reached by the reference).", ""]
     if run["device"] != "cuda":
         lines += ["Timings on the CPU are informational only.", ""]
-    lines += ["## Summary", "", "| op | cases | geomean ratio | min ratio (case) | ratio target | bandwidth targets |",
-              "|---|---|---|---|---|---|"]
+    lines += ["## Summary", "", "Ratios against all peers, then apart: against production kernels (kernel libraries and "
+              "serving stacks' kernels) and against eager / compiled PyTorch; each peer's kind and version are "
+              "listed under its op.", "",
+              "| op | cases | geomean ratio | min ratio (case) | ratio target | vs production kernels | "
+              "vs eager / compile | bandwidth targets |", "|---|---|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in summary_rows(doc)]
     for op in doc["ops"]:
         lines += ["", f"## {op['op']}", "", f"Reference `{op['reference']}`. Peers: " +
-                  "; ".join(f"**{p['name']}**: {p['description']}" for p in op["peers"]) + ".", ""]
+                  "; ".join(f"**{p['name']}** ({p.get('kind', '?')}, {p.get('version', '?')}): {p['description']}"
+                            for p in op["peers"]) + ".", ""]
         lines += _case_table(op)
         if op["not_run"]:
             lines += ["", "Not run: " + ", ".join(f"{n['case']} ({n['reason']})" for n in op["not_run"])]

@@ -2,11 +2,11 @@
 bandwidth targets, each said to hold or not."""
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from ..macro import geomean
 from ..task import Case
-from .contract import REFERENCE, Target
+from .contract import PEER_KINDS, REFERENCE, Target
 
 # Done-when of the peer benchmark (per op): the reference is at least as fast as the best peer on
 # geomean over the shapes, and no single shape is more than 10% slower.
@@ -17,15 +17,24 @@ RATIO_SHAPE_FLOOR = 0.9
 TIMING_NOISE = 0.03
 
 
-def case_verdict(impls: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-    """Best peer = the fastest peer that ran correctly; ratio = its time / the reference's time."""
+def case_verdict(impls: Dict[str, Dict[str, Any]], kinds: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Best peer = the fastest peer that ran correctly; ratio = its time / the reference's time.
+    With ``kinds`` (peer name -> kind), also ``by_kind``: the same per kind of peer."""
     timed = {n: r for n, r in impls.items() if n != REFERENCE and r.get("status") == "ok" and r.get("us")}
     ref = impls.get(REFERENCE, {})
-    if not timed:
-        return {"best_peer": None, "best_peer_us": None, "ratio": None}
-    best = min(timed, key=lambda n: timed[n]["us"])
-    ratio = timed[best]["us"] / ref["us"] if ref.get("status") == "ok" and ref.get("us") else None
-    return {"best_peer": best, "best_peer_us": timed[best]["us"], "ratio": ratio}
+    ref_us = ref["us"] if ref.get("status") == "ok" and ref.get("us") else None
+
+    def best_of(names):
+        if not names:
+            return {"best_peer": None, "best_peer_us": None, "ratio": None}
+        best = min(names, key=lambda n: timed[n]["us"])
+        return {"best_peer": best, "best_peer_us": timed[best]["us"],
+                "ratio": timed[best]["us"] / ref_us if ref_us else None}
+
+    out = best_of(list(timed))
+    if kinds is not None:
+        out["by_kind"] = {kind: best_of([n for n in timed if kinds.get(n) == kind]) for kind in PEER_KINDS}
+    return out
 
 
 
@@ -51,7 +60,14 @@ def op_summary(cases: Sequence[Dict[str, Any]], targets: Sequence[Target], case_
                        "cases": len(values),
                        "worst_bw_frac": worst[0], "worst_case": worst[1], "held": held, "note": note})
     checks = [ratio_held] + [t["held"] for t in judged]
-    return {"cases_with_ratio": len(ratios), "ratio_to_best_peer": geo,
+    by_kind = {}
+    for kind in PEER_KINDS:
+        per = [(c["by_kind"][kind]["ratio"], c["case"]) for c in cases
+               if c.get("by_kind", {}).get(kind, {}).get("ratio") is not None]
+        low_kind = min(per, default=(None, None))
+        by_kind[kind] = {"cases_with_ratio": len(per), "geomean_ratio": geomean([r for r, _ in per]),
+                         "min_ratio": low_kind[0], "min_ratio_case": low_kind[1]}
+    return {"cases_with_ratio": len(ratios), "ratio_to_best_peer": geo, "by_kind": by_kind,
             "geomean_ratio": geo, "min_ratio": low[0], "min_ratio_case": low[1],
             "ratio_target": {"geomean_min": RATIO_GEOMEAN_TARGET, "shape_min": RATIO_SHAPE_FLOOR, "held": ratio_held,
                              "within_noise": within_noise, "noise": TIMING_NOISE},
