@@ -12,6 +12,8 @@ import torch
 
 from kernels_reference.engine import LLM, SamplingParams
 
+from state_models import draw_qwen3_next
+
 transformers = pytest.importorskip("transformers")
 mamba2 = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
 qwen3_next = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
@@ -57,20 +59,7 @@ def _hf_mamba2(gen):
 def _hf_qwen3_next(gen):
     cfg = qwen3_next.Qwen3NextConfig(**QWEN3_NEXT)
     cfg._attn_implementation = "eager"
-    hf = qwen3_next.Qwen3NextForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if name.endswith("A_log"):
-                p.copy_(torch.linspace(0.02, 4.0, p.numel()).log())
-            elif name.endswith("linear_attn.norm.weight"):  # the gated norm's plain weight
-                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
-            elif p.dim() == 1:  # dt_bias and the zero-centred norms
-                p.copy_(0.3 * torch.randn(p.shape, generator=gen))
-            elif name.endswith("embed_tokens.weight"):
-                p.copy_(torch.randn(p.shape, generator=gen))
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * p.shape[-1] ** -0.5)
-    return hf
+    return draw_qwen3_next(qwen3_next.Qwen3NextForCausalLM(cfg).eval(), gen)
 
 
 _CACHE = {}

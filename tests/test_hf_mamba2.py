@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 
+from state_models import logits_over_steps
+
 modeling = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
 
 TINY = dict(hidden_size=64, num_heads=4, head_dim=32, expand=2, state_size=16, n_groups=2, conv_kernel=4,
@@ -151,24 +153,8 @@ def _our_model(hf):
 
 
 def run_model_steps(model, ids, steps, slots, method="forward_native"):
-    """Feed ``model`` the steps ``(sequences, tokens each)`` of token ids through its bound state
-    pools; each sequence's logits, concatenated over the steps."""
-    from kernels_reference.forward_context import AttentionMetadata, set_forward_context
-
-    done = {s: 0 for s in ids}
-    got = {s: [] for s in ids}
-    with torch.no_grad():
-        for seqs, counts in steps:
-            meta = AttentionMetadata.build([done[s] for s in seqs], list(counts), 16,
-                                           state_slots=[slots[s] for s in seqs])
-            batch = torch.cat([ids[s][done[s]: done[s] + n] for s, n in zip(seqs, counts)])
-            with set_forward_context(meta):
-                hidden = getattr(model, method)(batch, meta.positions())
-            logits = model.compute_logits(hidden, native=method == "forward_native")
-            for s, part in zip(seqs, logits.split(list(counts))):
-                got[s].append(part)
-                done[s] += part.shape[0]
-    return {s: torch.cat(parts) for s, parts in got.items()}
+    """Each sequence's logits over ``steps`` through the model's bound state pools (no attention)."""
+    return logits_over_steps(model, ids, steps, slots, 16, method=method)
 
 
 def test_model_logits_are_hf_mamba2_for_causal_lm():

@@ -4,6 +4,8 @@ import torch
 
 from kernels_reference.L1.gemma_rms_norm import GemmaRMSNorm
 
+from state_models import draw_qwen3_next, logits_over_steps
+
 modeling = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
 
 
@@ -153,20 +155,7 @@ MODEL = dict(GDN, vocab_size=96, intermediate_size=96, num_hidden_layers=4, num_
 def _hf_model(gen):
     cfg = modeling.Qwen3NextConfig(**MODEL)
     cfg._attn_implementation = "eager"
-    hf = modeling.Qwen3NextForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if name.endswith("A_log"):  # decay rates from slow to fast, as trained layers have
-                p.copy_(torch.linspace(0.02, 4.0, p.numel()).log())
-            elif name.endswith("linear_attn.norm.weight"):  # the gated norm's plain weight
-                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
-            elif p.dim() == 1:  # dt_bias and the zero-centred norms
-                p.copy_(0.3 * torch.randn(p.shape, generator=gen))
-            elif name.endswith("embed_tokens.weight"):
-                p.copy_(torch.randn(p.shape, generator=gen))
-            else:  # matrices and stacked experts [E, out, in]: fan_in is last
-                p.copy_(torch.randn(p.shape, generator=gen) * p.shape[-1] ** -0.5)
-    return cfg, hf
+    return cfg, draw_qwen3_next(modeling.Qwen3NextForCausalLM(cfg).eval(), gen)
 
 
 def _routing_gap(hf, ids):
@@ -212,23 +201,7 @@ def our_model(hf, gen):
 
 def run_model_steps(model, ids, method="forward_native"):
     """Each sequence's logits over ``STEPS``, through the model's bound caches and pools."""
-    from kernels_reference.forward_context import AttentionMetadata, set_forward_context
-
-    done = {s: 0 for s in ids}
-    got = {s: [] for s in ids}
-    with torch.no_grad():
-        for seqs, counts in STEPS:
-            meta = AttentionMetadata.build([done[s] for s in seqs], list(counts), BLOCK,
-                                           block_tables=[TABLES[s] for s in seqs],
-                                           state_slots=[SLOTS[s] for s in seqs])
-            batch = torch.cat([ids[s][done[s]: done[s] + n] for s, n in zip(seqs, counts)])
-            with set_forward_context(meta):
-                hidden = getattr(model, method)(batch, meta.positions())
-            logits = model.compute_logits(hidden, native=method == "forward_native")
-            for s, part in zip(seqs, logits.split(list(counts))):
-                got[s].append(part)
-                done[s] += part.shape[0]
-    return {s: torch.cat(parts) for s, parts in got.items()}
+    return logits_over_steps(model, ids, STEPS, SLOTS, BLOCK, TABLES, method)
 
 
 def test_model_is_hf_qwen3_next_for_causal_lm():
