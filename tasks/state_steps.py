@@ -54,6 +54,12 @@ class StateTask(Task):
         meta = AttentionMetadata.build(case["context"], case["query"], BLOCK_SIZE, device=device)
         return self.add_state_pools(case, {"metadata": meta}, gen, device)
 
+    def layer_step_inputs(self, case, gen, device, hidden_size: int) -> Dict:
+        """An L2 layer's step: :meth:`step_inputs` and the step's hidden states (one row per token)."""
+        inputs = self.step_inputs(case, gen, device)
+        inputs["hidden_states"] = activations((sum(case["query"]), hidden_size), gen, device, case.dtype)
+        return inputs
+
     def add_state_pools(self, case, inputs: Dict, gen, device) -> Dict:
         """Give the step's sequences random slots of pools with spare slots, and fill every slot."""
         batch = len(case["query"])

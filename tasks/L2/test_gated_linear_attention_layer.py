@@ -25,7 +25,7 @@ from ..dense import DenseTask
 from ..gla_inputs import GATE_BIAS_RANGE, GLA_CHUNK, GLA_MODELS, STATE_SCALE, GLADims, gla_dims
 from ..linear_inputs import draw_layer_step, layer_steps
 from ..state_steps import StateTask
-from ..workload import activations, model_dtype
+from ..workload import model_dtype
 
 
 def layer_dims(model: str, profile: str) -> GLADims:
@@ -82,10 +82,7 @@ class GatedLinearAttentionLayerTask(StateTask):
         return None, (d.num_heads, d.head_k_dim, d.head_v_dim), STATE_SCALE
 
     def make_inputs(self, case, gen, device):
-        inputs = self.step_inputs(case, gen, device)
-        inputs["hidden_states"] = activations((sum(case["query"]), self.dims(case).hidden_size), gen, device,
-                                              case.dtype)
-        return inputs
+        return self.layer_step_inputs(case, gen, device, self.dims(case).hidden_size)
 
     def fuzz_strategy(self, dtype, profile):
         @st.composite

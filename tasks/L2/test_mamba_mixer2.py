@@ -28,7 +28,7 @@ from ..dense import DenseTask
 from ..linear_inputs import MAMBA2_MODELS, Mamba2Dims, decode_batches, mamba2_dims, prefill_batches
 from ..mamba_ssd import INITIAL_STATE_SCALE, STATE_DTYPE, head_params
 from ..state_steps import StateTask
-from ..workload import activations, model_dtype
+from ..workload import model_dtype
 
 
 def _dims(case) -> Mamba2Dims:
@@ -106,9 +106,7 @@ class MambaMixer2Task(StateTask):
         return (d.conv_kernel - 1, d.conv_dim), (d.num_heads, d.head_dim, d.state_size), INITIAL_STATE_SCALE
 
     def make_inputs(self, case, gen, device):
-        inputs = self.step_inputs(case, gen, device)
-        inputs["hidden_states"] = activations((sum(case["query"]), _dims(case).hidden_size), gen, device, case.dtype)
-        return inputs
+        return self.layer_step_inputs(case, gen, device, _dims(case).hidden_size)
 
     def fuzz_strategy(self, dtype, profile):
         real = mamba2_dims(MAMBA2_MODELS[0], profile)

@@ -21,7 +21,7 @@ from ..dense import DenseTask
 from ..gated_delta_inputs import STATE_SCALE, decay_rates
 from ..state_steps import StateTask
 from ..linear_inputs import GATED_DELTA_CHUNK, GATED_DELTA_MODELS, draw_layer_step, gated_delta_dims, layer_steps
-from ..workload import activations, model_dtype
+from ..workload import model_dtype
 
 
 class Qwen3NextGatedDeltaNetTask(StateTask):
@@ -67,10 +67,7 @@ class Qwen3NextGatedDeltaNetTask(StateTask):
         return (d.conv_kernel - 1, d.conv_dim), (d.num_v_heads, d.head_k_dim, d.head_v_dim), STATE_SCALE
 
     def make_inputs(self, case, gen, device):
-        inputs = self.step_inputs(case, gen, device)
-        inputs["hidden_states"] = activations((sum(case["query"]), self.dims(case).hidden_size), gen, device,
-                                              case.dtype)
-        return inputs
+        return self.layer_step_inputs(case, gen, device, self.dims(case).hidden_size)
 
     def fuzz_strategy(self, dtype, profile):
         @st.composite

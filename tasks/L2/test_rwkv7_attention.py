@@ -31,7 +31,7 @@ from ..dense import DenseTask
 from ..linear_inputs import draw_layer_step, layer_steps, prefill_batches
 from ..rwkv7_inputs import DECAY_BIAS_RANGE, ICLR_BIAS_RANGE, RWKV7_CHUNK, RWKV7_MODELS, rwkv7_dims
 from ..state_steps import StateTask
-from ..workload import activations, model_dtype
+from ..workload import model_dtype
 
 STATE_SCALE = 2.0  # a running state's size (the L1 task's warmed-up states have std ~2.4)
 VALUE_BIAS_RANGE = (-1.0, 1.0)  # v_lora bias: sigmoid 0.27 .. 0.73 of the way to v_first
@@ -133,8 +133,7 @@ class RWKV7AttentionTask(StateTask):
 
     def make_inputs(self, case, gen, device):
         d, t = self.dims(case), sum(case["query"])
-        inputs = self.step_inputs(case, gen, device)
-        inputs["hidden_states"] = activations((t, d.hidden_size), gen, device, case.dtype)
+        inputs = self.layer_step_inputs(case, gen, device, d.hidden_size)
         if case["layer"] != 0:
             inputs["v_first"] = torch.randn((t, d.value_dim), generator=gen, device=device).to(case.dtype)
         return inputs
