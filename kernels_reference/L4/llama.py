@@ -27,11 +27,15 @@ class LlamaModel(RecordsInit, nn.Module):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(self.make_layer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.norm = self.make_norm(config)
 
     def make_layer(self, config: LlamaArchConfig, layer_idx: int) -> nn.Module:
         """The decoder layer at ``layer_idx`` (subclasses: the MoE models' layers)."""
         return LlamaDecoderLayer(config)
+
+    def make_norm(self, config: LlamaArchConfig) -> nn.Module:
+        """The final norm, fed the last layer's residual (subclasses: Qwen3-Next's zero-centred one)."""
+        return RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(self, input_ids, positions):
         return self._forward(input_ids, positions, native=False)

@@ -27,34 +27,21 @@ import torch
 from torch import nn
 
 from ..L1.gemma_rms_norm import GemmaRMSNorm
-from ..L1.vocab_parallel_embedding import VocabParallelEmbedding
 from ..L3.qwen3_next_decoder_layer import Qwen3NextDecoderLayer
-from ..native import run
 from ..qwen3_next_config import FULL, LINEAR, Qwen3NextArchConfig
-from ..records import RecordsInit
 from ..state_pools import bind_state_pools
-from .llama import LlamaForCausalLM
+from .llama import LlamaForCausalLM, LlamaModel
 
 
-class Qwen3NextModel(RecordsInit, nn.Module):
-    def __init__(self, config: Qwen3NextArchConfig):
-        super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(Qwen3NextDecoderLayer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+class Qwen3NextModel(LlamaModel):
+    """LlamaModel's embedding, layers and fused-residual final norm, with Qwen3-Next's layers (each
+    a gated DeltaNet or gated attention by ``layer_types``) and zero-centred final norm."""
 
-    def forward(self, input_ids, positions):
-        return self._forward(input_ids, positions, native=False)
+    def make_layer(self, config: Qwen3NextArchConfig, layer_idx: int) -> nn.Module:
+        return Qwen3NextDecoderLayer(config, layer_idx)
 
-    def forward_native(self, input_ids, positions):
-        return self._forward(input_ids, positions, native=True)
-
-    def _forward(self, input_ids, positions, native):
-        hidden_states, residual = run(self.embed_tokens, native, input_ids), None
-        for layer in self.layers:
-            hidden_states, residual = run(layer, native, positions, hidden_states, residual)
-        hidden_states, _ = run(self.norm, native, hidden_states, residual)
-        return hidden_states
+    def make_norm(self, config: Qwen3NextArchConfig) -> nn.Module:
+        return GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
 
 class Qwen3NextForCausalLM(LlamaForCausalLM):
