@@ -24,15 +24,21 @@ def llama_attention(config: LlamaArchConfig) -> LlamaAttention:
         qkv_bias=config.qkv_bias, qk_norm=config.qk_norm)
 
 
-def pre_norm_forward(layer: nn.Module, mlp: nn.Module, positions, hidden_states, residual, native: bool):
-    """norm -> attention -> fused add + norm -> ``mlp`` (dense MLP or MoE block), shared by the
-    Llama, Mixtral and Qwen3-MoE layers (their blocks differ only by the MLP)."""
+def pre_norm_forward(layer: nn.Module, mlp: nn.Module, positions, hidden_states, residual, native: bool,
+                     mixer: Optional[nn.Module] = None):
+    """norm -> token mixer -> fused add + norm -> ``mlp`` (dense MLP or MoE block), shared by the
+    Llama, Mixtral, Qwen3-MoE and Qwen3-Next layers. The mixer is ``layer.self_attn`` (called with
+    the positions) unless ``mixer`` names one that takes the hidden states alone (Qwen3-Next's
+    gated DeltaNet)."""
     if residual is None:
         residual = hidden_states
         hidden_states = run(layer.input_layernorm, native, hidden_states)
     else:
         hidden_states, residual = run(layer.input_layernorm, native, hidden_states, residual)
-    hidden_states = run(layer.self_attn, native, positions, hidden_states)
+    if mixer is None:
+        hidden_states = run(layer.self_attn, native, positions, hidden_states)
+    else:
+        hidden_states = run(mixer, native, hidden_states)
     hidden_states, residual = run(layer.post_attention_layernorm, native, hidden_states, residual)
     return run(mlp, native, hidden_states), residual
 

@@ -22,9 +22,9 @@ from ..L2.llama_mlp import LlamaMLP
 from ..L2.qwen3_next_attention import Qwen3NextAttention
 from ..L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaNet
 from ..L2.qwen3_next_moe import Qwen3NextSparseMoeBlock
-from ..native import run
 from ..qwen3_next_config import LINEAR, Qwen3NextArchConfig
 from ..records import RecordsInit
+from .llama_decoder_layer import pre_norm_forward
 
 
 class Qwen3NextDecoderLayer(RecordsInit, nn.Module):
@@ -50,14 +50,5 @@ class Qwen3NextDecoderLayer(RecordsInit, nn.Module):
         return self._forward(positions, hidden_states, residual, native=True)
 
     def _forward(self, positions, hidden_states, residual, native):
-        if residual is None:
-            residual = hidden_states
-            hidden_states = run(self.input_layernorm, native, hidden_states)
-        else:
-            hidden_states, residual = run(self.input_layernorm, native, hidden_states, residual)
-        if self.layer_type == LINEAR:
-            hidden_states = run(self.linear_attn, native, hidden_states)
-        else:
-            hidden_states = run(self.self_attn, native, positions, hidden_states)
-        hidden_states, residual = run(self.post_attention_layernorm, native, hidden_states, residual)
-        return run(self.mlp, native, hidden_states), residual
+        mixer = self.linear_attn if self.layer_type == LINEAR else None  # None: self_attn, with positions
+        return pre_norm_forward(self, self.mlp, positions, hidden_states, residual, native, mixer)
