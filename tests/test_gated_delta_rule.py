@@ -10,7 +10,7 @@ from fk_pytest.registry import _suite_package, get_task
 from kernels_reference.L1.gated_delta_rule import GatedDeltaRule
 
 from conftest import CANDIDATES, EXAMPLES, ROOT
-from test_verdicts import assert_fails_exactly, load, verdicts
+from test_verdicts import assert_fails_exactly, assert_passes_every_case, load, verdicts
 
 pytest.importorskip("triton")
 gated_delta_inputs = importlib.import_module(_suite_package().__name__ + ".gated_delta_inputs").gated_delta_inputs
@@ -82,8 +82,7 @@ def test_unpacked_batch_equals_the_packed_one():
 # ---- verdicts through the real machinery -----------------------------------------------------------
 @pytest.mark.parametrize("tree", [EXAMPLES, ROOT / "kernels_reference"], ids=["examples", "reference-tree"])
 def test_honest_candidates_pass(tree):
-    counts, results = verdicts(TASK, load(tree, TASK))
-    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert_passes_every_case(TASK, tree)
 
 
 @pytest.mark.parametrize("tree, failing", [

@@ -6,12 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fk_pytest import status
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context
 from kernels_reference.L2.gla_layer import GatedLinearAttention
 
 from conftest import EXAMPLES
-from test_verdicts import assert_fails_exactly, load, verdicts
+from test_verdicts import assert_fails_exactly, assert_passes_every_case
 
 TASK = "gated_linear_attention_layer"
 HIDDEN, HEADS, EPS = 64, 2, 1e-6  # expand_k 0.5, expand_v 1: 16 x 32 heads
@@ -126,8 +125,7 @@ def test_a_fresh_one_token_prompt_is_a_prefill_not_a_decode():
 
 # ---- verdicts through the real machinery -----------------------------------------------------------
 def test_honest_example_passes():
-    counts, results = verdicts(TASK, load(EXAMPLES, TASK))
-    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert_passes_every_case(TASK, EXAMPLES)
 
 
 def _decode_only(case):

@@ -4,11 +4,10 @@ and on four wrong ones, each failing exactly on the cases that can see its bug."
 import pytest
 import torch
 
-from fk_pytest import status
 from kernels_reference.L1.layer_norm import LayerNorm
 
 from conftest import EXAMPLES, ROOT
-from test_verdicts import assert_fails_exactly, load, verdicts
+from test_verdicts import assert_fails_exactly, assert_passes_every_case
 
 triton = pytest.importorskip("triton")
 
@@ -68,8 +67,7 @@ def test_native_is_torch_layer_norm_in_float64(hidden, eps):
 
 @pytest.mark.parametrize("tree", [EXAMPLES, ROOT / "kernels_reference"], ids=["examples-triton", "reference-tree"])
 def test_honest_candidates_pass_every_case(tree):
-    counts, results = verdicts("layer_norm", load(tree, "layer_norm"))
-    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert_passes_every_case("layer_norm", tree)
 
 
 @pytest.mark.parametrize("tree, failing", [

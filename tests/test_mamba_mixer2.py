@@ -6,11 +6,10 @@ import os
 import pytest
 import torch
 
-from fk_pytest import status
 
 from conftest import EXAMPLES, ROOT
 from test_hf_mamba2 import LENGTHS, SLOTS, STEPS, TINY, _hf_mixer, _our_mixer, garbage_pools, run_steps
-from test_verdicts import assert_fails_exactly, load, verdicts
+from test_verdicts import assert_fails_exactly, assert_passes_every_case
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernels run interpreted on the CPU
 pytest.importorskip("triton")
@@ -42,8 +41,7 @@ def test_fast_path_matches_the_native_block():
 # ---- verdicts through the real machinery -----------------------------------------------------------
 @pytest.mark.parametrize("tree", [EXAMPLES, ROOT / "kernels_reference"], ids=["examples", "reference-tree"])
 def test_honest_candidates_pass(tree):
-    counts, results = verdicts(TASK, load(tree, TASK))
-    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert_passes_every_case(TASK, tree)
 
 
 @pytest.mark.parametrize("tree, failing", [

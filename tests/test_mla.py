@@ -7,7 +7,7 @@ import pytest
 from fk_pytest import status
 
 from conftest import CANDIDATES, EXAMPLES, ROOT
-from test_verdicts import load, verdicts
+from test_verdicts import assert_passes_every_case, load, verdicts
 
 MLA_TASKS = ["mla_attention", "deepseek_rotary_emb", "deepseek_v2_attention", "deepseek_v2_decoder_layer",
              "deepseek_v2_for_causal_lm"]
@@ -15,15 +15,13 @@ MLA_TASKS = ["mla_attention", "deepseek_rotary_emb", "deepseek_v2_attention", "d
 
 @pytest.mark.parametrize("task_name", MLA_TASKS)
 def test_honest_candidates_pass_every_case(task_name):
-    counts, results = verdicts(task_name, load(EXAMPLES, task_name))
-    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert_passes_every_case(task_name, EXAMPLES)
 
 
 def test_the_reference_tree_as_a_candidate_passes_the_rope_task():
     """(Not the attention tasks: a copied tree imports its own ``forward_context`` module, whose
     context stack the task never sets; the existing ``attention`` task has the same limitation.)"""
-    counts, results = verdicts("deepseek_rotary_emb", load(ROOT / "kernels_reference", "deepseek_rotary_emb"))
-    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert_passes_every_case("deepseek_rotary_emb", ROOT / "kernels_reference")
 
 
 @pytest.mark.parametrize("tree, task_name, where, output", [

@@ -4,12 +4,11 @@ candidates over its CPU cases."""
 import pytest
 import torch
 
-from fk_pytest import status
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context
 from kernels_reference.L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaNet
 
 from conftest import EXAMPLES, ROOT
-from test_verdicts import assert_fails_exactly, load, verdicts
+from test_verdicts import assert_fails_exactly, assert_passes_every_case
 
 pytest.importorskip("triton")
 
@@ -102,8 +101,7 @@ def test_a_fresh_one_token_prompt_is_a_prefill_not_a_decode():
 # ---- verdicts through the real machinery -----------------------------------------------------------
 @pytest.mark.parametrize("tree", [EXAMPLES, ROOT / "kernels_reference"], ids=["examples", "reference-tree"])
 def test_honest_candidates_pass(tree):
-    counts, results = verdicts(TASK, load(tree, TASK))
-    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert_passes_every_case(TASK, tree)
 
 
 @pytest.mark.parametrize("tree, failing", [

@@ -6,12 +6,11 @@ import os
 import pytest
 import torch
 
-from fk_pytest import status
 from fk_pytest.registry import get_task
 
 from conftest import EXAMPLES, ROOT
 from test_hf_qwen3_next import LENGTHS, MODEL, _hf_model, our_model, run_model_steps
-from test_verdicts import assert_fails_exactly, load, verdicts
+from test_verdicts import assert_fails_exactly, assert_passes_every_case
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernels run interpreted on the CPU
 pytest.importorskip("triton")
@@ -49,8 +48,7 @@ def test_model_fast_path_matches_its_native_path():
 @pytest.mark.parametrize("task", ["qwen3_next_decoder_layer", "qwen3_next_for_causal_lm"])
 @pytest.mark.parametrize("tree", [EXAMPLES, ROOT / "kernels_reference"], ids=["examples", "reference-tree"])
 def test_honest_candidates_pass(task, tree):
-    counts, results = verdicts(task, load(tree, task))
-    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert_passes_every_case(task, tree)
 
 
 def _fresh_linear_prefill(case):

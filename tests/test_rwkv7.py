@@ -11,7 +11,7 @@ from fk_pytest.registry import _suite_package, get_task
 from kernels_reference.L1.rwkv7 import ChunkRWKV7
 
 from conftest import CANDIDATES, EXAMPLES, ROOT
-from test_verdicts import assert_fails_exactly, load, verdicts
+from test_verdicts import assert_fails_exactly, assert_passes_every_case, load, verdicts
 
 pytest.importorskip("triton")
 rwkv7_inputs = importlib.import_module(_suite_package().__name__ + ".rwkv7_inputs").rwkv7_inputs
@@ -126,8 +126,7 @@ def test_the_custom_op_is_the_module_and_maps_no_state_to_none():
 # ---- verdicts through the real machinery -----------------------------------------------------------
 @pytest.mark.parametrize("tree", [EXAMPLES, ROOT / "kernels_reference"], ids=["examples", "reference-tree"])
 def test_honest_candidates_pass(tree):
-    counts, results = verdicts(TASK, load(tree, TASK))
-    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert_passes_every_case(TASK, tree)
 
 
 def _prefill(case):

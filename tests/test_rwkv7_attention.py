@@ -5,12 +5,11 @@ step, and the task's verdicts on honest and wrong candidates over its CPU cases.
 import pytest
 import torch
 
-from fk_pytest import status
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context
 from kernels_reference.L2.rwkv7_attention import RWKV7Attention
 
 from conftest import EXAMPLES
-from test_verdicts import assert_fails_exactly, load, verdicts
+from test_verdicts import assert_fails_exactly, assert_passes_every_case
 
 TASK = "rwkv7_attention"
 HIDDEN, HEAD, EPS = 128, 64, 1e-5  # 2 heads of 64 x 64
@@ -175,8 +174,7 @@ def test_a_fresh_one_token_prompt_reads_neither_pool():
 
 # ---- verdicts through the real machinery -----------------------------------------------------------
 def test_honest_example_passes():
-    counts, results = verdicts(TASK, load(EXAMPLES, TASK))
-    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert_passes_every_case(TASK, EXAMPLES)
 
 
 def _continuing(case):

@@ -28,6 +28,12 @@ def load(tree, task_name):
     return CandidateSource(tree).load_class(get_task(task_name))
 
 
+def assert_passes_every_case(task_name, tree):
+    """The honest candidate ``tree`` passes every CPU case of ``task_name``."""
+    counts, results = verdicts(task_name, load(tree, task_name))
+    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+
+
 def assert_fails_exactly(task_name, tree, failing, some_pass=False):
     """The wrong candidate ``tree`` is WRONG_RESULT on exactly the CPU cases ``failing(case)``
     names (at least one; with ``some_pass``, not all) and passes the others."""
@@ -43,8 +49,7 @@ def assert_fails_exactly(task_name, tree, failing, some_pass=False):
                                        "qwen3_next_attention"])
 @pytest.mark.parametrize("tree", [EXAMPLES, ROOT / "kernels_reference"], ids=["examples-triton", "reference-tree"])
 def test_honest_candidates_pass_every_case(task_name, tree):
-    counts, results = verdicts(task_name, load(tree, task_name))
-    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert_passes_every_case(task_name, tree)
 
 
 @pytest.mark.parametrize("tree, task_name, expected, where", [
