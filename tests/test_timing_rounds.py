@@ -72,3 +72,12 @@ def test_a_reference_under_the_roofline_floor_is_flagged_and_its_case_not_scored
     record = TaskRecord(TASK.name, TASK.level, TASK.family, TASK.module_path, TASK.class_name)
     record.speed = {"a": honest, "b": dataclasses.replace(too_fast_ref, case_id="b")}
     assert [s.case_id for s in record.timed] == [honest.case_id]
+
+
+def test_slow_rounds_need_fewer_than_the_minimum_but_never_fewer_than_one_interval_check():
+    from fk_pytest.speed import QUICK_MIN_ROUNDS, QUICK_MIN_SECONDS
+    from fk_pytest.timing import CI_CHECK_EVERY, SLOW_MIN_ROUNDS, min_rounds_for
+    assert min_rounds_for(5e-6, QUICK_MIN_ROUNDS, QUICK_MIN_SECONDS) == QUICK_MIN_ROUNDS  # decode-sized
+    assert min_rounds_for(0.01, QUICK_MIN_ROUNDS, QUICK_MIN_SECONDS) == QUICK_MIN_ROUNDS  # 0.5 s in all
+    assert min_rounds_for(0.1, QUICK_MIN_ROUNDS, QUICK_MIN_SECONDS) == 20
+    assert min_rounds_for(3.2, QUICK_MIN_ROUNDS, QUICK_MIN_SECONDS) == SLOW_MIN_ROUNDS >= CI_CHECK_EVERY

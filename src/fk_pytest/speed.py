@@ -7,7 +7,7 @@ from typing import Dict, Optional
 import torch
 
 from . import status
-from .build import draw_inputs, instantiate, instantiate_candidate, master_state, upcast_inputs
+from .build import clone_inputs, draw_inputs, instantiate, instantiate_candidate, master_state, upcast_inputs
 from .compare import output_error, reference_error
 from .ref_cache import pack_rows, unpack_rows
 from .correctness import as_outputs
@@ -24,6 +24,7 @@ SUSPECT_FRACTION = 0.85  # a time under 85% of the roofline floor is not a recor
 # fixed rounds of the 0.5 s budget (at least 50, at most 500), whatever the interval.
 TARGET_CI = 0.01
 QUICK_MIN_ROUNDS = 50  # 20 let one decode-sized identity check end 3.3% off with a "1%" interval (H200)
+QUICK_MIN_SECONDS = 2.0  # rounds of calls this slow need fewer than QUICK_MIN_ROUNDS (timing.min_rounds_for)
 
 
 @dataclasses.dataclass
@@ -75,7 +76,8 @@ def measure_speed(task: Task, case: Case, candidate_cls: type, device, seed: int
 
 def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_sets, compose,
              thorough, cache) -> SpeedResult:
-    rounds = {} if thorough else {"target_ci": TARGET_CI, "min_rounds": QUICK_MIN_ROUNDS}
+    rounds = {} if thorough else {"target_ci": TARGET_CI, "min_rounds": QUICK_MIN_ROUNDS,
+                                 "min_seconds": QUICK_MIN_SECONDS}
     key = cached = None
     if cache is not None and timings_cacheable(device):
         from .ref_cache import case_key
@@ -169,6 +171,10 @@ def _check_after_timing(task, case, state, runners, sets, device, ref_checks=Non
     names = tampered()
     if names:
         raise CandidateError(status.TAMPERED, f"candidate code replaced {', '.join(names[:5])}")
+    # The rule for undetermined rows watches the reference's router logits: the timed reference
+    # module serves (without it the rule builds its own copy at the case dtype, a third model in
+    # memory: a float32 Qwen3-Next cut ran the H200 out of memory that way on 2026-12-05).
+    ref_module = getattr(runners.get("reference"), "module", None)
     with torch.no_grad():
         truth_module = instantiate(task.reference, task, case, state, device, torch.float64)
 
@@ -176,7 +182,9 @@ def _check_after_timing(task, case, state, runners, sets, device, ref_checks=Non
             """The truths, each paired with its rows left out (``Task.undetermined_rows``, or
             ``known_rows`` from the reference cache; None: all)."""
             upcast = upcast_inputs(values)
-            observed = task.undetermined_rows(case, upcast, truth_module) if known_rows is None else None
+            observed = task.undetermined_rows(case, upcast, truth_module, ref_module) if known_rows is None else None
+            if observed is not None and ref_module is not None:
+                task.call(ref_module, clone_inputs(values))  # the rule records its logits
             truths = as_outputs(task.call(truth_module, upcast, "forward_native"), task.output_names(case), "truth")
             masks = observed() if observed is not None else {}
             if known_rows is not None:

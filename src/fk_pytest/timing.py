@@ -268,7 +268,7 @@ def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s:
                    min_rounds: int = 50, max_rounds: int = 500,
                    more_sets: Optional[Callable[[int], Sequence[Mapping[str, Any]]]] = None,
                    l2_hot: bool = False, target_ci: Optional[float] = None,
-                   calls: Optional[int] = None) -> Dict[str, Timing]:
+                   calls: Optional[int] = None, min_seconds: Optional[float] = None) -> Dict[str, Timing]:
     """Time every runner interleaved. With ``more_sets`` (n -> n fresh input sets) short calls are
     also timed amortised: K calls per replay (see the module docstring), the same K for all runners
     so their per-call times compare.
@@ -279,7 +279,9 @@ def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s:
     (checked every ``CI_CHECK_EVERY`` rounds; see :func:`ratio_ci`): rounds past that point move
     the speedup by less than the interval says and only cost time. One runner alone (the other
     side's time known from the reference cache) stops on the interval of its own median.
-    ``calls`` fixes K (the cached side's), else it is chosen from the runners' one-call times."""
+    ``calls`` fixes K (the cached side's), else it is chosen from the runners' one-call times.
+    ``min_seconds``: rounds that long lower ``min_rounds`` to what that many seconds buy (never
+    under ``SLOW_MIN_ROUNDS``; see :func:`min_rounds_for`)."""
     single = _estimate_single_us(runners, flusher)
     fixed_calls, calls = calls, 1
     if more_sets is not None:
@@ -291,6 +293,8 @@ def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s:
                 r.amortise(extra, calls, rotate=not l2_hot)
             del extra
     per_round_s = sum(single.values()) * (1 + calls) * 1e-6 + len(runners) * (2 if calls > 1 else 1) * 2e-5
+    if min_seconds is not None:
+        min_rounds = min_rounds_for(per_round_s, min_rounds, min_seconds)
     rounds = int(min(max(budget_s / max(per_round_s, 1e-6), min_rounds), max_rounds))
     adaptive = target_ci is not None and len(runners) in (1, 2)
 
@@ -335,6 +339,16 @@ def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s:
             t.ratio_ci, t.median_ci = ci, ratio_ci(t.samples_us)
     return out
 
+
+def min_rounds_for(per_round_s: float, min_rounds: int, min_seconds: float) -> int:
+    """The fewest rounds worth running: ``min_rounds`` (which decode-sized calls need: their first
+    rounds are still settling), but for rounds so long that ``min_seconds`` of them is fewer, what
+    those seconds buy, and never under ``SLOW_MIN_ROUNDS``. A 1.6 s eager candidate ran 50 rounds,
+    80 s for one case, where its median was settled long before (H200, 2026-12-05)."""
+    return max(SLOW_MIN_ROUNDS, min(min_rounds, math.ceil(min_seconds / max(per_round_s, 1e-9))))
+
+
+SLOW_MIN_ROUNDS = 10  # one check of the interval (CI_CHECK_EVERY) at least
 
 CI_CHECK_EVERY = 10  # rounds between two checks of the ratio's confidence interval (one sync each)
 BOOTSTRAP_RESAMPLES = 400
