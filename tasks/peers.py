@@ -461,6 +461,46 @@ MLA_PEERS = (
 )
 
 
+# ---- linear attention: flash-linear-attention -----------------------------------------------------
+# The L1 scan tasks take FLA's own arguments (tasks/gated_delta_inputs.py, gla_inputs.py,
+# rwkv7_inputs.py), so the peer is FLA's function on the task's inputs: its chunked kernel for
+# prefill, its fused recurrent one when every sequence brings one token (decode), as vLLM's
+# Qwen3-Next layer calls them.
+def _fla_peer(module: str, chunk: str, recurrent: str, recurrent_names: Optional[Dict[str, str]] = None):
+    """``recurrent_names``: arguments the recurrent form names otherwise (GLA's gate is ``gk`` there)."""
+    def build(ctx: PeerContext):
+        if ctx.device.type != "cuda":
+            raise Skipped("flash-linear-attention's kernels need a GPU")
+        try:
+            ops = importlib.import_module(f"fla.ops.{module}")
+        except ImportError as exc:
+            raise Skipped(f"fla-core is not installed ({exc})") from None
+        decode = all(n == 1 for n in ctx.case.params.get("lengths", ()))
+        fn = getattr(ops, recurrent if decode else chunk)
+        ctx.note(f"fla.ops.{module}.{recurrent if decode else chunk}")
+
+        def run(inputs):
+            args = dict(inputs)
+            if args.get("cu_seqlens") is not None:
+                args["cu_seqlens"] = args["cu_seqlens"].long()  # FLA's type; ours is int32 as vLLM's
+            if decode:
+                args = {(recurrent_names or {}).get(k, k): v for k, v in args.items()}
+            return fn(**args)
+
+        return run
+
+    return build
+
+
+FLA = dict(kind=PRODUCTION, version=package_version("fla-core"))
+FLA_GATED_DELTA = Peer("fla", "flash-linear-attention chunk_gated_delta_rule / fused_recurrent_gated_delta_rule",
+                       _fla_peer("gated_delta_rule", "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"), **FLA)
+FLA_GLA = Peer("fla", "flash-linear-attention chunk_gla / fused_recurrent_gla",
+               _fla_peer("gla", "chunk_gla", "fused_recurrent_gla", {"g": "gk"}), **FLA)
+FLA_RWKV7 = Peer("fla", "flash-linear-attention chunk_rwkv7 / fused_recurrent_rwkv7",
+                 _fla_peer("rwkv7", "chunk_rwkv7", "fused_recurrent_rwkv7"), **FLA)
+
+
 # ---- the ops -------------------------------------------------------------------------------------
 def _op(peers, targets=(), case_filter=llama_family_bf16) -> OpPeers:
     return OpPeers(tuple(peers), tuple(targets), case_filter)
@@ -482,4 +522,8 @@ OPS: Dict[str, OpPeers] = {
     "parallel_lm_head": _op((EAGER, COMPILE)),
     "fused_moe": _op((EAGER, MOE_COMPILE, GROUPED_MM), (MOE_PREFILL, MOE_DECODE), moe_bf16),
     "topk_softmax": _op((EAGER, COMPILE), (), moe_bf16),
+    # No eager peer: forward_native is the float64-exact token-by-token recurrence, minutes a case.
+    "gated_delta_rule": _op((FLA_GATED_DELTA,), (), _bf16),
+    "gated_linear_attention": _op((FLA_GLA,), (), _bf16),
+    "rwkv7": _op((FLA_RWKV7,), (), _bf16),
 }
