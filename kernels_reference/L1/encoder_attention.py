@@ -1,0 +1,268 @@
+"""Bidirectional attention without a KV cache, as encoders run it: every token attends to every
+token of its own sequence (or image), the past and the future alike.
+
+Two production classes, one per batch layout:
+
+* ``EncoderOnlyAttention(num_heads, head_size, scale, num_kv_heads=None)``: vLLM's layer for
+  encoder-only text models (BERT, XLM-R / BGE-M3). ``forward(query[T, nq*d], key[T, nk*d],
+  value[T, nk*d]) -> [T, nq*d]`` over a *packed* batch: the sequences' boundaries are the
+  ``query_start_loc`` (cu_seqlens) of the forward context, read there as the causal ``Attention``
+  reads them; there is no cache, so a sequence with cached context is an error. Without metadata
+  the whole batch is one sequence.
+* ``MultiHeadAttention(num_heads, head_size, scale, num_kv_heads=None)``: vLLM's cache-free layer of
+  vision towers (SigLIP, DINOv2 / ViTs). ``forward(query[B, S, nq*d], key[B, Skv, nk*d],
+  value[B, Skv, nk*d], attention_mask=None) -> [B, S, nq*d]`` over a *padded* batch (``[B, S,
+  heads, d]`` inputs are accepted too). ``attention_mask`` is an extension vLLM's class does not
+  have: a bool key-padding mask ``[B, Skv]`` (True = attend), what Hugging Face's BERT feeds SDPA
+  for a padded batch of sentences. Each of its rows needs at least one True. A padded query row
+  attends to its entry's valid keys like any other row, so it is finite; the suite does not score
+  it (pooling discards those rows), so a kernel may write any finite value there, zeros included,
+  but must write one (unwritten memory is caught).
+
+``forward_native`` is the semantic definition: scores, softmax and the weighted sum per sequence in
+float32 (float64 stays float64: the suite's truth). The fast path on CUDA is the strongest kernel
+torch ships: FlashAttention-2's varlen kernel (``aten._flash_attention_forward`` with cu_seqlens,
+GQA read directly) for the packed batch, ``F.scaled_dot_product_attention`` (FlashAttention,
+cuDNN or memory-efficient, with the mask as a boolean ``[B, 1, 1, Skv]`` attn_mask) for the padded
+one; per-sequence SDPA where the varlen kernel does not apply (float32, odd head sizes, older GPUs).
+On the CPU ``forward`` runs ``forward_native``. Under ``torch.compile`` the packed layer is one
+opaque op, ``fk::encoder_only_attention``, whose implementation picks the path when it runs (its
+per-sequence lengths are host values); the padded layer's SDPA is traced as it is.
+"""
+from typing import Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..dispatch import compute_dtype, op_name, use_fast_path
+from ..forward_context import get_forward_context
+from ..records import RecordsInit
+
+_FLASH_DTYPES = (torch.float16, torch.bfloat16)
+# Scores held at once by the native path ([heads, query rows, keys]); longer sequences go by
+# blocks of query rows (softmax is per row, so the result is the same): an 8192-token document's
+# float64 truth stays a few hundred MB instead of 8.6 GB of scores.
+_NATIVE_SCORES_PER_BLOCK = 1 << 25
+
+
+def split_heads(x: torch.Tensor, heads: int, head_size: int, leading: int = 1) -> torch.Tensor:
+    """``x`` with ``leading`` token dimensions ([T] packed, [B, S] padded), then heads * d features
+    (views of fused qkv columns stay views) or heads and d already apart, as [..., heads, d]."""
+    return x.reshape(*x.shape[:leading], heads, head_size)
+
+
+# ---- the semantic definition ----------------------------------------------------------------------
+
+def bidirectional_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                            key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """One sequence: q [Lq, nq, d] attends to every key of k/v [Lk, nk, d] (``key_mask`` [Lk] bool:
+    False keys take no part); nq a multiple of nk (GQA). Returns [Lq, nq, d] in q's dtype."""
+    compute = compute_dtype(q.dtype)
+    group = q.shape[1] // k.shape[1]
+    kc = k.to(compute).repeat_interleave(group, dim=1)
+    vc = v.to(compute).repeat_interleave(group, dim=1)
+    rows = max(1, _NATIVE_SCORES_PER_BLOCK // max(1, q.shape[1] * k.shape[0]))
+    blocks = []
+    for first in range(0, q.shape[0], rows):
+        scores = torch.einsum("qhd,khd->hqk", q[first:first + rows].to(compute), kc) * scale
+        if key_mask is not None:
+            scores = scores.masked_fill(~key_mask, float("-inf"))
+        blocks.append(torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), vc).to(q.dtype))
+    return torch.cat(blocks) if blocks else q.new_empty(q.shape)
+
+
+def varlen_attention_native(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_lens: Sequence[int],
+                            scale: float) -> torch.Tensor:
+    """Packed [T, heads, d] rows: each sequence (``query_lens``, in order) attends within itself."""
+    blocks, first = [], 0
+    for n in query_lens:
+        if n:
+            blocks.append(bidirectional_attention(q[first:first + n], k[first:first + n], v[first:first + n], scale))
+        first += n
+    return torch.cat(blocks) if blocks else q.new_empty(q.shape)
+
+
+def padded_attention_native(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                            key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """[B, S, nq, d] queries over [B, Skv, nk, d] keys/values, entry by entry; ``key_mask`` [B, Skv]."""
+    rows = [bidirectional_attention(q[b], k[b], v[b], scale, None if key_mask is None else key_mask[b])
+            for b in range(q.shape[0])]
+    return torch.stack(rows) if rows else q.new_empty(q.shape)
+
+
+# ---- the fast path (CUDA) -------------------------------------------------------------------------
+
+def _flash_varlen_applies(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """FlashAttention-2 as torch builds it: half types, head sizes a multiple of 8 up to 256,
+    Ampere or newer; K/V heads dividing the query heads (it reads shared heads itself)."""
+    d = q.shape[-1]
+    return (q.dtype in _FLASH_DTYPES and d % 8 == 0 and d <= 256 and q.shape[1] % k.shape[1] == 0
+            and hasattr(torch.ops.aten, "_flash_attention_forward")
+            and torch.backends.cuda.is_flash_attention_available()
+            and torch.cuda.get_device_capability(q.device) >= (8, 0))
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+          key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """[B, L, heads, d] through SDPA ([B, heads, L, d] views, no copy), no causal mask."""
+    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
+    mask = None if key_mask is None else key_mask[:, None, None, :]
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale,
+                                         enable_gqa=k.shape[2] != q.shape[2])
+    return out.transpose(1, 2)
+
+
+def varlen_attention_fast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                          query_lens: Sequence[int], scale: float) -> torch.Tensor:
+    """The packed batch in one FlashAttention-2 varlen launch (keys = queries, cu_seqlens shared);
+    per-sequence SDPA where that kernel does not apply."""
+    if q.shape[0] == 0:
+        return q.new_empty(q.shape)
+    if _flash_varlen_applies(q, k):
+        cu = cu_seqlens.to(device=q.device, dtype=torch.int32).contiguous()
+        longest = max(query_lens)
+        return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, longest, longest, 0.0, False, False,
+                                                       scale=scale)[0]
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    first = 0
+    for n in query_lens:
+        if n:
+            rows = slice(first, first + n)
+            out[rows] = _sdpa(q[None, rows], k[None, rows], v[None, rows], scale)[0]
+        first += n
+    return out
+
+
+# ---- the packed layer ------------------------------------------------------------------------------
+
+def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
+                     query_lens: Sequence[int], num_heads: int, num_kv_heads: int, head_size: int, scale: float,
+                     fast: bool) -> torch.Tensor:
+    """[T, heads * d] packed rows, the sequences given by ``cu_seqlens`` and their host copy
+    ``query_lens``, through the fast path or the native one; returns [T, nq * d]."""
+    if sum(query_lens) != query.shape[0]:
+        raise ValueError(f"the metadata describes {sum(query_lens)} tokens, the batch has {query.shape[0]}")
+    q = split_heads(query, num_heads, head_size)
+    k = split_heads(key, num_kv_heads, head_size)
+    v = split_heads(value, num_kv_heads, head_size)
+    if fast:
+        out = varlen_attention_fast(q, k, v, cu_seqlens, query_lens, scale)
+    else:
+        out = varlen_attention_native(q, k, v, query_lens, scale)
+    return out.reshape(query.shape[0], num_heads * head_size)
+
+
+def _host_query_lens(cu_seqlens: torch.Tensor) -> Tuple[int, ...]:
+    """Each sequence's length on the host: the forward context's copy when it describes these very
+    cu_seqlens (no device sync; a compiled graph may hand over an alias, so memory is compared), else
+    read from the device."""
+    meta = get_forward_context()
+    if meta is not None and meta.query_lens_cpu:
+        mine = meta.query_start_loc
+        if mine is cu_seqlens or (mine.device == cu_seqlens.device and mine.data_ptr() == cu_seqlens.data_ptr()
+                                  and mine.shape == cu_seqlens.shape):
+            return _sequence_lens(meta)
+    return tuple(cu_seqlens.diff().tolist())
+
+
+# A copy of this file imported under another name (a candidate tree that copies the reference)
+# registers its own op instead of colliding with this one.
+_OP_NAME = op_name("encoder_only_attention", __name__)
+
+
+@torch.library.custom_op(_OP_NAME, mutates_args=())
+def encoder_only_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
+                           num_heads: int, num_kv_heads: int, head_size: int, scale: float) -> torch.Tensor:
+    """``EncoderOnlyAttention.forward`` with its metadata as an op: the per-sequence lengths stay
+    host values inside it instead of becoming Dynamo guards (a recompile per batch)."""
+    return packed_attention(query, key, value, cu_seqlens, _host_query_lens(cu_seqlens), num_heads, num_kv_heads,
+                            head_size, scale, fast=use_fast_path(query, key, value))
+
+
+@encoder_only_attention.register_fake
+def _encoder_only_attention_fake(query, key, value, cu_seqlens, num_heads, num_kv_heads, head_size, scale):
+    return query.new_empty(query.shape[0], num_heads * head_size)
+
+
+class EncoderOnlyAttention(RecordsInit, nn.Module):
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: Optional[int] = None):
+        super().__init__()
+        self.num_heads, self.head_size, self.scale = num_heads, head_size, scale
+        self.num_kv_heads = num_kv_heads or num_heads
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        meta = get_forward_context()
+        if meta is not None and torch.compiler.is_compiling():
+            # Only the metadata's tensor enters the graph: its host lengths would become guards.
+            return encoder_only_attention(query, key, value, meta.query_start_loc, self.num_heads,
+                                          self.num_kv_heads, self.head_size, self.scale)
+        return self._attend(query, key, value, fast=use_fast_path(query, key, value))
+
+    def forward_fast(self, query, key, value):
+        """The CUDA path (FlashAttention-2 varlen, or SDPA per sequence)."""
+        return self._attend(query, key, value, fast=True)
+
+    def forward_native(self, query, key, value):
+        return self._attend(query, key, value, fast=False)
+
+    def _attend(self, query, key, value, fast: bool):
+        """The packed batch's sequences from the forward context; without one, a single sequence."""
+        meta = get_forward_context()
+        if meta is None:
+            t = query.shape[0]
+            cu, lens = torch.tensor([0, t], dtype=torch.int32, device=query.device), (t,)
+        else:
+            cu, lens = meta.query_start_loc, _sequence_lens(meta)
+        return packed_attention(query, key, value, cu, lens, self.num_heads, self.num_kv_heads, self.head_size,
+                                self.scale, fast)
+
+    def extra_repr(self) -> str:
+        return (f"num_heads={self.num_heads}, head_size={self.head_size}, scale={self.scale}, "
+                f"num_kv_heads={self.num_kv_heads}")
+
+
+def _sequence_lens(meta) -> Tuple[int, ...]:
+    """The step's sequence lengths on the host; refused when a sequence has cached context (there
+    is no cache to hold it)."""
+    lens = tuple(meta.query_lens_cpu) or tuple(meta.query_start_loc.diff().tolist())
+    seq_lens = tuple(meta.seq_lens_cpu)
+    if seq_lens and seq_lens != lens:
+        raise ValueError("encoder-only attention has no KV cache: every sequence must be new this step "
+                         f"(query lens {lens}, sequence lens {seq_lens})")
+    return lens
+
+
+# ---- the padded layer -----------------------------------------------------------------------------
+
+class MultiHeadAttention(RecordsInit, nn.Module):
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: Optional[int] = None):
+        super().__init__()
+        self.num_heads, self.head_size, self.scale = num_heads, head_size, scale
+        self.num_kv_heads = num_kv_heads or num_heads
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        # SDPA is an op Dynamo traces as it is, so CUDA keeps it under torch.compile too (vLLM's
+        # layer is no CustomOp either); the CPU runs the definition.
+        if query.is_cuda:
+            return self.forward_fast(query, key, value, attention_mask)
+        return self.forward_native(query, key, value, attention_mask)
+
+    def forward_fast(self, query, key, value, attention_mask=None):
+        """The CUDA path: one SDPA call over the batch."""
+        q, k, v = self._heads(query, key, value)
+        return _sdpa(q, k, v, self.scale, attention_mask).reshape(*query.shape[:2], -1)
+
+    def forward_native(self, query, key, value, attention_mask=None):
+        q, k, v = self._heads(query, key, value)
+        return padded_attention_native(q, k, v, self.scale, attention_mask).reshape(*query.shape[:2], -1)
+
+    def _heads(self, query, key, value):
+        return (split_heads(query, self.num_heads, self.head_size, leading=2),
+                split_heads(key, self.num_kv_heads, self.head_size, leading=2),
+                split_heads(value, self.num_kv_heads, self.head_size, leading=2))
+
+    def extra_repr(self) -> str:
+        return (f"num_heads={self.num_heads}, head_size={self.head_size}, scale={self.scale}, "
+                f"num_kv_heads={self.num_kv_heads}")
