@@ -26,12 +26,14 @@ def _embed(patch, dim, dtype=torch.float64, seed=0, **kw):
 @pytest.mark.parametrize("flatten", [True, False], ids=["tokens", "grid"])
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5), (torch.bfloat16, 1.6e-2)],
                          ids=["fp64", "fp32", "bf16"])
-def test_conv_path_matches_native(dtype, tol, flatten):
+@pytest.mark.parametrize("path", ["forward_conv", "forward_gemm"])
+def test_fast_paths_match_native(dtype, tol, flatten, path):
     """A channels-last 2-image batch, 3 x 4 patches of 14 with pixels past the last whole patch on
-    both axes (SigLIP's 384 px case): cuDNN's call and the patches-times-weight product agree."""
+    both axes (SigLIP's 384 px case): cuDNN's call (float32 on CUDA), the one-GEMM form (half types
+    on CUDA) and the patches-times-weight product agree."""
     embed, gen = _embed(14, 72, dtype, flatten=flatten)
     x = torch.randn(2, 3, 14 * 3 + 5, 14 * 4 + 6, generator=gen).to(dtype).contiguous(memory_format=torch.channels_last)
-    got, want = embed.forward_conv(x), embed.forward_native(x)
+    got, want = getattr(embed, path)(x), embed.forward_native(x)
     assert got.shape == want.shape == ((2, 12, 72) if flatten else (2, 72, 3, 4)) and got.dtype == dtype
     torch.testing.assert_close(got.double(), want.double(), rtol=tol, atol=tol)
 
