@@ -350,3 +350,27 @@ def test_xdist_workers_merge_into_one_report_equal_to_a_serial_run(suite_run, tm
     assert verdicts(p_tasks) == verdicts(s_tasks)
     assert s_tasks["rms_norm"]["status"] == "WRONG_RESULT" and s_tasks["silu_and_mul"]["status"] == "NOT_ATTEMPTED"
     assert parallel["macro"]["MacroEval"] == serial["macro"]["MacroEval"]
+
+
+def test_progress_writes_of_the_report_take_a_bounded_share_of_the_run(tmp_path, monkeypatch):
+    """The report is rewritten while a run goes on, but a rewrite that costs T waits 9 T before
+    the next one (each rebuilds the whole, growing report: rewritten after every test, they
+    starved xdist's controller); the final write always happens."""
+    from fk_pytest import session as session_module
+    from fk_pytest.session import FKSession
+
+    fk = FKSession(device="cpu", candidate=None, mode="independent", profile="cpu", seed=None,
+                   report_path=str(tmp_path / "r.json"))
+    writes = []
+    now = [100.0]
+    monkeypatch.setattr(session_module.time, "monotonic", lambda: now[0])
+
+    def slow_write(complete):
+        writes.append(complete)
+        now[0] += 0.05  # a rewrite that takes 50 ms
+    monkeypatch.setattr(fk, "write", slow_write)
+    for _ in range(100):  # 100 tests of 10 ms each
+        fk.write_progress()
+        now[0] += 0.01
+    # 1 s of tests plus the rewrites: each 0.05 s rewrite buys 0.45 s of quiet, so 3, not 100
+    assert len(writes) == 3 and not any(writes)

@@ -284,7 +284,7 @@ class _JournalMerger:
         events = take_journal(report)
         if events:
             self.session.results.replay(events)
-            self.session.write(complete=False)
+            self.session.write_progress()
 
 
 def get_session(config) -> FKSession:
@@ -395,7 +395,7 @@ def pytest_runtest_teardown(item, nextitem):
         item.session.shouldstop = "interrupted (SIGINT)"
     fn = getattr(item, "function", None)
     if getattr(fn, "_fk_task", None) is not None or getattr(fn, "_fk_e2e", None) is not None:
-        get_session(item.config).write(complete=False)
+        get_session(item.config).write_progress()
 
 
 def pytest_sessionfinish(session, exitstatus):
