@@ -3,7 +3,7 @@
 Flow of a run: configure (resolve the device; on a CPU-only machine switch Triton to its
 interpreter before any kernel module is imported) -> collect (task modules expose the standard
 tests; ``pytest_generate_tests`` parametrizes them from workload cases) -> run (each test records
-its verdicts in the session; the JSON report is rewritten after every test) -> summary (MacroEval
+its verdicts in the session; the JSON report is rewritten as the run goes) -> summary (MacroEval
 table; final JSON/HTML; the report is also embedded in pytest-benchmark's JSON).
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def pytest_addoption(parser):
     group.addoption("--fk-device", choices=("auto", "cpu", "cuda"), default="auto",
                     help="where to run: auto picks cuda when available")
     group.addoption("--fk-report", metavar="PATH", default=None,
-                    help="write the versioned JSON report here (rewritten after every test)")
+                    help="write the versioned JSON report here (rewritten as the run goes and at the end)")
     group.addoption("--fk-html", metavar="PATH", default=None, help="write an HTML report here")
     group.addoption("--fk-seed", type=int, default=None,
                     help="mix a private seed into fuzzed shapes and input draws (leaderboard runs)")

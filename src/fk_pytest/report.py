@@ -1,7 +1,8 @@
 """The versioned JSON report, the end-of-run table and the HTML page (schema: docs/report-schema.md).
 
-The report is rewritten atomically after every test, so a run that dies half-way (a crashed
-interpreter, a killed job) leaves a readable report of everything that finished, marked
+The report is rewritten atomically as the run goes (``FKSession.write_progress``), so a run that
+dies half-way (a crashed interpreter, a killed job) leaves a readable report of what finished up
+to the last rewrite, marked
 ``"complete": false``. ``fk-report r.json`` prints the table of any report again.
 """
 from __future__ import annotations
