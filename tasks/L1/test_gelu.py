@@ -15,15 +15,12 @@ from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.gelu import GELU
 
 from ..configs import load_config
-from ..workload import HAND_PICKED_WEIGHT, activations, fuzz_cap
-from .test_layer_norm import TOKENS  # the embedding-serving batches every encoder op sees
+from ..encoder_workload import token_cases
+from ..workload import activations, fuzz_cap
 
 MODELS = ("all-minilm-l6-v2", "bge-m3", "dinov2-small", "siglip2-so400m-vision")
 # HF hidden_act -> nn.GELU's approximate
 APPROXIMATE = {"gelu": "none", "gelu_pytorch_tanh": "tanh"}
-# Served in bf16; DINOv2 and BGE-M3 also run in float32 (see the LayerNorm task), both exact GELU.
-FP32_SWEEP = {"cpu": {"dinov2-small": (7,), "bge-m3": (7,)},
-              "full": {"dinov2-small": (257, 8224), "bge-m3": (32, 16384)}}
 VARIANTS = ("plain", "bias")
 OTHER_REAL_WIDTHS = (3072, 5120, 1200)  # BERT-base / ViT-B, ViT-H, TinyBERT-4L
 
@@ -41,19 +38,7 @@ class GELUTask(Task):
     reference = GELU
 
     def cases(self, profile):
-        out = []
-        for model in MODELS:
-            entries = TOKENS[profile][model]
-            weight = 1.0 if profile == "cpu" else 1.0 / (len(entries) * len(VARIANTS))  # 1 per model
-            for phase, t in entries:
-                for variant in VARIANTS:
-                    out.append(self._case(model, phase, t, variant, torch.bfloat16, weight))
-        weight = 1.0 if profile == "cpu" else HAND_PICKED_WEIGHT
-        for model, counts in FP32_SWEEP[profile].items():
-            for t in counts:
-                for variant in VARIANTS:
-                    out.append(self._case(model, "sweep", t, variant, torch.float32, weight))
-        return out
+        return token_cases(profile, VARIANTS, self._case, MODELS)
 
     def _case(self, model, phase, t, variant, dt, weight):
         approximate = APPROXIMATE[load_config(model)["hidden_act"]]

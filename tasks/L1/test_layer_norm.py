@@ -4,8 +4,7 @@ Embedding and vision encoders run it on every token of a batch at once: BERT-sty
 (all-MiniLM-L6-v2, BGE-M3 / XLM-R large) as post-norm "add & norm" after attention and MLP (plus a
 plain norm on the embeddings), pre-norm ViTs (DINOv2, SigLIP-2's so400m tower) before each block,
 where a fused kernel folds the previous block's residual add in. Token counts are those of an
-embedding-serving batch: padded 512-token text batches, one or 32 images of 257 / 1025 (DINOv2 at
-224 / 448 px, class token included) or 729 patches (SigLIP at 384 px).
+embedding-serving batch (tasks/encoder_workload.py).
 """
 import torch
 from hypothesis import strategies as st
@@ -16,24 +15,9 @@ from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.layer_norm import LayerNorm
 
 from ..configs import load_config
-from ..workload import HAND_PICKED_WEIGHT, activations, fuzz_cap
+from ..encoder_workload import TEXT_MODELS, VISION_MODELS, token_cases
+from ..workload import activations, fuzz_cap
 
-TEXT_MODELS = ("all-minilm-l6-v2", "bge-m3")  # post-norm: the residual is the previous norm's output
-VISION_MODELS = ("dinov2-small", "siglip2-so400m-vision")  # pre-norm: the residual stream grows
-# (phase, tokens) per model and profile. CPU: tiny real shapes (a 7-token query; 1 + 4 x 4 DINOv2
-# tokens of a 56 px image; 3 x 3 SigLIP patches), since Triton candidates run interpreted there.
-TOKENS = {
-    "cpu": {"all-minilm-l6-v2": (("query", 7),), "bge-m3": (("query", 7),),
-            "dinov2-small": (("image", 17),), "siglip2-so400m-vision": (("image", 9),)},
-    "full": {"all-minilm-l6-v2": (("query", 32), ("batch", 8 * 512), ("batch", 32 * 512)),
-             "bge-m3": (("query", 32), ("batch", 32 * 512), ("long", 8192)),
-             "dinov2-small": (("image", 257), ("batch", 32 * 257), ("batch", 32 * 1025)),
-             "siglip2-so400m-vision": (("image", 729), ("batch", 32 * 729))},
-}
-# Served in bf16. The checkpoints are float32 and DINOv2 and BGE-M3 are also run that way (torch hub
-# DINOv2, sentence-transformers' default), so float32 is swept on those two at a few sizes.
-FP32_SWEEP = {"cpu": {"dinov2-small": (7,), "bge-m3": (7,)},
-              "full": {"dinov2-small": (257, 8224), "bge-m3": (32, 16384)}}
 VARIANTS = ("plain", "fused-add")
 OTHER_REAL_WIDTHS = (768, 1024, 1536, 312, 512)  # BERT-base / ViT-B, large, DINOv2-g, TinyBERT, ...
 
@@ -46,18 +30,7 @@ class LayerNormTask(Task):
     reference = LayerNorm
 
     def cases(self, profile):
-        out = []
-        for model, entries in TOKENS[profile].items():
-            weight = 1.0 if profile == "cpu" else 1.0 / (len(entries) * len(VARIANTS))  # 1 per model
-            for phase, t in entries:
-                for variant in VARIANTS:
-                    out.append(self._case(model, phase, t, variant, torch.bfloat16, weight))
-        weight = 1.0 if profile == "cpu" else HAND_PICKED_WEIGHT
-        for model, counts in FP32_SWEEP[profile].items():
-            for t in counts:
-                for variant in VARIANTS:
-                    out.append(self._case(model, "sweep", t, variant, torch.float32, weight))
-        return out
+        return token_cases(profile, VARIANTS, self._case)
 
     def _case(self, model, phase, t, variant, dt, weight):
         cfg = load_config(model)
