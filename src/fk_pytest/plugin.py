@@ -31,6 +31,7 @@ FAMILY_MARKERS = {
     "kv_cache": "KV-cache tasks",
     "mlp": "MLP blocks",
     "moe": "mixture-of-experts tasks",
+    "conv": "convolution tasks of vision models (ConvNeXt's depthwise conv + norm)",
     "linear_attention": "linear-attention and state-space scans (gated delta rule, Mamba-2 SSD, conv states)",
     "layer": "decoder layers",
     "model": "whole models",

@@ -1,0 +1,122 @@
+"""ConvNeXt-V2 ops: GlobalResponseNorm's Triton path (interpreted, with the interpreter's tiling and
+the GPU's split reduction) against its native definition; the native definitions against Hugging
+Face's ConvNextV2GRN and ConvNextV2Layer (depthwise conv, channels-last LayerNorm) in float64 on
+their state dicts, and against timm's GRN formula restated; the depthwise conv + LayerNorm's CUDA
+path code (``F.conv2d`` on a channels-last input, run here on the CPU) against its native one; and
+the two tasks' verdicts on the honest candidates and on four wrong ones."""
+import pytest
+import torch
+
+from kernels_reference.L1.convnext_dwconv import ConvNeXtDwConvNorm
+from kernels_reference.L1.grn import GlobalResponseNorm, grn_channels_last
+
+from conftest import EXAMPLES, ROOT
+from test_verdicts import assert_fails_exactly, assert_passes_every_case
+
+triton = pytest.importorskip("triton")
+
+
+def _grn(dim, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    grn = GlobalResponseNorm(dim)
+    with torch.no_grad():
+        grn.weight.copy_(0.5 * torch.randn(grn.weight.shape, generator=gen))
+        grn.bias.copy_(0.1 * torch.randn(grn.bias.shape, generator=gen))
+    return grn.to(dtype), gen
+
+
+@pytest.mark.parametrize("config", [None, (16, 4, 32, 4, 4, 3)], ids=["interpreter-tiles", "gpu-split"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grn_triton_matches_native(monkeypatch, dtype, config):
+    """Two images of 5 x 3 pixels and 40 channels: partial channel and pixel tiles, and (gpu-split)
+    the pixels summed by three programs per channel block through the atomic adds."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    grn, gen = _grn(40, dtype)
+    x = torch.nn.functional.gelu(1.5 * torch.randn(2, 5, 3, 40, generator=gen)).to(dtype)
+    got, want = grn_channels_last(grn, x, config), grn.forward_native(x)
+    assert got.shape == x.shape and got.dtype == dtype
+    tol = 2e-5 if dtype == torch.float32 else 1.6e-2
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+def test_grn_native_is_hf_and_timm_in_float64():
+    """HF's ConvNextV2GRN state dict (``weight`` / ``bias`` [1, 1, 1, C]) loads strictly and gives
+    the same values; timm's form ``addcmul(bias, weight * Nx + 1, x)`` (restated here, timm is not
+    a dependency) is the same op: eps added to the mean of the norms in both."""
+    from transformers.models.convnextv2.modeling_convnextv2 import ConvNextV2GRN
+
+    gen = torch.Generator().manual_seed(3)
+    hf = ConvNextV2GRN(96).double()
+    with torch.no_grad():
+        hf.weight.copy_(torch.randn(hf.weight.shape, generator=gen))
+        hf.bias.copy_(torch.randn(hf.bias.shape, generator=gen))
+    ours = GlobalResponseNorm(96).double()
+    ours.load_state_dict(hf.state_dict(), strict=True)
+    x = torch.nn.functional.gelu(torch.randn(2, 7, 5, 96, generator=gen, dtype=torch.float64))
+    want = ours.forward_native(x)
+    torch.testing.assert_close(want, hf(x), rtol=1e-12, atol=1e-12)
+    x_g = x.norm(p=2, dim=(1, 2), keepdim=True)
+    timm_form = torch.addcmul(ours.bias, ours.weight * (x_g / (x_g.mean(dim=-1, keepdim=True) + 1e-6)) + 1, x)
+    torch.testing.assert_close(want, timm_form, rtol=1e-12, atol=1e-12)
+    channels_first = GlobalResponseNorm(96, channels_last=False).double()
+    channels_first.load_state_dict({k: v.permute(0, 3, 1, 2) for k, v in hf.state_dict().items()}, strict=True)
+    torch.testing.assert_close(channels_first(x.permute(0, 3, 1, 2)), want.permute(0, 3, 1, 2), rtol=1e-12, atol=1e-12)
+
+
+def test_dwconv_norm_native_is_hf_layer_in_float64():
+    """HF's ConvNextV2Layer's first half (``dwconv``, permute, ``layernorm``) with its keys renamed
+    to timm's (``conv_dw``, ``norm``) loads strictly and matches in float64, NCHW and channels-last."""
+    from transformers import ConvNextV2Config
+    from transformers.models.convnextv2.modeling_convnextv2 import ConvNextV2Layer
+
+    gen = torch.Generator().manual_seed(5)
+    layer = ConvNextV2Layer(ConvNextV2Config(), dim=48).double()
+    with torch.no_grad():
+        for p in list(layer.dwconv.parameters()) + list(layer.layernorm.parameters()):
+            p.copy_(torch.randn(p.shape, generator=gen))
+    state = {f"conv_dw.{k}": v for k, v in layer.dwconv.state_dict().items()}
+    state.update({f"norm.{k}": v for k, v in layer.layernorm.state_dict().items()})
+    ours = ConvNeXtDwConvNorm(48).double()
+    ours.load_state_dict(state, strict=True)
+    x = torch.randn(2, 48, 9, 6, generator=gen, dtype=torch.float64)
+    want = layer.layernorm(layer.dwconv(x).permute(0, 2, 3, 1))
+    torch.testing.assert_close(ours.forward_native(x), want, rtol=1e-12, atol=1e-12)
+    got = ours.forward_native(x.contiguous(memory_format=torch.channels_last))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert got.is_contiguous()
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)], ids=["fp64", "fp32"])
+def test_dwconv_norm_cudnn_path_matches_native(dtype, tol):
+    """The CUDA path's code (channels-last ``F.conv2d``, the permuted output into the LayerNorm
+    module) on a 2 x 40 x 5 x 8 map smaller than the kernel on one side; a packed [B, H, W, C] out."""
+    gen = torch.Generator().manual_seed(9)
+    mod = ConvNeXtDwConvNorm(40)
+    with torch.no_grad():
+        for p in mod.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    mod = mod.to(dtype)
+    x = torch.randn(2, 40, 5, 8, generator=gen).to(dtype)
+    got, want = mod.forward_cudnn(x), mod.forward_native(x)
+    assert got.shape == (2, 5, 8, 40) and got.is_contiguous()
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("task_name", ["global_response_norm", "convnext_dwconv_norm"])
+@pytest.mark.parametrize("tree", [EXAMPLES, ROOT / "kernels_reference"], ids=["examples-triton", "reference-tree"])
+def test_honest_candidates_pass_every_case(tree, task_name):
+    assert_passes_every_case(task_name, tree)
+
+
+@pytest.mark.parametrize("tree, task_name, failing", [
+    # per-channel norms differ several times over the map; per-pixel norms over channels do not
+    ("grn_channel_norm", "global_response_norm", lambda c: True),
+    # the residual is the bulk of the output
+    ("grn_no_residual", "global_response_norm", lambda c: True),
+    # a one-pixel shift of correlated maps, on every map larger than one pixel
+    ("dwconv_shifted_padding", "convnext_dwconv_norm", lambda c: True),
+    # only a channels-last input has other strides than packed NCHW
+    ("dwconv_nchw_strides", "convnext_dwconv_norm", lambda c: c["layout"] == "channels-last"),
+], ids=["grn-channel-norm", "grn-no-residual", "dwconv-shifted-padding", "dwconv-nchw-strides"])
+def test_wrong_candidates_fail_exactly_where_expected(tree, task_name, failing):
+    assert_fails_exactly(task_name, tree, failing, some_pass=tree == "dwconv_nchw_strides")
