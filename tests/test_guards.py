@@ -43,7 +43,7 @@ def test_patched_clock_input_view_and_timed_path_cheat_are_named(suite_run, tmp_
 
 def test_delegation_crash_and_hang_end_only_their_task(suite_run, tmp_path):
     started = time.monotonic()
-    result, report, tasks = run_tree(suite_run, tmp_path, "hacks_c", "--fk-timeout=20")
+    result, report, tasks = run_tree(suite_run, tmp_path, "hacks_c", "--fk-timeout=12")
     assert {n: t["status"] for n, t in tasks.items()} == {
         "rms_norm": "DELEGATED", "silu_and_mul": "RUNTIME_ERROR", "rotary_emb": "TIMEOUT"}
     assert "SIGABRT" in tasks["silu_and_mul"]["message"]
