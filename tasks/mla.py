@@ -16,12 +16,12 @@ import torch
 
 from fk_pytest import Case
 from fk_pytest.task import DTYPE_NAMES
-from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+from kernels_reference.forward_context import AttentionMetadata
 from kernels_reference.L2.deepseek_v2_attention import softmax_scale
 
 from .configs import load_config
 from .paged import BATCHES, BLOCK_SIZE, PagedTask
-from .workload import activations, model_dtype
+from .workload import activations, call_with_metadata, model_dtype
 
 MLA_MODEL = "deepseek-v2-lite"
 CPU_HEADS = 2
@@ -78,9 +78,7 @@ class MLAPagedTask(PagedTask):
         layers = [m for m in module.modules() if hasattr(m, "kv_cache")] or [module]
         for i, layer in enumerate(layers):
             layer.kv_cache = inputs[f"kv_cache_{i}"]
-        args = {k: v for k, v in inputs.items() if k != "metadata" and k not in self.cache_names()}
-        with set_forward_context(inputs["metadata"]):
-            return (getattr(module, method) if method else module)(**args)
+        return call_with_metadata(module, inputs, method, exclude=self.cache_names())
 
     # ---- cost ---------------------------------------------------------------------------------------
     def attention_io(self, case) -> int:

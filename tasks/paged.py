@@ -14,11 +14,11 @@ import torch
 
 from fk_pytest import Case, Task
 from fk_pytest.task import DTYPE_NAMES
-from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+from kernels_reference.forward_context import AttentionMetadata
 from kernels_reference.model_config import LlamaArchConfig
 
 from .configs import head_dim, load_config
-from .workload import HAND_PICKED_WEIGHT, activations, model_dtype
+from .workload import HAND_PICKED_WEIGHT, activations, call_with_metadata, model_dtype
 from .workloads import batch_name, batch_representatives, load_capture
 
 BLOCK_SIZE = 16
@@ -116,9 +116,7 @@ class PagedTask(Task):
         layers = [m for m in module.modules() if hasattr(m, "kv_cache")]
         for i, layer in enumerate(layers):
             layer.kv_cache = (inputs[f"k_cache_{i}"], inputs[f"v_cache_{i}"])
-        args = {k: v for k, v in inputs.items() if k != "metadata" and k not in self.cache_names()}
-        with set_forward_context(inputs["metadata"]):
-            return (getattr(module, method) if method else module)(**args)
+        return call_with_metadata(module, inputs, method, exclude=self.cache_names())
 
     def fuzz_strategy(self, dtype, profile):
         from hypothesis import strategies as st

@@ -93,3 +93,13 @@ def fuzz_cap(tokens: int, width: int, profile: str) -> int:
     if profile != "cpu":
         return tokens
     return max(1, min(tokens, CPU_MAX_ELEMENTS // max(width, 1)))
+
+
+def call_with_metadata(module, inputs: Dict, method: Optional[str] = None, exclude=()):
+    """``module`` (or its ``method``) on ``inputs`` with ``inputs["metadata"]`` as the forward
+    context, as the model runner sets it for a step; ``exclude``: other inputs that are not
+    arguments (KV caches bound to the layers)."""
+    from kernels_reference.forward_context import set_forward_context
+    args = {k: v for k, v in inputs.items() if k != "metadata" and k not in exclude}
+    with set_forward_context(inputs["metadata"]):
+        return (getattr(module, method) if method else module)(**args)

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from fk_pytest import Case, Task, standard_tests
 from fk_pytest.fuzz import token_counts
 from fk_pytest.task import DTYPE_NAMES
-from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+from kernels_reference.forward_context import AttentionMetadata
 from kernels_reference.L1.encoder_attention import EncoderOnlyAttention
 
 from ..configs import head_dim, load_config
-from ..workload import HAND_PICKED_WEIGHT, activations
+from ..workload import HAND_PICKED_WEIGHT, activations, call_with_metadata
 
 SENTENCES_B32 = tuple(128 - (37 * i) % 121 for i in range(32))  # 8..128 tokens, a mixed batch of sentences
 # (name, sequence lengths) per model and profile. CPU: a few sentences of under 20 tokens.
@@ -84,9 +84,7 @@ class EncoderOnlyAttentionTask(Task):
                 "metadata": meta}
 
     def call(self, module, inputs, method=None):
-        args = {k: v for k, v in inputs.items() if k != "metadata"}
-        with set_forward_context(inputs["metadata"]):
-            return (getattr(module, method) if method else module)(**args)
+        return call_with_metadata(module, inputs, method)
 
     def fuzz_strategy(self, dtype, profile):
         limits = FUZZ[profile]

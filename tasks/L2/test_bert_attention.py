@@ -14,13 +14,13 @@ from fk_pytest import Case, Task, standard_tests
 from fk_pytest.fuzz import token_counts
 from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.bert_config import BertArchConfig
-from kernels_reference.forward_context import AttentionMetadata, set_forward_context
+from kernels_reference.forward_context import AttentionMetadata
 from kernels_reference.L2.bert_attention import BertAttention
 
 from ..configs import load_config
 from ..dense import DenseTask
 from ..L1.test_encoder_only_attention import BATCHES, FP32_SWEEP, describe_lengths
-from ..workload import HAND_PICKED_WEIGHT, activations
+from ..workload import HAND_PICKED_WEIGHT, activations, call_with_metadata
 
 MODELS = ("all-minilm-l6-v2", "bge-m3")
 FUZZ = {"cpu": dict(max_seqs=2, max_len=16), "full": dict(max_seqs=24, max_len=512)}
@@ -74,9 +74,7 @@ class EncoderBlockTask(Task):
                 "metadata": self.metadata(case, device)}
 
     def call(self, module, inputs, method=None):
-        args = {k: v for k, v in inputs.items() if k != "metadata"}
-        with set_forward_context(inputs["metadata"]):
-            return (getattr(module, method) if method else module)(**args)
+        return call_with_metadata(module, inputs, method)
 
     def fuzz_strategy(self, dtype, profile):
         limits = FUZZ[profile]
