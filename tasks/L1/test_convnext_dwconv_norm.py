@@ -15,10 +15,9 @@ from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.convnext_dwconv import ConvNeXtDwConvNorm
 
 from ..configs import load_config
+from ..convnext_workload import MAX_BATCH, MODEL, OTHER_STAGE_WIDTHS, REAL_SIDES, stage_shape
 from ..workload import CPU_MAX_ELEMENTS, HAND_PICKED_WEIGHT
 
-MODEL = "convnextv2-tiny"
-STEM_STRIDE = 4
 # (image px, stage, batch, layout) per profile. CPU: a 56 px image (stage maps 14, 7, 3, 1 px), the
 # real widths; the channels-last case is the one where a kernel that assumes NCHW strides misreads.
 IMAGES = {"cpu": ((56, 0, 1, "contiguous"), (56, 1, 2, "channels-last")),
@@ -28,15 +27,6 @@ IMAGES = {"cpu": ((56, 0, 1, "contiguous"), (56, 1, 2, "channels-last")),
 CHANNELS_LAST_FULL = tuple((224, stage, 32, "channels-last") for stage in range(4))
 FP32_SWEEP = {"cpu": ((56, 2, 1, "contiguous"),),
               "full": ((224, 0, 1, "contiguous"), (224, 3, 32, "channels-last"))}
-# Fuzz: stage widths of the ConvNeXt / ConvNeXt-V2 family (atto .. huge) and map sides of real inputs.
-OTHER_STAGE_WIDTHS = (40, 80, 160, 320, 64, 128, 256, 512, 1024, 352, 704, 1408, 2816)
-REAL_SIDES = (56, 28, 14, 7, 64, 32, 16, 8, 72, 36, 18, 9, 96, 48, 24, 12)
-MAX_BATCH = {"cpu": 2, "full": 16}
-
-
-def stage_shape(image: int, stage: int):
-    """(side of the stage's square map, stage width) of ConvNeXt-V2-Tiny at ``image`` px."""
-    return image // STEM_STRIDE // 2 ** stage, load_config(MODEL)["hidden_sizes"][stage]
 
 
 class ConvNeXtDwConvNormTask(Task):

@@ -15,27 +15,15 @@ from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.grn import GlobalResponseNorm
 
 from ..configs import load_config
+from ..convnext_workload import MAX_BATCH, MODEL, OTHER_STAGE_WIDTHS, REAL_SIDES, stage_shape
 from ..workload import CPU_MAX_ELEMENTS, HAND_PICKED_WEIGHT
 
-MODEL = "convnextv2-tiny"
 # (image px, stage, batch) per profile. CPU: a 56 px image (stage maps 14, 7, 3, 1 px) with the real
 # channel counts; the interpreter runs each program in numpy, so a few thousand pixels at most.
 IMAGES = {"cpu": ((56, 0, 1), (56, 2, 2)),
           "full": tuple((224, stage, batch) for stage in range(4) for batch in (1, 32))}
 # Served in bf16; the published checkpoints are float32 and timm serves them that way by default.
 FP32_SWEEP = {"cpu": ((56, 1, 1),), "full": ((224, 0, 1), (224, 3, 32))}
-STEM_STRIDE = 4
-# Fuzz: hidden widths (4 x stage width) of the ConvNeXt-V2 family (atto 40 .. huge 352 wide stems)
-# and map sides of real inputs (224, 256, 288, 384 px).
-OTHER_STAGE_WIDTHS = (40, 80, 160, 320, 64, 128, 256, 512, 1024, 352, 704, 1408, 2816)
-REAL_SIDES = (56, 28, 14, 7, 64, 32, 16, 8, 72, 36, 18, 9, 96, 48, 24, 12)
-MAX_BATCH = {"cpu": 2, "full": 16}
-
-
-def stage_shape(image: int, stage: int):
-    """(side of the stage's square map, stage width) of ConvNeXt-V2-Tiny at ``image`` px."""
-    cfg = load_config(MODEL)
-    return image // STEM_STRIDE // 2 ** stage, cfg["hidden_sizes"][stage]
 
 
 class GlobalResponseNormTask(Task):
