@@ -52,6 +52,8 @@ class LayerScale(RecordsInit, nn.Module):
 
 
 class Dinov2Attention(RecordsInit, nn.Module):
+    OUTPUT_NAME = "o_proj"  # the output projection's name (SigLIP's layer calls it out_proj)
+
     def __init__(self, hidden_size: int, num_heads: int):
         super().__init__()
         if hidden_size % num_heads:
@@ -59,7 +61,7 @@ class Dinov2Attention(RecordsInit, nn.Module):
         self.hidden_size, self.head_dim = hidden_size, hidden_size // num_heads
         self.qkv_proj = QKVParallelLinear(hidden_size, self.head_dim, num_heads, num_heads, bias=True)
         self.attn = MultiHeadAttention(num_heads, self.head_dim, self.head_dim ** -0.5)
-        self.o_proj = RowParallelLinear(hidden_size, hidden_size, bias=True)
+        setattr(self, self.OUTPUT_NAME, RowParallelLinear(hidden_size, hidden_size, bias=True))
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self._forward(hidden_states, native=False)
@@ -69,7 +71,7 @@ class Dinov2Attention(RecordsInit, nn.Module):
 
     def _forward(self, hidden_states, native):
         q, k, v = run(self.qkv_proj, native, hidden_states).split(self.hidden_size, dim=-1)  # column views
-        return run(self.o_proj, native, run(self.attn, native, q, k, v))
+        return run(getattr(self, self.OUTPUT_NAME), native, run(self.attn, native, q, k, v))
 
 
 class Dinov2MLP(RecordsInit, nn.Module):

@@ -20,35 +20,18 @@ from typing import Dict
 import torch
 from torch import nn
 
-from ..L1.encoder_attention import MultiHeadAttention
 from ..L1.layer_norm import LayerNorm
-from ..L1.linear import QKVParallelLinear, RowParallelLinear
 from ..native import run
 from ..records import RecordsInit
-from .dinov2_layer import Dinov2MLP, _first
+from .dinov2_layer import Dinov2Attention, Dinov2MLP, _first
 
 SiglipMLP = Dinov2MLP  # fc1 -> GELU (bias fused) -> fc2, the same module under vLLM's names
 
 
-class SiglipAttention(RecordsInit, nn.Module):
-    def __init__(self, hidden_size: int, num_heads: int):
-        super().__init__()
-        if hidden_size % num_heads:
-            raise ValueError(f"hidden size {hidden_size} is not a multiple of {num_heads} heads")
-        self.hidden_size, self.head_dim = hidden_size, hidden_size // num_heads
-        self.qkv_proj = QKVParallelLinear(hidden_size, self.head_dim, num_heads, num_heads, bias=True)
-        self.attn = MultiHeadAttention(num_heads, self.head_dim, self.head_dim ** -0.5)
-        self.out_proj = RowParallelLinear(hidden_size, hidden_size, bias=True)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self._forward(hidden_states, native=False)
-
-    def forward_native(self, hidden_states):
-        return self._forward(hidden_states, native=True)
-
-    def _forward(self, hidden_states, native):
-        q, k, v = run(self.qkv_proj, native, hidden_states).split(self.hidden_size, dim=-1)  # column views
-        return run(self.out_proj, native, run(self.attn, native, q, k, v))
+class SiglipAttention(Dinov2Attention):
+    """q/k/v fused, bidirectional attention over the padded batch, then ``out_proj``: DINOv2's
+    attention block under SigLIP's (and vLLM's) name for the output projection."""
+    OUTPUT_NAME = "out_proj"
 
 
 class SiglipEncoderLayer(RecordsInit, nn.Module):
