@@ -27,6 +27,17 @@ except ImportError:  # the native path still works without Triton
 APPROXIMATIONS = ("none", "tanh")
 
 
+# HF's hidden_act names of the GELUs -> nn.GELU's ``approximate`` (vLLM's get_act_fn maps them alike)
+GELU_APPROXIMATION = {"gelu": "none", "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh"}
+
+
+def gelu_approximation(hidden_act: str) -> str:
+    """``approximate`` for a config's ``hidden_act``; a clear error for an activation that is no GELU."""
+    if hidden_act not in GELU_APPROXIMATION:
+        raise ValueError(f"unsupported hidden_act {hidden_act!r}; known: {sorted(GELU_APPROXIMATION)}")
+    return GELU_APPROXIMATION[hidden_act]
+
+
 class GELU(RecordsInit, nn.Module):
     def __init__(self, approximate: str = "none"):
         super().__init__()

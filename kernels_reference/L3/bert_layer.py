@@ -9,24 +9,20 @@ import torch
 from torch import nn
 
 from ..bert_config import BertArchConfig
-from ..L1.gelu import GELU
+from ..L1.gelu import GELU, gelu_approximation
 from ..L1.layer_norm import LayerNorm
 from ..L1.linear import ColumnParallelLinear, RowParallelLinear
 from ..L2.bert_attention import BertAttention, dense_add_norm
 from ..native import run
 from ..records import RecordsInit
 
-# HF hidden_act -> nn.GELU's approximate (vLLM's get_act_fn)
-GELU_APPROXIMATION = {"gelu": "none", "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh"}
 
 
 class BertIntermediate(RecordsInit, nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str):
         super().__init__()
-        if hidden_act not in GELU_APPROXIMATION:
-            raise ValueError(f"unsupported hidden_act {hidden_act!r}; known: {sorted(GELU_APPROXIMATION)}")
         self.dense = ColumnParallelLinear(hidden_size, intermediate_size, bias=True)
-        self.intermediate_act_fn = GELU(GELU_APPROXIMATION[hidden_act])
+        self.intermediate_act_fn = GELU(gelu_approximation(hidden_act))
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.intermediate_act_fn(self.dense(hidden_states))

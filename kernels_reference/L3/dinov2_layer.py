@@ -26,14 +26,12 @@ from torch import nn
 
 from ..dispatch import compute_dtype
 from ..L1.encoder_attention import MultiHeadAttention
-from ..L1.gelu import GELU
+from ..L1.gelu import GELU, gelu_approximation
 from ..L1.layer_norm import LayerNorm
 from ..L1.linear import ColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from ..native import run
 from ..records import RecordsInit
 
-# HF hidden_act -> nn.GELU's approximate (DINOv2 checkpoints use "gelu")
-GELU_APPROXIMATION = {"gelu": "none", "gelu_pytorch_tanh": "tanh"}
 
 
 class LayerScale(RecordsInit, nn.Module):
@@ -77,10 +75,8 @@ class Dinov2Attention(RecordsInit, nn.Module):
 class Dinov2MLP(RecordsInit, nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str = "gelu"):
         super().__init__()
-        if hidden_act not in GELU_APPROXIMATION:
-            raise ValueError(f"unsupported hidden_act {hidden_act!r}; known: {sorted(GELU_APPROXIMATION)}")
         self.fc1 = ColumnParallelLinear(hidden_size, intermediate_size, bias=True)
-        self.act = GELU(GELU_APPROXIMATION[hidden_act])
+        self.act = GELU(gelu_approximation(hidden_act))
         self.fc2 = RowParallelLinear(intermediate_size, hidden_size, bias=True)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

@@ -12,15 +12,13 @@ from hypothesis import strategies as st
 from fk_pytest import Case, Task, standard_tests
 from fk_pytest.fuzz import real_or_near, token_counts
 from fk_pytest.task import DTYPE_NAMES
-from kernels_reference.L1.gelu import GELU
+from kernels_reference.L1.gelu import GELU, gelu_approximation
 
 from ..configs import load_config
 from ..encoder_workload import token_cases
 from ..workload import activations, fuzz_cap
 
 MODELS = ("all-minilm-l6-v2", "bge-m3", "dinov2-small", "siglip2-so400m-vision")
-# HF hidden_act -> nn.GELU's approximate
-APPROXIMATE = {"gelu": "none", "gelu_pytorch_tanh": "tanh"}
 VARIANTS = ("plain", "bias")
 OTHER_REAL_WIDTHS = (3072, 5120, 1200)  # BERT-base / ViT-B, ViT-H, TinyBERT-4L
 
@@ -41,7 +39,7 @@ class GELUTask(Task):
         return token_cases(profile, VARIANTS, self._case, MODELS)
 
     def _case(self, model, phase, t, variant, dt, weight):
-        approximate = APPROXIMATE[load_config(model)["hidden_act"]]
+        approximate = gelu_approximation(load_config(model)["hidden_act"])
         form = "erf" if approximate == "none" else "tanh"
         suffix = "" if variant == "plain" else f"-{variant}"
         return Case(f"{model}-{phase}-T{t}-{form}{suffix}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
