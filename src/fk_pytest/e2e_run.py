@@ -420,32 +420,52 @@ def _judge(result: E2EResult, scenarios: Dict[str, ScenarioRun], case_id: str,
     result.credit, result.d_requests = decided["credit"], list(decided["d_requests"])
 
     for name, (kind, predictions, swapped) in run.mutants.items():
-        if predictions is None:
-            result.mutants[name] = MutantResult(note="the model has no module this mutant replaces", kind=kind)
-            continue
-        ds = {p: tally(top1, run.expected, stable).d for p, top1 in predictions.items()}
-        credits = {p: _credit(ds[p], floors[p]) for p in ds}
-        worst = min(ds, key=lambda p: (credits[p], -ds[p]))
-        result.mutants[name] = MutantResult(ds[worst], credits[worst], swapped, kind=kind, paths=dict(ds),
-                                            catch_at=catch_at(kind, floors[worst]))
+        ds = None if predictions is None else {p: tally(top1, run.expected, stable).d for p, top1 in predictions.items()}
+        result.mutants[name] = score_mutant(kind, ds, floors, swapped)
+    decide(result, floors)
+
+
+def score_mutant(kind: str, ds: Optional[Dict[str, float]], floors: Dict[str, float],
+                 swapped: List[str]) -> MutantResult:
+    """A built-in mutant's result from its discrepancy per path (None: the model has no module it
+    replaces), judged on its worst path like a candidate."""
+    if ds is None:
+        return MutantResult(note="the model has no module this mutant replaces", kind=kind)
+    credits = {p: _credit(ds[p], floors[p]) for p in ds}
+    worst = min(ds, key=lambda p: (credits[p], -ds[p]))
+    return MutantResult(ds[worst], credits[worst], swapped, kind=kind, paths=dict(ds),
+                        catch_at=catch_at(kind, floors[worst]))
+
+
+def _small(x: float) -> str:
+    """Three decimals, or three digits where that would read 0.000 (a cosine discrepancy of 1e-7)."""
+    return f"{x:.3f}" if x == 0 or abs(x) >= 1e-3 else f"{x:.2e}"
+
+
+def decide(result: E2EResult, floors: Dict[str, float]) -> None:
+    """The case's status from its scored paths (``result.paths``, each with d, g, allowance and
+    credit), their floors (g + allowance), the stable compared count and the mutants: a task error
+    when the scenario cannot resolve a bug (too few stable positions, a floor at FAIL_AT),
+    INSENSITIVE when a built-in mutant keeps credit, else passed or wrong by the credit."""
+    unit = result.unit
     blind = [f"{n} ({m.kind}, d={m.d:.3f}, credit {m.credit:.2f})" for n, m in result.mutants.items()
              if m.d is not None and not m.caught]
     verdict = "; ".join(
-        f"{p} d={result.paths[p]['d']:.3f} vs g={result.paths[p]['g']:.3f} (+{result.paths[p]['allowance']:.3f} "
-        f"at {result.compared_tokens} tokens), credit {result.paths[p]['credit']:.2f}" for p in PATHS)
-    high = [p for p in PATHS if floors[p] >= FAIL_AT]
+        f"{p} d={_small(r['d'])} vs g={_small(r['g'])} (+{_small(r['allowance'])} at {result.compared_tokens} {unit}), "
+        f"credit {r['credit']:.2f}" for p, r in result.paths.items())
+    high = [p for p in result.paths if floors[p] >= FAIL_AT]
     if result.compared_tokens < MIN_STABLE_TOKENS:
         result.status = status.TASK_ERROR
-        result.message = (f"only {result.compared_tokens} of {result.output_tokens} compared tokens are stable "
+        result.message = (f"only {result.compared_tokens} of {result.output_tokens} compared {unit} are stable "
                           f"under the reference's own noise runs (minimum {MIN_STABLE_TOKENS}): the rest are "
-                          "near-ties, so this scenario cannot tell a right model from a wrong one (more tokens needed)")
+                          f"near-ties, so this scenario cannot tell a right model from a wrong one (more {unit} needed)")
     elif high:
         p = high[0]
         result.status = status.TASK_ERROR
         result.message = (f"the reference's own {p} noise floor g={result.paths[p]['g']:.3f} "
                           f"(+{result.paths[p]['allowance']:.3f} sampling allowance at {result.compared_tokens} "
-                          f"tokens) reaches {FAIL_AT}: this scenario cannot tell a right model from a wrong "
-                          "one (more requests or tokens needed)")
+                          f"{unit}) reaches {FAIL_AT}: this scenario cannot tell a right model from a wrong "
+                          f"one (more requests or {unit} needed)")
     elif blind:
         result.status = status.INSENSITIVE
         result.message = (f"built-in mutant(s) {', '.join(blind)} not caught here, so this case cannot see "

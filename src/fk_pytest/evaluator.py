@@ -125,11 +125,14 @@ class Evaluator:
     def e2e(self, ref, case: Case):
         """One end-to-end case (:mod:`fk_pytest.e2e`): an E2EResult."""
         from .e2e import resolve_spec
+        from .e2e_embed import run_embedding_e2e
         from .e2e_run import CalibrationCache, run_e2e
         if self._e2e_cache is None:
             self._e2e_cache = CalibrationCache(progress=self.progress)
-        return run_e2e(resolve_spec(ref), case, self.device, self._e2e_lookup, self.source is not None,
-                       cache=self._e2e_cache, progress=self.progress)
+        spec = resolve_spec(ref)
+        run = run_embedding_e2e if spec.scoring == "embeddings" else run_e2e
+        return run(spec, case, self.device, self._e2e_lookup, self.source is not None,
+                   cache=self._e2e_cache, progress=self.progress)
 
     def speed(self, ref: TaskRef, case: Case, seed: int) -> Tuple[SpeedResult, Optional[dict]]:
         self._between_cases()

