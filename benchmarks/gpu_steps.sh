@@ -76,7 +76,15 @@ step_cmd() {
     linear-sample) echo "$PYTEST \$(cat docs/perf/h200-linear-attention/sample.txt) --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-candidate=\${SAMPLE_TREE:-examples/candidates/triton} --fk-report=$OUT/linear-sample.json; python3 -m pytest -q -p no:cacheprovider -rA tests/test_engine_states.py -k 'cuda_graph or replay_check'" ;;
     # The encoder and vision tasks (issue 29) at full shapes, correctness and fuzz then speed
     # (docs/perf/h200-encoders.md); ENC_TASKS narrows the list.
-    encoders) echo "T=\"\${ENC_TASKS:-\$(ls tasks/L1/test_{gelu,pooler,encoder_only_attention,multi_head_attention,patch_embed,dinov2_position_embedding,global_response_norm,convnext_dwconv_norm}.py tasks/L2/test_bert_attention.py tasks/L3/test_{bert_layer,dinov2_layer,siglip_encoder_layer}.py tasks/L4/test_{bert_model,siglip_vision_model}.py)}\"; $PYTEST \$T -k 'correctness or fuzz' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-candidate=examples/candidates/triton --fk-report=$OUT/enc-corr.json; $PYTEST \$T -k speed --fk-device=cuda --fk-profile=full --fk-candidate=examples/candidates/triton --fk-report=$OUT/enc-speed.json" ;;
+    encoders) echo "T=\"\${ENC_TASKS:-\$(ls tasks/L1/test_{gelu,pooler,encoder_only_attention,multi_head_attention,patch_embed,dinov2_position_embedding,global_response_norm,convnext_dwconv_norm}.py tasks/L2/test_bert_attention.py tasks/L3/test_{bert_layer,dinov2_layer,siglip_encoder_layer}.py tasks/L4/test_{bert_model,siglip_vision_model,dinov2_model}.py)}\"; $PYTEST \$T -k 'correctness or fuzz' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-candidate=examples/candidates/triton --fk-report=$OUT/enc-corr.json; $PYTEST \$T -k speed --fk-device=cuda --fk-profile=full --fk-candidate=examples/candidates/triton --fk-report=$OUT/enc-speed.json" ;;
+    # The embedding end-to-end level (tasks/embedding_e2e.py): the example tree, the plain-PyTorch
+    # tree and the reference itself on the trained all-MiniLM-L6-v2. The GPU machine has no registry
+    # and its 88 MB model directory is over one call's 64 MiB, so it travels in two calls made back to
+    # back (ignored paths stay while the machine is warm): prepare on the CPU machine with
+    #   d=.whl/minilm; mkdir -p $d; cp -r $(python -c 'from kernels_reference.minilm import minilm_dir; print(minilm_dir())')/. $d/
+    #   split -b 48M $d/model.safetensors $d/model.safetensors.part-; rm $d/model.safetensors
+    # then call 1 carries .whl/minilm minus part-ab (any quick step), call 2 carries only part-ab and runs this.
+    e2e-embed) echo "mkdir -p /tmp/minilm && cp -r .whl/minilm/. /tmp/minilm/ && cat /tmp/minilm/model.safetensors.part-* > /tmp/minilm/model.safetensors && rm /tmp/minilm/model.safetensors.part-* && for t in examples/candidates/triton:example tests/candidates/emb_plain_encoder:plain kernels_reference:reference; do FK_MINILM_DIR=/tmp/minilm $PYTEST tasks/L4/test_embedding_e2e.py --fk-device=cuda --fk-profile=full --fk-timeout=590 --fk-candidate=\${t%%:*} --fk-report=$OUT/e2e-embed-\${t##*:}.json; done" ;;
     # flash-linear-attention as the scan ops' peer: its wheels under .whl/ (fetched on the CPU machine
     # with `pip download --no-deps fla-core==0.6.0 einops -d .whl`; git-ignored, so the device call
     # must name .whl in carry), installed apart from the machine's packages.

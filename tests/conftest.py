@@ -20,13 +20,17 @@ XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_T
 # one worker, so the fixture is built once, not once per worker. SmolLM2's end-to-end calibration
 # (noise runs and every built-in mutant) costs about 170 s on a 2-core machine; the Mixtral cut's,
 # through the plugin, 30-60 s; the stub tree's probe of every task's calls on the reference 20-30 s;
-# trained all-MiniLM-L6-v2's HF and packed float32 runs about 3 s.
+# trained all-MiniLM-L6-v2's HF and packed float32 runs about 3 s; the trained DINOv2-S's ONNX read and
+# both models' float32 runs on four photos about 3 s; the MiniLM embedding case's calibration (noise runs
+# and six mutants) about 3 s.
 SHARED_FIXTURE_GROUPS = {"tests/test_e2e.py::test_smollm2_": "smollm2-calibration",
                          "tests/test_e2e.py::test_kernel_and_e2e_macroevals_side_by_side": "mixtral-plugin-run",
                          "tests/test_e2e.py::test_the_cache_options_reach_the_evaluator": "mixtral-plugin-run",
                          "tests/test_stubs.py::test_every_task_gets_a_stub_the_suite_accepts": "stub-tree",
                          "tests/test_stubs.py::test_manifest_names_the_tree_and_every_task": "stub-tree",
-                         "tests/test_minilm_trained.py::": "minilm-trained"}
+                         "tests/test_minilm_trained.py::": "minilm-trained",
+                         "tests/test_dinov2_trained.py::": "dinov2-trained",
+                         "tests/test_embedding_e2e.py::": "minilm-embedding-calibration"}
 
 
 def pytest_configure(config):
