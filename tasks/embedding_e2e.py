@@ -61,7 +61,7 @@ class EmbeddingE2E(EmbeddingE2ESpec):
         from kernels_reference.engine.embedder import EmbeddingModel
         return EmbeddingModel(load_minilm(dtype=case.dtype, device=device), minilm_pooler()).eval()
 
-    def prompts(self, case) -> List[List[int]]:
+    def inputs(self, case) -> List[List[int]]:
         if case["scenario"] == "bulk":
             return bulk_prompts(BULK_REQUESTS)
         paragraphs = _paragraphs()[:CPU_PARAGRAPHS] if case["profile"] == "cpu" else _paragraphs()

@@ -21,9 +21,13 @@ import torch
 
 from fk_pytest.e2e import GRADED, Mutant
 from kernels_reference.forward_context import get_forward_context
-from kernels_reference.L1.encoder_attention import EncoderOnlyAttention, bidirectional_attention, split_heads
+from kernels_reference.L1.dinov2_embeddings import Dinov2PositionEmbedding
+from kernels_reference.L1.encoder_attention import (EncoderOnlyAttention, MultiHeadAttention, bidirectional_attention,
+                                                     split_heads)
 from kernels_reference.L1.layer_norm import LayerNorm
+from kernels_reference.L1.patch_embed import PatchEmbed
 from kernels_reference.L1.pooler import Pooler
+from kernels_reference.L3.dinov2_layer import LayerScale
 from kernels_reference.L4.bert import BertEmbedding
 
 
@@ -95,4 +99,48 @@ ENCODER_MUTANTS = {
     "pooler-skips-normalize": Mutant({Pooler: PoolerSkipsNormalize}),
     "positions-off-by-one": Mutant({BertEmbedding: PositionsOffByOne}, kind=GRADED),
     "encoder-attention-drops-last-key": Mutant({EncoderOnlyAttention: EncoderAttentionDropsLastKey}, kind=GRADED),
+}
+
+
+# ---- the vision tower's ------------------------------------------------------------------------------
+class MultiHeadAttentionScaleOneOverD(MultiHeadAttention):
+    """The padded-batch attention with the softmax scale 1/head_size."""
+
+    def __init__(self, num_heads, head_size, scale, num_kv_heads=None):
+        super().__init__(num_heads, head_size, 1.0 / head_size, num_kv_heads)
+
+
+class LayerScaleIgnoresGain(LayerScale):
+    """The branch added to the residual without its learned per-channel gain."""
+
+    def forward(self, branch, residual):
+        return residual + branch
+
+
+class PositionTableNotResampled(Dinov2PositionEmbedding):
+    """The native table's first rows used as they are for a smaller grid (no bicubic resampling)."""
+
+    def position_table(self, grid_height, grid_width, dtype):
+        return self.position_embeddings.to(dtype)[:, :1 + grid_height * grid_width]
+
+
+class PatchesColumnMajor(PatchEmbed):
+    """Patch tokens flattened column by column where the grid is read row by row."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        b, n, d = out.shape
+        gh, gw = x.shape[-2] // self.patch_size[0], x.shape[-1] // self.patch_size[1]
+        return out.reshape(b, gh, gw, d).transpose(1, 2).reshape(b, n, d)
+
+
+VISION_MUTANTS = {
+    "multi-head-attention-scale-1-over-d": Mutant({MultiHeadAttention: MultiHeadAttentionScaleOneOverD}),
+    "layer-norm-drops-bias": ENCODER_MUTANTS["layer-norm-drops-bias"],
+    # DINOv2's class-token norms vary less than MiniLM's mean-pooled ones: skipping the L2
+    # normalisation reorders 42% of the photos' neighbours, a graded bug here, not a gross one.
+    "pooler-skips-normalize": Mutant({Pooler: PoolerSkipsNormalize}, kind=GRADED),
+    "layer-scale-ignores-gain": Mutant({LayerScale: LayerScaleIgnoresGain}),
+    "position-table-not-resampled": Mutant({Dinov2PositionEmbedding: PositionTableNotResampled}),
+    "patches-column-major": Mutant({PatchEmbed: PatchesColumnMajor}),
 }

@@ -1,6 +1,7 @@
-"""The embedding end-to-end level: the engine's embedder (packing, refusals), the trained
-all-MiniLM-L6-v2 case scoring the reference, an honest plain-PyTorch tree and wrong trees, a
-mutant the case cannot see making it INSENSITIVE, and the report's row for such a case."""
+"""The embedding end-to-end level: the engine's text and image embedders (packing, batching,
+refusals), the trained all-MiniLM-L6-v2 and DINOv2-S cases scoring the reference, an honest
+plain-PyTorch tree and wrong trees, a mutant a case cannot see making it INSENSITIVE, and the
+report's row for such a case."""
 import pytest
 import torch
 
@@ -13,12 +14,13 @@ from fk_pytest.e2e_embed import COSINE, RANK, cosine_discrepancies, neighbours, 
 from fk_pytest.e2e_run import CalibrationCache
 from fk_pytest.report import _by_path, _tokens_cell
 from kernels_reference.bert_config import BertArchConfig
-from kernels_reference.engine.embedder import Embedder, EmbeddingModel, schedule
+from kernels_reference.engine.embedder import Embedder, EmbeddingModel, ImageEmbedder, ImageEmbeddingModel, schedule
 from kernels_reference.L1.gelu import GELU
 from kernels_reference.L1.pooler import Pooler
 from kernels_reference.L4.bert import BertModel
 from kernels_reference.minilm import MINILM_MISSING, minilm_dir
 from tasks.embedding_e2e import EMBEDDING_E2E, EmbeddingE2E
+from tasks.image_e2e import IMAGE_EMBEDDING_E2E
 
 CASE = EMBEDDING_E2E.cases("cpu")[0]
 needs_minilm = pytest.mark.skipif(minilm_dir() is None, reason=MINILM_MISSING)
@@ -140,3 +142,67 @@ def test_the_report_row_shows_ranks_and_both_statistics():
            "paths": {COSINE: {"d": 1.7e-13}, RANK: {"d": 0.0}}}
     assert _tokens_cell(row) == "104/110 r"
     assert _by_path(row, "d") == "1.7e-13/0.000"
+
+
+# ---- images -----------------------------------------------------------------------------------------
+IMAGE_CASE = IMAGE_EMBEDDING_E2E.cases("cpu")[0]
+needs_dinov2 = pytest.mark.skipif(IMAGE_EMBEDDING_E2E.unavailable(IMAGE_CASE) is not None,
+                                  reason=str(IMAGE_EMBEDDING_E2E.unavailable(IMAGE_CASE)))
+
+
+def tiny_image_model():
+    from kernels_reference.L4.dinov2 import Dinov2Model
+    torch.manual_seed(0)
+    model = Dinov2Model(dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, mlp_ratio=2, image_size=28,
+                             patch_size=14, num_channels=3, layer_norm_eps=1e-6, hidden_act="gelu", layerscale_value=1.0))
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return ImageEmbeddingModel(model, Pooler("CLS")).double().eval()
+
+
+def test_the_image_embedder_batches_equal_sizes_and_pools_the_class_token():
+    model = tiny_image_model()
+    images = [torch.randn(3, 28, 28, dtype=torch.float64) for _ in range(3)] + [torch.randn(3, 42, 28, dtype=torch.float64)]
+    embedder = ImageEmbedder(model, max_batch_size=2)
+    out = embedder.embed(images)
+    assert out.shape == (4, 32) and embedder.steps == 3  # [0, 1], [2], [3]: sizes never mixed
+    alone = torch.cat([ImageEmbedder(model).embed([x]) for x in images])
+    torch.testing.assert_close(out, alone, rtol=1e-12, atol=1e-12)
+    hidden = model.model(images[0][None])
+    torch.testing.assert_close(out[0], torch.nn.functional.normalize(hidden[0, 0], dim=0))
+
+
+@pytest.mark.parametrize("images, words", [
+    ([], "empty batch"),
+    ([torch.zeros(28, 28)], "image 0 must be a \\[channels, height, width\\] tensor"),
+    ([torch.zeros(4, 28, 28)], "channel"),
+])
+def test_bad_images_are_refused_with_what_was_wrong(images, words):
+    with pytest.raises(ValueError, match=words):
+        ImageEmbedder(tiny_image_model()).embed([x.double() for x in images])
+
+
+@pytest.fixture(scope="module")
+def image_cache():
+    return CalibrationCache()
+
+
+@needs_dinov2
+def test_the_trained_image_case_scores_the_reference_and_catches_every_mutant(image_cache):
+    result = run_embedding_e2e(IMAGE_EMBEDDING_E2E, IMAGE_CASE, "cpu", None, False, cache=image_cache)
+    assert result.status == status.PASSED, result.message
+    assert result.credit == 1.0 and result.family == "vision" and result.compared_tokens >= 32
+    assert len(result.mutants) == 6 and all(m.caught for m in result.mutants.values())
+
+
+@needs_dinov2
+@pytest.mark.parametrize("tree, verdict", [
+    ("emb_plain_encoder", status.PASSED),  # its plain pooler is the only class an image model uses
+    ("pool_no_normalize", status.WRONG_RESULT),
+    ("dinov2_no_final_layernorm", status.WRONG_RESULT),
+])
+def test_image_trees_get_their_verdicts(image_cache, tree, verdict):
+    lookup = candidate_lookup(CandidateSource(str(CANDIDATES / tree)))
+    result = run_embedding_e2e(IMAGE_EMBEDDING_E2E, IMAGE_CASE, "cpu", lookup, True, cache=image_cache)
+    assert result.status == verdict, result.message
+    assert (result.credit >= 0.99) == (verdict == status.PASSED)

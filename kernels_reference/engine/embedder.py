@@ -11,7 +11,9 @@ embedding. A prompt longer than the token budget or the model's positions is ref
 naming it, as a server refuses it, before any step runs.
 
 Models: :class:`EmbeddingModel` (an L4 encoder and its pooler) or any module with the same
-``forward(input_ids[T], positions[T], prompt_lens[B]) -> [B, H]``.
+``forward(input_ids[T], positions[T], prompt_lens[B]) -> [B, H]``. Images go through
+:class:`ImageEmbedder` and :class:`ImageEmbeddingModel` instead: equal-size images stacked into a
+padded batch, the tower's class token pooled.
 """
 from __future__ import annotations
 
@@ -122,3 +124,56 @@ class Embedder:
             raise RuntimeError(f"the model returned {pooled.shape[0]} embeddings for a step of {len(prompts)} "
                                "sequences (its pooler must return one row per sequence)")
         return pooled
+
+
+# ---- images -----------------------------------------------------------------------------------------
+class ImageEmbeddingModel(RecordsInit, nn.Module):
+    """An image encoder (``forward(pixel_values[B, C, H, W]) -> last_hidden_state[B, S, D]``) and its
+    pooler, which reads the padded batch as B packed sequences of S rows (the class token is row 0
+    of each: ``Pooler("CLS")`` gives Hugging Face's ``pooler_output``, L2 normalised for retrieval)."""
+
+    def __init__(self, model: nn.Module, pooler: nn.Module):
+        super().__init__()
+        self.model = model
+        self.pooler = pooler
+        self.config = getattr(model, "config", None)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        hidden = self.model(pixel_values)
+        b, s, d = hidden.shape
+        return self.pooler(hidden.reshape(b * s, d), torch.full((b,), s, dtype=torch.int32, device=hidden.device))
+
+
+class ImageEmbedder:
+    """Serves an :class:`ImageEmbeddingModel` for image embedding requests (``[C, H, W]`` float
+    pixels, already preprocessed): consecutive requests of one size are stacked into batches of at
+    most ``max_batch_size`` (a vision tower runs a padded batch of equal images), each batch one
+    step in the model's dtype. ``embed`` returns one embedding per image, in request order."""
+
+    def __init__(self, model: nn.Module, max_batch_size: int = 64):
+        if max_batch_size < 1:
+            raise ValueError(f"ImageEmbedder needs max_batch_size >= 1, got {max_batch_size}")
+        self.model = model
+        self.max_batch_size = max_batch_size
+        self.steps = 0
+
+    @torch.no_grad()
+    def embed(self, images: Sequence[torch.Tensor]) -> torch.Tensor:
+        if len(images) == 0:
+            raise ValueError("ImageEmbedder.embed got an empty batch: no images to embed")
+        for i, image in enumerate(images):
+            if not isinstance(image, torch.Tensor) or image.dim() != 3:
+                raise ValueError(f"image {i} must be a [channels, height, width] tensor, got "
+                                 f"{tuple(image.shape) if isinstance(image, torch.Tensor) else type(image).__name__}")
+        param = next(self.model.parameters())
+        out, start = [], 0
+        while start < len(images):
+            end = start + 1
+            while (end < len(images) and end - start < self.max_batch_size
+                   and images[end].shape == images[start].shape):
+                end += 1
+            batch = torch.stack(list(images[start:end])).to(device=param.device, dtype=param.dtype)
+            out.append(self.model(batch))
+            self.steps += 1
+            start = end
+        return torch.cat(out)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -55,16 +55,27 @@ TOP_K = 5  # neighbours compared per query
 
 
 class EmbeddingE2ESpec(E2ESpec):
-    """An end-to-end task over an embedding model. ``requests`` gives token-id prompts (outputs
-    are 0: an embedding request generates nothing); ``engine_args`` the :class:`Embedder`'s
-    keyword arguments; ``build_reference`` an :class:`EmbeddingModel` (encoder + pooler)."""
+    """An end-to-end task over an embedding model: ``inputs`` gives each request's input (a text
+    model's token ids, an image model's pixels), ``embedder`` the engine that serves them
+    (default: the packed-text :class:`~kernels_reference.engine.embedder.Embedder`, with
+    ``engine_args`` as its keyword arguments), ``build_reference`` the served model (encoder and
+    pooler), ``input_tokens`` how many tokens one input is (for throughput)."""
 
     scoring = "embeddings"
     family = "embedding"
     top_k = TOP_K
 
-    def prompts(self, case) -> List[List[int]]:
+    def inputs(self, case) -> list:
         raise NotImplementedError
+
+    def embedder(self, model: torch.nn.Module, reference: torch.nn.Module, args: dict):
+        """An engine serving ``model`` (the reference, a mutant or a composed candidate) within
+        the reference's position limit (a candidate's own config is not trusted to say it)."""
+        from kernels_reference.engine.embedder import Embedder
+        return Embedder(model, max_position_embeddings=Embedder(reference).max_len, **args)
+
+    def input_tokens(self, item) -> int:
+        return len(item)
 
 
 # ---- the statistics -----------------------------------------------------------------------------
@@ -89,7 +100,7 @@ class EmbeddingRun:
     and each mutant's embeddings."""
 
     case_id: str
-    prompts: List[List[int]]
+    inputs: list  # the requests' inputs (token ids or pixels)
     expected: torch.Tensor  # [N, H] the reference's embeddings
     noise: Dict[str, torch.Tensor]  # run -> [N, H]
     # name -> (kind, embeddings or None when the model has no module it replaces, classes swapped)
@@ -104,39 +115,37 @@ class EmbeddingRun:
         return {name: neighbours(e, self.top_k) for name, e in self.noise.items()}
 
 
-def _embedder(model: torch.nn.Module, reference: torch.nn.Module, args: dict):
-    """An embedder serving ``model`` (the reference, a mutant or a composed candidate) within the
-    reference's position limit (a candidate's own config is not trusted to say it)."""
-    from kernels_reference.engine.embedder import Embedder
-    return Embedder(model, max_position_embeddings=Embedder(reference).max_len, **args)
-
-
 def calibrate(spec: EmbeddingE2ESpec, case, reference: torch.nn.Module, device: torch.device,
               progress: Progress) -> Dict[str, EmbeddingRun]:
     """Per scenario of ``case``'s model: the reference's embeddings, its noise runs and every
     built-in mutant's embeddings. Nothing here depends on the candidate."""
     runs = {}
     for sc in spec.model_cases(case):
-        prompts = spec.prompts(sc)
+        inputs = spec.inputs(sc)
         args = spec.engine_args(sc)
-        progress(f"{sc.id}: reference embeddings of {len(prompts)} requests, {sum(map(len, prompts))} tokens")
-        run = EmbeddingRun(sc.id, prompts, _embedder(reference, reference, args).embed(prompts), {}, {}, spec.top_k)
+
+        def embed(model, engine_args=args, items=inputs):
+            return spec.embedder(model, reference, engine_args).embed(items)
+
+        tokens = sum(spec.input_tokens(x) for x in inputs)
+        progress(f"{sc.id}: reference embeddings of {len(inputs)} requests, {tokens} tokens")
+        run = EmbeddingRun(sc.id, inputs, embed(reference), {}, {}, spec.top_k)
         progress(f"{sc.id}: noise runs (re-batched, float64{', plain PyTorch' if device.type == 'cuda' else ''})")
-        order = list(reversed(range(len(prompts))))
-        shuffled = _embedder(reference, reference, spec.rebatched_engine_args(sc)).embed([prompts[i] for i in order])
+        order = list(reversed(range(len(inputs))))
+        shuffled = embed(reference, spec.rebatched_engine_args(sc), [inputs[i] for i in order])
         run.noise["rebatched"] = shuffled[torch.tensor(order).argsort()]
         wide = cast_copy(reference, torch.float64)
-        run.noise["float64"] = _embedder(wide, reference, args).embed(prompts).to(run.expected.dtype)
+        run.noise["float64"] = embed(wide).to(run.expected.dtype)
         del wide
         if device.type == "cuda":
             native = with_paths(reference, "forward_native")
-            run.noise["reference-native"] = _embedder(native, reference, args).embed(prompts)
+            run.noise["reference-native"] = embed(native)
             del native
         for name, entry in spec.mutants(sc).items():
             mutant_spec = as_mutant(entry)
             progress(f"{sc.id}: built-in mutant {name} ({mutant_spec.kind})")
             mutant, composition = compose_candidate(reference, mutant_spec.classes.get)
-            embedded = _embedder(mutant, reference, args).embed(prompts) if composition.swapped else None
+            embedded = embed(mutant) if composition.swapped else None
             run.mutants[name] = (mutant_spec.kind, embedded, list(composition.swapped))
             del mutant
         release_memory()
@@ -206,8 +215,8 @@ def run_embedding_e2e(spec: EmbeddingE2ESpec, case, device, lookup, has_candidat
     if why:
         result.message = why
         return result
-    prompts = spec.prompts(case)
-    result.requests = len(prompts)
+    inputs = spec.inputs(case)
+    result.requests = len(inputs)
     cache = cache or CalibrationCache()
     calibration = cache.model(spec, case, device)
     reference = calibration.reference
@@ -230,8 +239,8 @@ def run_embedding_e2e(spec: EmbeddingE2ESpec, case, device, lookup, has_candidat
     progress(f"{case.id}: candidate embeddings ({', '.join(result.swapped)})")
     try:
         with interpreted_launches(candidate) as launches:
-            cand_embedder = _embedder(candidate, reference, args)
-            embeddings = cand_embedder.embed(prompts)
+            cand_embedder = spec.embedder(candidate, reference, args)
+            embeddings = cand_embedder.embed(inputs)
     except CandidateError as exc:
         result.status, result.message = exc.status, exc.message
         return result
@@ -256,7 +265,8 @@ def run_embedding_e2e(spec: EmbeddingE2ESpec, case, device, lookup, has_candidat
     if device.type == "cuda" and result.status != status.TASK_ERROR:
         progress(f"{case.id}: timing candidate and reference embedders")
         try:
-            _measure(result, cand_embedder, _embedder(reference, reference, args), prompts, spec.timing_rounds)
+            _measure(result, cand_embedder, spec.embedder(reference, reference, args), inputs,
+                     [spec.input_tokens(x) for x in inputs], spec.timing_rounds)
         except Exception as exc:
             result.status = status.RUNTIME_ERROR
             result.message = f"the candidate model failed while timed: {type(exc).__name__}: {exc}"
@@ -264,15 +274,14 @@ def run_embedding_e2e(spec: EmbeddingE2ESpec, case, device, lookup, has_candidat
     return result
 
 
-def _measure(result: E2EResult, cand, ref, prompts: Sequence[List[int]], rounds: int) -> None:
-    """Throughput in prompt tokens per second over the scenario, latency of the first request
-    alone (ms per prompt token, so that the fields mean what they mean for the decoders)."""
-    first = [prompts[0]]
-    cand_s, ref_s = _time_pair(lambda: cand.embed(prompts), lambda: ref.embed(prompts), rounds)
+def _measure(result: E2EResult, cand, ref, inputs: list, tokens: List[int], rounds: int) -> None:
+    """Throughput in input tokens per second over the scenario, latency of the first request
+    alone (ms per input token, so that the fields mean what they mean for the decoders)."""
+    first = inputs[:1]
+    cand_s, ref_s = _time_pair(lambda: cand.embed(inputs), lambda: ref.embed(inputs), rounds)
     cand_1, ref_1 = _time_pair(lambda: cand.embed(first), lambda: ref.embed(first), rounds)
-    tokens = sum(map(len, prompts))
-    result.cand_tokens_per_s, result.ref_tokens_per_s = tokens / cand_s, tokens / ref_s
-    result.cand_ms_per_token, result.ref_ms_per_token = 1e3 * cand_1 / len(first[0]), 1e3 * ref_1 / len(first[0])
+    result.cand_tokens_per_s, result.ref_tokens_per_s = sum(tokens) / cand_s, sum(tokens) / ref_s
+    result.cand_ms_per_token, result.ref_ms_per_token = 1e3 * cand_1 / tokens[0], 1e3 * ref_1 / tokens[0]
     result.speedup_throughput, result.speedup_latency = ref_s / cand_s, ref_1 / cand_1
     result.speedup_blended = blend(result.speedup_throughput, result.speedup_latency)
     result.timing_mode, result.informational, result.rounds = "cuda-events", False, rounds
