@@ -41,6 +41,7 @@ def load_checkpoint(module: nn.Module, weights: Iterable[Tuple[str, torch.Tensor
         if target not in params:
             raise KeyError(f"checkpoint weight {name!r} has no place in {type(module).__name__}")
         dst = params[target] if index is None else params[target][index]
+        tensor = _this_ranks_part(module, target, tensor, shard)
         if dst.shape != tensor.shape:
             raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != {tuple(dst.shape)}")
         dst.copy_(tensor)
@@ -48,6 +49,15 @@ def load_checkpoint(module: nn.Module, weights: Iterable[Tuple[str, torch.Tensor
     missing = {n for n in params if n not in skip and not _shards(module, n) <= loaded.get(n, set())}
     if missing:
         raise KeyError(f"weights missing from the checkpoint: {sorted(missing)[:8]}")
+
+
+def _this_ranks_part(module: nn.Module, target: str, tensor: torch.Tensor, shard) -> torch.Tensor:
+    """The part of a full checkpoint tensor this tensor-parallel rank holds: the owning layer's
+    ``shard_checkpoint`` where it has one (sharded linears and embeddings), else all of it."""
+    owner_name, _, leaf = target.rpartition(".")
+    owner = module.get_submodule(owner_name) if owner_name else module
+    cut = getattr(owner, "shard_checkpoint", None)
+    return cut(leaf, tensor, shard) if callable(cut) else tensor
 
 
 def _placement(module: nn.Module, name: str, renames, params=()):

@@ -8,12 +8,20 @@ The embedding's fast path on CUDA is a Triton row gather (a program per token an
 vLLM's masked lookup does for ids outside a tensor-parallel shard; ``forward_native`` stays
 ``F.embedding``, which raises on them. Checking the ids on the host would cost a device sync per
 step and break CUDA-graph capture, so the fast path does not raise. The LM head keeps ``F.linear``.
+
+Under tensor parallelism (:mod:`kernels_reference.parallel_state`) the vocabulary is padded to a
+multiple of ``padding_size`` (vLLM's 64) and split into equal row ranges: rank r holds rows
+[r * V / tp, (r + 1) * V / tp). The embedding looks up the ids inside its range (zero rows for the
+rest: vLLM's masked lookup) and all-reduces; the head computes its range's logits and all-gathers
+them, the padding cut off. ``shard_checkpoint`` cuts the full table to this rank's rows.
 """
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..dispatch import use_fast_path
+from ..parallel_state import (divide, get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size,
+                              tensor_model_parallel_all_gather, tensor_model_parallel_all_reduce)
 from ..records import RecordsInit
 from ..triton_rows import autotune, autotune_here, size_class
 
@@ -24,11 +32,22 @@ except ImportError:  # the native path still works without Triton
     triton = None
 
 
+DEFAULT_VOCAB_PADDING_SIZE = 64  # vLLM's
+
+
 class VocabParallelEmbedding(RecordsInit, nn.Module):
-    def __init__(self, num_embeddings: int, embedding_dim: int):
+    RECORDED_WHEN_PASSED = ("padding_size",)
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_size: int = DEFAULT_VOCAB_PADDING_SIZE):
         super().__init__()
+        self.tp_size, self.tp_rank = get_tensor_model_parallel_world_size(), get_tensor_model_parallel_rank()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim))
+        # One GPU holds the table as it is; a sharded one is padded so that the ranks split it evenly.
+        padded = num_embeddings if self.tp_size == 1 else -(-num_embeddings // padding_size) * padding_size
+        self.num_embeddings_padded = padded
+        self.num_embeddings_per_partition = divide(padded, self.tp_size)
+        self.vocab_start_index = self.tp_rank * self.num_embeddings_per_partition
+        self.weight = nn.Parameter(torch.empty(self.num_embeddings_per_partition, embedding_dim))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if triton is not None and use_fast_path(input_ids, self.weight):
@@ -36,9 +55,28 @@ class VocabParallelEmbedding(RecordsInit, nn.Module):
         return self.forward_native(input_ids)
 
     def forward_native(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(input_ids, self.weight)
+        if self.tp_size == 1:
+            return F.embedding(input_ids, self.weight)
+        local = input_ids - self.vocab_start_index
+        outside = (local < 0) | (local >= self.num_embeddings_per_partition)
+        rows = F.embedding(local.masked_fill(outside, 0), self.weight).masked_fill(outside.unsqueeze(-1), 0)
+        return tensor_model_parallel_all_reduce(rows)
 
     def forward_triton(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.tp_size == 1:
+            return self._gather_rows(input_ids)
+        # The kernel writes zero rows for ids outside its table: this rank's range, shifted to 0.
+        return tensor_model_parallel_all_reduce(self._gather_rows(input_ids - self.vocab_start_index))
+
+    def shard_checkpoint(self, param: str, tensor: torch.Tensor, shard=None) -> torch.Tensor:
+        """This rank's rows of the full table (or head bias), zero-padded to the padded vocabulary."""
+        if self.tp_size == 1:
+            return tensor
+        padded = tensor.new_zeros((self.num_embeddings_padded, *tensor.shape[1:]))
+        padded[:tensor.shape[0]] = tensor
+        return padded.narrow(0, self.vocab_start_index, self.num_embeddings_per_partition)
+
+    def _gather_rows(self, input_ids: torch.Tensor) -> torch.Tensor:
         if input_ids.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"token ids must be int32 or int64, got {input_ids.dtype}")
         if input_ids.device != self.weight.device:
@@ -50,7 +88,7 @@ class VocabParallelEmbedding(RecordsInit, nn.Module):
         n_tokens = ids.numel()
         if n_tokens == 0 or width == 0:
             return out
-        args = (ids, weight, out, self.num_embeddings, width, weight.stride(0), size_class(n_tokens))
+        args = (ids, weight, out, weight.shape[0], width, weight.stride(0), size_class(n_tokens))
         if autotune_here(weight):
             grid = lambda meta: (n_tokens, triton.cdiv(width, meta["BLOCK"]))  # noqa: E731
             _embedding_tuned[grid](*args)
@@ -62,15 +100,22 @@ class VocabParallelEmbedding(RecordsInit, nn.Module):
 
 
 class ParallelLMHead(VocabParallelEmbedding):
-    def __init__(self, num_embeddings: int, embedding_dim: int, bias: bool = False):
-        super().__init__(num_embeddings, embedding_dim)
-        self.bias = nn.Parameter(torch.empty(num_embeddings)) if bias else None
+    def __init__(self, num_embeddings: int, embedding_dim: int, bias: bool = False,
+                 padding_size: int = DEFAULT_VOCAB_PADDING_SIZE):
+        super().__init__(num_embeddings, embedding_dim, padding_size)
+        self.bias = nn.Parameter(torch.empty(self.num_embeddings_per_partition)) if bias else None
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden_states, self.weight, self.bias)
+        return self._logits(hidden_states)
 
     def forward_native(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden_states, self.weight, self.bias)
+        return self._logits(hidden_states)
+
+    def _logits(self, hidden_states):
+        logits = F.linear(hidden_states, self.weight, self.bias)
+        if self.tp_size == 1:
+            return logits
+        return tensor_model_parallel_all_gather(logits)[..., :self.num_embeddings]
 
     # The head's fast path is cuBLAS (``forward``); the embedding's row gather is not its kernel.
     forward_triton = None

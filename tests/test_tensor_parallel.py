@@ -1,0 +1,145 @@
+"""Tensor-parallel layers on the CPU (gloo): each sharded linear and the vocabulary-parallel embedding
+and head, built inside a group of 2 and of 4 ranks and loaded from the same full checkpoint as the
+single-GPU layers, give the single-GPU result (column outputs gathered, row partial sums reduced);
+the state reads as vLLM's interface does, and a degree that does not divide is refused."""
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from kernels_reference.checkpoint import load_checkpoint
+from kernels_reference.L1.linear import (ColumnParallelLinear, MergedColumnParallelLinear, QKVParallelLinear,
+                                         RowParallelLinear)
+from kernels_reference.L1.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+from kernels_reference.parallel_state import (get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size,
+                                              tensor_model_parallel_all_reduce, tensor_parallel)
+
+HIDDEN, HEAD, HEADS, KV_HEADS, INTER, VOCAB, TOKENS = 32, 8, 4, 2, 48, 100, 5  # VOCAB: padding needed at TP > 1
+
+
+class Block(torch.nn.Module):
+    """The sharded layers of a Llama block and its model's ends, named as a checkpoint names them."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = torch.nn.Module()
+        self.attn.qkv_proj = QKVParallelLinear(HIDDEN, HEAD, HEADS, KV_HEADS, bias=True)
+        self.attn.o_proj = RowParallelLinear(HEADS * HEAD, HIDDEN, bias=True)
+        self.mlp = torch.nn.Module()
+        self.mlp.gate_up_proj = MergedColumnParallelLinear(HIDDEN, [INTER, INTER])
+        self.mlp.down_proj = RowParallelLinear(INTER, HIDDEN)
+        self.q_b_proj = ColumnParallelLinear(HIDDEN, 2 * HIDDEN, gather_output=True)
+        self.embed_tokens = VocabParallelEmbedding(VOCAB, HIDDEN)
+        self.lm_head = ParallelLMHead(VOCAB, HIDDEN, bias=True)
+
+
+def checkpoint():
+    g = torch.Generator().manual_seed(0)
+
+    def w(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    kv = KV_HEADS * HEAD
+    return {"attn.q_proj.weight": w(HEADS * HEAD, HIDDEN), "attn.k_proj.weight": w(kv, HIDDEN),
+            "attn.v_proj.weight": w(kv, HIDDEN), "attn.q_proj.bias": w(HEADS * HEAD), "attn.k_proj.bias": w(kv),
+            "attn.v_proj.bias": w(kv), "attn.o_proj.weight": w(HIDDEN, HEADS * HEAD), "attn.o_proj.bias": w(HIDDEN),
+            "mlp.gate_proj.weight": w(INTER, HIDDEN), "mlp.up_proj.weight": w(INTER, HIDDEN),
+            "mlp.down_proj.weight": w(HIDDEN, INTER), "q_b_proj.weight": w(2 * HIDDEN, HIDDEN),
+            "embed_tokens.weight": w(VOCAB, HIDDEN), "lm_head.weight": w(VOCAB, HIDDEN), "lm_head.bias": w(VOCAB)}
+
+
+def run_block(x, ids):
+    """What each layer gives on this rank, the row-parallel layers fed this rank's input slice as
+    the column-parallel layer before them would hand it over."""
+    block = Block().double()
+    load_checkpoint(block, checkpoint().items())
+    tp, rank = get_tensor_model_parallel_world_size(), get_tensor_model_parallel_rank()
+    attn_in = torch.randn(TOKENS, HEADS * HEAD, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    mlp_in = torch.randn(TOKENS, INTER, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    heads, inter = HEADS * HEAD // tp, INTER // tp
+    return {"qkv": block.attn.qkv_proj(x), "o": block.attn.o_proj(attn_in[:, rank * heads:(rank + 1) * heads]),
+            "gate_up": block.mlp.gate_up_proj(x), "down": block.mlp.down_proj(mlp_in[:, rank * inter:(rank + 1) * inter]),
+            "q_b": block.q_b_proj(x), "embed": block.embed_tokens(ids), "logits": block.lm_head(x)}
+
+
+def expected_shard(full, name, tp, rank):
+    """The single-GPU output's part that rank ``rank`` of ``tp`` computes (whole where reduced or gathered)."""
+    if name == "qkv":
+        q, k, v = full.split([HEADS * HEAD, KV_HEADS * HEAD, KV_HEADS * HEAD], dim=-1)
+        kv_heads = max(KV_HEADS // tp, 1)
+        kv_index = rank // max(tp // KV_HEADS, 1)
+        qs = HEADS * HEAD // tp
+        kvs = kv_heads * HEAD
+        return torch.cat([q[:, rank * qs:(rank + 1) * qs], k[:, kv_index * kvs:(kv_index + 1) * kvs],
+                          v[:, kv_index * kvs:(kv_index + 1) * kvs]], dim=-1)
+    if name == "gate_up":
+        gate, up = full.split([INTER, INTER], dim=-1)
+        n = INTER // tp
+        return torch.cat([gate[:, rank * n:(rank + 1) * n], up[:, rank * n:(rank + 1) * n]], dim=-1)
+    return full
+
+
+def _worker(rank, world, port, results):
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # every rank makes every group, in order
+    x = torch.randn(TOKENS, HIDDEN, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    ids = torch.tensor([0, 7, 63, 64, 99])
+    out = {}
+    with tensor_parallel(1, 0):
+        full = run_block(x, ids)
+    for tp, group, r in ((4, None, rank), (2, pairs[rank // 2], rank % 2)):
+        with tensor_parallel(tp, r, group):
+            for name, got in run_block(x, ids).items():
+                err = (got - expected_shard(full[name], name, tp, r)).abs().max().item()
+                out[f"tp{tp}/{name}"] = err
+            out[f"tp{tp}/all_reduce"] = (tensor_model_parallel_all_reduce(torch.ones(3, dtype=torch.float64))
+                                        - tp).abs().max().item()
+    results[rank] = out
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_sharded_layers_at_tp_2_and_4_give_the_single_gpu_result():
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_worker, args=(4, _free_port(), results), nprocs=4, join=True)
+        results = dict(results)
+    assert sorted(results) == [0, 1, 2, 3]
+    for rank, errors in results.items():
+        assert len(errors) == 16
+        bad = {k: v for k, v in errors.items() if v > 1e-12}
+        assert not bad, f"rank {rank}: {bad}"
+
+
+def test_degree_one_is_the_single_gpu_layer_and_state_reads_like_vllm():
+    assert (get_tensor_model_parallel_world_size(), get_tensor_model_parallel_rank()) == (1, 0)
+    layer = RowParallelLinear(8, 4)
+    assert layer.weight.shape == (4, 8) and layer.init_args == {"input_size": 8, "output_size": 4, "bias": False}
+    assert QKVParallelLinear(32, 8, 4, 2).weight.shape == (64, 32)
+    assert VocabParallelEmbedding(100, 16).weight.shape == (100, 16)  # no padding on one GPU
+    with tensor_parallel(4, 3):
+        assert (get_tensor_model_parallel_world_size(), get_tensor_model_parallel_rank()) == (4, 3)
+        qkv = QKVParallelLinear(32, 8, 4, 2)  # 4 ranks, 2 KV heads: each KV head on two ranks
+        assert (qkv.num_heads, qkv.num_kv_heads, qkv.kv_replicas, qkv.weight.shape) == (1, 1, 2, (24, 32))
+        assert VocabParallelEmbedding(100, 16).weight.shape == (32, 16)  # 128 padded rows / 4
+        assert RowParallelLinear(8, 4, reduce_results=False).init_args["reduce_results"] is False
+    assert get_tensor_model_parallel_world_size() == 1
+
+
+@pytest.mark.parametrize("build, words", [
+    (lambda: ColumnParallelLinear(8, 6), "6 is not divisible by the tensor-parallel size 4"),
+    (lambda: QKVParallelLinear(32, 8, 4, 3), "tensor-parallel size 4 exceeds the 3 KV heads but is not a multiple"),
+])
+def test_a_degree_that_does_not_divide_is_refused(build, words):
+    with tensor_parallel(4, 0), pytest.raises(ValueError, match=words):
+        build()
