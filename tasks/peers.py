@@ -13,13 +13,24 @@ on the MoE models' bf16 cases; fused_moe also has torch._grouped_mm (sort -> gro
 grouped GEMM -> weighted sum) as a peer, and targets of >= 60% of bf16 GEMM peak at prefill (the
 whole layer's time, routing and sort included) and >= 70% of copy bandwidth at decode.
 
+The encoder and vision ops (LayerNorm, GELU, the pooler, packed and padded bidirectional attention,
+the patch embedding, DINOv2's position embedding, GRN, ConvNeXt's depthwise conv + norm) run on
+their bf16 cases against what Hugging Face (SDPA), timm and torch.compile run: the torch calls of
+the model code (F.layer_norm, F.gelu, nn.Conv2d in either memory format), Liger's LayerNorm, the
+SDPA backends per sequence or on the padded batch with its key mask, flex_attention with a
+same-sequence or key-padding block mask and torch's varlen FlashAttention. The norms, GELU, the
+pooler's mean, GRN and the position embedding have bandwidth targets like the other memory-bound ops.
+
 Kinds (``fk_pytest.peers`` PRODUCTION / FRAMEWORK): Liger, SDPA's flash / cuDNN / efficient kernels
 (the per-sequence loop around them is the peer's, not a serving stack's) and torch._grouped_mm are
-production kernels; eager, torch.compile and flex_attention are what the framework makes of plain
-PyTorch. The report gives the ratio against each kind apart.
+production kernels, and so is torch's varlen_attn; eager, torch.compile, flex_attention and the
+torch calls a model's code makes (F.layer_norm, F.gelu, nn.Conv2d) are what the framework makes of
+plain PyTorch. The report gives the ratio against each kind apart.
 """
 import functools
 import importlib
+import inspect
+import math
 import re
 import warnings
 from typing import Dict, Optional, Tuple
@@ -226,6 +237,46 @@ def _paged_layer(ctx: PeerContext, attend):
     return layer
 
 
+def _gqa_args(gqa: str, group: int, k: torch.Tensor, v: torch.Tensor):
+    """K/V ([B, kv_heads, L, d]) and SDPA's extra arguments for one way of sharing K/V heads:
+    ``"native"`` (enable_gqa) or ``"repeat"`` (heads repeated, for backends without GQA)."""
+    if group == 1:
+        return k, v, {}
+    if gqa == "repeat":
+        return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), {}
+    return k, v, {"enable_gqa": True}
+
+
+def _with_gqa_fallback(ctx: PeerContext, backend_name: str, group: int, attend_with):
+    """``attend(*args)`` running ``attend_with(gqa, *args)`` with native GQA where the forced SDPA
+    backend takes it, else with K/V heads repeated; the first call decides, and a backend that runs
+    neither way is :class:`Unsupported` with its refusals."""
+    mode = {"gqa": None}
+
+    def attend(*args):
+        if mode["gqa"] is not None:
+            return attend_with(mode["gqa"], *args)
+        failures = []
+        for gqa in ("native", "repeat"):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    out = attend_with(gqa, *args)
+                except RuntimeError as exc:
+                    why = "; ".join(str(w.message).splitlines()[0] for w in caught[:3])
+                    failures.append(f"{gqa} GQA: {str(exc).splitlines()[0]}" + (f" ({why})" if why else ""))
+                    continue
+            mode["gqa"] = gqa
+            if gqa == "repeat" and group > 1:
+                ctx.note("no native GQA here: K/V heads repeated")
+            return out
+        if failures[0].split(": ", 1)[1] == failures[1].split(": ", 1)[1]:
+            failures = [failures[0].split(": ", 1)[1]]  # the same refusal either way: say it once
+        raise Unsupported(f"SDPA {backend_name} cannot run this case: " + " | ".join(failures))
+
+    return attend
+
+
 def _sdpa_peer(backend_name: str):
     """SDPA with one backend forced, one call per sequence ([1, heads, len, head_size] views). Decode
     and fresh prefill need no mask (is_causal when q_len == seq_len); a chunk that continues a
@@ -238,7 +289,6 @@ def _sdpa_peer(backend_name: str):
 
         backend = getattr(SDPBackend, backend_name)
         group = ctx.reference.num_heads // ctx.reference.num_kv_heads
-        mode = {"gqa": None}  # decided by the first call: "native" or "repeat"
 
         def attend_with(gqa, q, k_all, v_all, layout, scale):
             out = torch.empty_like(q)
@@ -247,11 +297,8 @@ def _sdpa_peer(backend_name: str):
                     qa, qb = layout.q_start[i], layout.q_start[i + 1]
                     ka, kb = layout.kv_start[i], layout.kv_start[i + 1]
                     qi = q[qa:qb].transpose(0, 1).unsqueeze(0)
-                    ki = k_all[ka:kb].transpose(0, 1).unsqueeze(0)
-                    vi = v_all[ka:kb].transpose(0, 1).unsqueeze(0)
-                    if gqa == "repeat" and group > 1:
-                        ki, vi = ki.repeat_interleave(group, dim=1), vi.repeat_interleave(group, dim=1)
-                    extra = {"enable_gqa": True} if gqa == "native" and group > 1 else {}
+                    ki, vi, extra = _gqa_args(gqa, group, k_all[ka:kb].transpose(0, 1).unsqueeze(0),
+                                              v_all[ka:kb].transpose(0, 1).unsqueeze(0))
                     q_len, context = qb - qa, layout.context(i)
                     if q_len == 1 or context == 0:
                         oi = F.scaled_dot_product_attention(qi, ki, vi, is_causal=q_len > 1, scale=scale, **extra)
@@ -262,42 +309,36 @@ def _sdpa_peer(backend_name: str):
                     out[qa:qb] = oi[0].transpose(0, 1)
             return out
 
-        def attend(q, k_all, v_all, layout, scale):
-            if mode["gqa"] is not None:
-                return attend_with(mode["gqa"], q, k_all, v_all, layout, scale)
-            failures = []
-            for gqa in ("native", "repeat"):
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    try:
-                        out = attend_with(gqa, q, k_all, v_all, layout, scale)
-                    except RuntimeError as exc:
-                        why = "; ".join(str(w.message).splitlines()[0] for w in caught[:3])
-                        failures.append(f"{gqa} GQA: {str(exc).splitlines()[0]}" + (f" ({why})" if why else ""))
-                        continue
-                mode["gqa"] = gqa
-                if gqa == "repeat" and group > 1:
-                    ctx.note("no native GQA here: K/V heads repeated")
-                return out
-            if failures[0].split(": ", 1)[1] == failures[1].split(": ", 1)[1]:
-                failures = [failures[0].split(": ", 1)[1]]  # the same refusal either way: say it once
-            raise Unsupported(f"SDPA {backend_name} cannot run this case: " + " | ".join(failures))
-
-        return _paged_layer(ctx, attend)
+        return _paged_layer(ctx, _with_gqa_fallback(ctx, backend_name, group, attend_with))
 
     return build
+
+
+def _flex_function(ctx: PeerContext):
+    """flex_attention compiled (its fast path: Inductor generates the kernel), or its slow eager
+    reference path under --no-compile; always without autograd: the correctness check calls with
+    grad mode on, the timed calls with it off, and Dynamo would trace it once for each."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if ctx.compile:
+        flex = torch.compile(flex_attention, dynamic=False)
+    else:
+        ctx.note("uncompiled (--no-compile): flex_attention's slow reference path")
+        flex = flex_attention
+
+    def inference(*args, **kwargs):
+        with torch.no_grad():
+            return flex(*args, **kwargs)
+
+    return inference
 
 
 def _flex(ctx: PeerContext):
     """flex_attention (compiled) over the packed batch: one call for every sequence, with a block mask
     "same sequence and key position <= query position" built once per batch shape."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask
 
-    if ctx.compile:
-        flex = torch.compile(flex_attention, dynamic=False)
-    else:
-        flex = flex_attention
-        ctx.note("uncompiled (--no-compile): flex_attention's slow reference path")
+    flex = _flex_function(ctx)
     grouped = ctx.reference.num_heads != ctx.reference.num_kv_heads
     block_masks = {}
 
@@ -318,12 +359,19 @@ def _flex(ctx: PeerContext):
     return _paged_layer(ctx, attend)
 
 
-def _compile_attention(ctx: PeerContext):
-    batch = len(ctx.case["context"])
-    if batch > MAX_COMPILED_SEQUENCES:
-        raise Skipped(f"forward_native loops over the {batch} sequences; compiling unrolls the loop "
-                      f"(skipped above {MAX_COMPILED_SEQUENCES} sequences to keep compile time bounded)")
-    return compiled_native(ctx)
+def _compile_sequence_loop(sequences_of):
+    """COMPILE for a forward_native that loops over the batch's sequences in Python, skipped where
+    ``sequences_of(case)`` is above MAX_COMPILED_SEQUENCES."""
+    def build(ctx: PeerContext):
+        batch = sequences_of(ctx.case)
+        if batch > MAX_COMPILED_SEQUENCES:
+            raise Skipped(f"forward_native loops over the {batch} sequences; compiling unrolls the loop "
+                          f"(skipped above {MAX_COMPILED_SEQUENCES} sequences to keep compile time bounded)")
+        return compiled_native(ctx)
+    return build
+
+
+_compile_attention = _compile_sequence_loop(lambda case: len(case["context"]))
 
 
 ATTENTION_PEERS = (
@@ -501,6 +549,349 @@ FLA_RWKV7 = Peer("fla", "flash-linear-attention chunk_rwkv7 / fused_recurrent_rw
                  _fla_peer("rwkv7", "chunk_rwkv7", "fused_recurrent_rwkv7"), **FLA)
 
 
+# ---- encoders and vision towers --------------------------------------------------------------------
+# The L1 ops of embedding and vision serving (issue 29): peers are what Hugging Face transformers
+# (SDPA), timm and torch.compile run for them. The ops call torch modules directly in those stacks
+# (nn.LayerNorm, nn.GELU, nn.Conv2d), so those calls are peers of the kind FRAMEWORK (what the
+# framework runs for plain model code), like eager; the attention kernels behind SDPA, torch's
+# varlen FlashAttention and Liger are PRODUCTION. Cases: the bf16 ones (every model is served in
+# bf16; the float32 sweep is a correctness concern, not a peer workload).
+def _tokens_target(unit: str, count) -> Target:
+    """MEMORY_BOUND's bar for an op whose size is not its ``tokens`` parameter."""
+    return Target(f">= 85% of copy bandwidth at >= {BANDWIDTH_TOKENS} {unit}", 0.85,
+                  lambda case: count(case) >= BANDWIDTH_TOKENS)
+
+
+# GRN reads every pixel's channels twice (the norms, then the scaling) against io_bytes' once, so
+# past the L2 cache its copy-bandwidth fraction is bounded by about 2/3 unless a pass is fused away.
+GRN_BANDWIDTH = _tokens_target("pixels (batch x height x width)",
+                               lambda case: case["batch"] * case["height"] * case["width"])
+POSITION_BANDWIDTH = _tokens_target("tokens (batch x (1 + patches))",
+                                    lambda case: case["batch"] * (1 + case["grid_height"] * case["grid_width"]))
+# Only mean pooling reads every token (CLS / last-token pooling read one row per sequence). No full
+# case reaches the bar's size today (the largest mean-pooled batch is 8 x 512 tokens of 384 channels,
+# 3 MB: launch-bound); the target says so ("no case") rather than judging a latency-bound case.
+POOLER_BANDWIDTH = _tokens_target("mean-pooled tokens", lambda case: (
+    sum(case["lengths"]) if case["pooling_type"] == "MEAN" else 0))
+
+
+def _torch_layer_norm(ctx: PeerContext):
+    """``F.layer_norm`` on the activations as nn.LayerNorm runs it (HF's BERT, ViT, timm); the
+    fused-add variant is HF's "add & norm": the sum in the activation dtype (rounded), then the norm."""
+    norm = ctx.reference
+    shape, weight, bias, eps = (norm.hidden_size,), norm.weight, norm.bias, norm.eps
+    if ctx.case["variant"] != "fused-add":
+        return lambda inputs: F.layer_norm(inputs["x"], shape, weight, bias, eps)
+
+    def add_then_norm(inputs):
+        total = inputs["x"] + inputs["residual"]
+        return F.layer_norm(total, shape, weight, bias, eps), total
+
+    return add_then_norm
+
+
+def _liger_layer_norm(ctx: PeerContext):
+    """LigerLayerNormFunction (weight and bias, statistics in float32); Liger has no fused-add
+    LayerNorm, so that variant adds in torch first."""
+    fn = _liger_ops(ctx, "layer_norm").LigerLayerNormFunction
+    norm = ctx.reference
+    weight, bias, eps = norm.weight, norm.bias, norm.eps
+    if ctx.case["variant"] != "fused-add":
+        return lambda inputs: fn.apply(inputs["x"], weight, bias, eps)
+    ctx.note("liger has no fused-add LayerNorm: the add runs in torch, then LigerLayerNorm")
+
+    def add_then_norm(inputs):
+        total = inputs["x"] + inputs["residual"]
+        return fn.apply(total, weight, bias, eps), total
+
+    return add_then_norm
+
+
+def _torch_gelu(ctx: PeerContext):
+    """``F.gelu`` on the activations (nn.GELU in HF's and timm's MLPs: one kernel, float32 inside);
+    with the dense's bias added first in the activation dtype, as an unfused epilogue does."""
+    approximate = ctx.reference.approximate
+    if ctx.case["variant"] != "bias":
+        return lambda inputs: F.gelu(inputs["x"], approximate=approximate)
+    return lambda inputs: F.gelu(inputs["x"] + inputs["bias"], approximate=approximate)
+
+
+TORCH_LAYER_NORM = Peer("F.layer_norm", "F.layer_norm in the activation dtype (nn.LayerNorm; HF BERT's add & norm "
+                        "adds first)", _torch_layer_norm)
+LIGER_LAYER_NORM = Peer("liger", "Liger-Kernel LayerNorm (the fused-add variant adds in torch first)",
+                        _liger_layer_norm, **LIGER)
+TORCH_GELU = Peer("F.gelu", "F.gelu in the activation dtype (nn.GELU; the bias added first)", _torch_gelu)
+
+
+# Packed encoder attention (encoder_only_attention): [T, heads * d] rows, sequences from the forward
+# context's cu_seqlens, bidirectional within each sequence.
+def _packed_heads(ctx: PeerContext, inputs):
+    """q [T, nq, d], k and v [T, nk, d] as views of the task's column slices of qkv."""
+    ref = ctx.reference
+    t = inputs["query"].shape[0]
+    return (inputs["query"].view(t, ref.num_heads, ref.head_size),
+            inputs["key"].view(t, ref.num_kv_heads, ref.head_size),
+            inputs["value"].view(t, ref.num_kv_heads, ref.head_size))
+
+
+def _packed_sdpa_peer(backend_name: str):
+    """SDPA with one backend forced, one call per sequence of the packed batch ([1, heads, len, d]
+    views, no mask, not causal), as HF runs a batch of one sentence at a time; GQA as ``_sdpa_peer``."""
+
+    def build(ctx: PeerContext):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend, ref = getattr(SDPBackend, backend_name), ctx.reference
+        group = ref.num_heads // ref.num_kv_heads
+
+        def attend_with(gqa, q, k, v, lengths):
+            out = q.new_empty(q.shape)
+            first = 0
+            with sdpa_kernel([backend]):
+                for n in lengths:
+                    rows = slice(first, first + n)
+                    qi = q[rows].transpose(0, 1).unsqueeze(0)
+                    ki, vi, extra = _gqa_args(gqa, group, k[rows].transpose(0, 1).unsqueeze(0),
+                                              v[rows].transpose(0, 1).unsqueeze(0))
+                    oi = F.scaled_dot_product_attention(qi, ki, vi, scale=ref.scale, **extra)
+                    out[rows] = oi[0].transpose(0, 1)
+                    first += n
+            return out
+
+        attend = _with_gqa_fallback(ctx, backend_name, group, attend_with)
+
+        def layer(inputs):
+            q, k, v = _packed_heads(ctx, inputs)
+            lengths = [n for n in inputs["metadata"].query_lens_cpu if n]
+            return attend(q, k, v, lengths).reshape(q.shape[0], -1)
+
+        return layer
+
+    return build
+
+
+def _packed_flex(ctx: PeerContext):
+    """flex_attention over the whole packed batch with a "same sequence" block mask, built once
+    per batch shape (a model builds it once per step for all its layers)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    flex, ref = _flex_function(ctx), ctx.reference
+    grouped = ref.num_heads != ref.num_kv_heads
+    block_masks = {}
+
+    def layer(inputs):
+        q, k, v = _packed_heads(ctx, inputs)
+        t, lengths = q.shape[0], tuple(inputs["metadata"].query_lens_cpu)
+        if lengths not in block_masks:
+            sequence = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths)).to(q.device)
+
+            def same_sequence(b, h, q_idx, kv_idx):
+                return sequence[q_idx] == sequence[kv_idx]
+
+            block_masks[lengths] = create_block_mask(same_sequence, None, None, t, t, device=q.device)
+        out = flex(*(x.transpose(0, 1).unsqueeze(0) for x in (q, k, v)), block_mask=block_masks[lengths],
+                   scale=ref.scale, enable_gqa=grouped)
+        return out[0].transpose(0, 1).reshape(t, -1)
+
+    return layer
+
+
+def _torch_varlen(ctx: PeerContext):
+    """torch's public varlen attention (``torch.nn.attention.varlen.varlen_attn``, torch 2.9 and
+    newer): FlashAttention's varlen kernel on the packed batch, cu_seqlens for queries and keys alike,
+    full (not causal) attention by its defaults."""
+    if ctx.device.type != "cuda":
+        raise Skipped("varlen_attn runs FlashAttention's CUDA kernel (no CPU path)")
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        raise Skipped(f"this torch ({torch.__version__}) has no torch.nn.attention.varlen") from None
+    if ctx.case.dtype not in (torch.float16, torch.bfloat16):
+        raise Unsupported("FlashAttention runs half types only")
+    ref = ctx.reference
+    accepts = inspect.signature(varlen_attn).parameters  # its keywords grew over releases
+    options = {}
+    if "scale" in accepts:
+        options["scale"] = ref.scale
+    elif not math.isclose(ref.scale, ref.head_size ** -0.5):
+        raise Unsupported("this torch's varlen_attn takes no scale; the layer's is not 1/sqrt(head_size)")
+    if ref.num_kv_heads != ref.num_heads:
+        if "enable_gqa" not in accepts:
+            raise Unsupported("this torch's varlen_attn has no GQA (enable_gqa)")
+        options["enable_gqa"] = True
+
+    def layer(inputs):
+        q, k, v = _packed_heads(ctx, inputs)
+        meta = inputs["metadata"]
+        cu, longest = meta.query_start_loc, meta.max_query_len
+        return varlen_attn(q, k, v, cu, cu, longest, longest, **options).reshape(q.shape[0], -1)
+
+    return layer
+
+
+ENCODER_ATTENTION_PEERS = (
+    EAGER,
+    Peer("compile", COMPILE.description + f" (batches of up to {MAX_COMPILED_SEQUENCES} sequences)",
+         _compile_sequence_loop(lambda case: len(case["lengths"]))),
+    Peer("sdpa-flash", "SDPA forced to FlashAttention, per sequence, bidirectional",
+         _packed_sdpa_peer("FLASH_ATTENTION"), kind=PRODUCTION),
+    Peer("sdpa-cudnn", "SDPA forced to cuDNN attention, per sequence, bidirectional",
+         _packed_sdpa_peer("CUDNN_ATTENTION"), kind=PRODUCTION),
+    Peer("sdpa-efficient", "SDPA forced to memory-efficient attention, per sequence, bidirectional",
+         _packed_sdpa_peer("EFFICIENT_ATTENTION"), kind=PRODUCTION),
+    Peer("flex", "flex_attention (compiled) over the packed batch with a same-sequence block mask", _packed_flex),
+    Peer("varlen_attn", "torch.nn.attention.varlen.varlen_attn: FlashAttention varlen over the packed batch",
+         _torch_varlen, kind=PRODUCTION),
+)
+
+
+# Padded attention (multi_head_attention): [B, S, heads * d], an optional boolean key mask [B, S].
+def _padded_heads(ctx: PeerContext, inputs):
+    """q [B, nq, S, d], k and v [B, nk, S, d]: views of the task's column slices of qkv."""
+    ref = ctx.reference
+    b, s = inputs["query"].shape[:2]
+    return (inputs["query"].view(b, s, ref.num_heads, ref.head_size).transpose(1, 2),
+            inputs["key"].view(b, -1, ref.num_kv_heads, ref.head_size).transpose(1, 2),
+            inputs["value"].view(b, -1, ref.num_kv_heads, ref.head_size).transpose(1, 2))
+
+
+def _keys_masked(case) -> bool:
+    """Whether any key of the case's batch is padding (a mask of all True is dropped, as HF drops it)."""
+    return case["lengths"] is not None and min(case["lengths"]) < case["tokens"]
+
+
+def _padded_sdpa_peer(backend_name: str):
+    """One SDPA call over the padded batch with the key-padding mask as a boolean [B, 1, 1, S]
+    attn_mask: HF BERT's SDPA path; a vision tower's batch of images has no mask."""
+
+    def build(ctx: PeerContext):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        masked = _keys_masked(ctx.case)
+        if masked and backend_name == "FLASH_ATTENTION":
+            raise Unsupported("FlashAttention takes no attention mask; this batch pads some of its entries")
+        backend, ref = getattr(SDPBackend, backend_name), ctx.reference
+        group = ref.num_heads // ref.num_kv_heads
+
+        def attend_with(gqa, q, k, v, key_mask):
+            k, v, extra = _gqa_args(gqa, group, k, v)
+            mask = key_mask[:, None, None, :] if masked else None
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=ref.scale, **extra)
+
+        attend = _with_gqa_fallback(ctx, backend_name, group, attend_with)
+
+        def layer(inputs):
+            q, k, v = _padded_heads(ctx, inputs)
+            out = attend(q, k, v, inputs.get("attention_mask"))
+            return out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
+
+        return layer
+
+    return build
+
+
+def _padded_flex(ctx: PeerContext):
+    """flex_attention over the padded batch; with padding, a key-padding block mask built once from
+    the first batch's mask (every batch of a case pads alike; a model builds it once per forward)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    flex, ref = _flex_function(ctx), ctx.reference
+    grouped = ref.num_heads != ref.num_kv_heads
+    masked = _keys_masked(ctx.case)
+    built = {}
+
+    def layer(inputs):
+        q, k, v = _padded_heads(ctx, inputs)
+        b, s = q.shape[0], q.shape[2]
+        if masked and "block_mask" not in built:
+            key_ok = inputs["attention_mask"]
+
+            def key_padding(bi, h, q_idx, kv_idx):
+                return key_ok[bi, kv_idx]
+
+            built["block_mask"] = create_block_mask(key_padding, b, None, s, k.shape[2], device=q.device)
+        out = flex(q, k, v, block_mask=built.get("block_mask"), scale=ref.scale, enable_gqa=grouped)
+        return out.transpose(1, 2).reshape(b, s, -1)
+
+    return layer
+
+
+PADDED_ATTENTION_PEERS = (
+    EAGER,
+    Peer("compile", COMPILE.description + f" (batches of up to {MAX_COMPILED_SEQUENCES} entries)",
+         _compile_sequence_loop(lambda case: case["batch"])),
+    Peer("sdpa-flash", "SDPA forced to FlashAttention on the padded batch (unpadded batches only: no mask)",
+         _padded_sdpa_peer("FLASH_ATTENTION"), kind=PRODUCTION),
+    Peer("sdpa-cudnn", "SDPA forced to cuDNN attention on the padded batch, boolean key mask",
+         _padded_sdpa_peer("CUDNN_ATTENTION"), kind=PRODUCTION),
+    Peer("sdpa-efficient", "SDPA forced to memory-efficient attention on the padded batch, boolean key mask",
+         _padded_sdpa_peer("EFFICIENT_ATTENTION"), kind=PRODUCTION),
+    Peer("flex", "flex_attention (compiled) on the padded batch, key-padding block mask", _padded_flex),
+)
+
+
+# Convolutions: nn.Conv2d runs cuDNN on the GPU, in the model's memory format. "channels-last" is
+# the model moved with .to(memory_format=torch.channels_last): weights converted once, the input
+# converted per call when it comes NCHW (a copy, as the model's first op would make).
+def _channels_last_weight(ctx: PeerContext, weight: torch.Tensor, x_layout: str) -> torch.Tensor:
+    if x_layout != "channels-last":
+        ctx.note("NCHW input converted to channels-last per call (a copy)")
+    return weight.contiguous(memory_format=torch.channels_last)
+
+
+def _patch_conv(channels_last: bool):
+    """timm's PatchEmbed: nn.Conv2d(kernel = stride = patch) in the activation dtype, then
+    flatten(2).transpose(1, 2) to [B, patches, D] (a view: timm does not copy it)."""
+
+    def build(ctx: PeerContext):
+        proj = ctx.reference.proj
+        weight = _channels_last_weight(ctx, proj.weight, ctx.case["layout"]) if channels_last else proj.weight
+
+        def run(inputs):
+            x = inputs["x"]
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            return F.conv2d(x, weight, proj.bias, stride=proj.stride).flatten(2).transpose(1, 2)
+
+        return run
+
+    return build
+
+
+def _dwconv_norm(channels_last: bool):
+    """timm's ConvNeXt block up to its MLP: the depthwise nn.Conv2d (7x7, groups = channels),
+    permute to [B, H, W, C], F.layer_norm over the channels (nn.LayerNorm)."""
+
+    def build(ctx: PeerContext):
+        conv, norm = ctx.reference.conv_dw, ctx.reference.norm
+        weight = _channels_last_weight(ctx, conv.weight, ctx.case["layout"]) if channels_last else conv.weight
+        shape = (norm.hidden_size,)
+
+        def run(inputs):
+            x = inputs["x"]
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            y = F.conv2d(x, weight, conv.bias, padding=conv.padding, groups=conv.groups)
+            return F.layer_norm(y.permute(0, 2, 3, 1), shape, norm.weight, norm.bias, norm.eps)
+
+        return run
+
+    return build
+
+
+PATCH_CONV_PEERS = (
+    Peer("conv2d", "nn.Conv2d (cuDNN), the input as it comes: timm's / HF's PatchEmbed", _patch_conv(False)),
+    Peer("conv2d-channels-last", "nn.Conv2d (cuDNN) with weights and input channels-last", _patch_conv(True)),
+)
+DWCONV_NORM_PEERS = (
+    Peer("conv2d", "depthwise nn.Conv2d (cuDNN), the input as it comes, permute, F.layer_norm: timm's "
+         "ConvNeXt block", _dwconv_norm(False)),
+    Peer("conv2d-channels-last", "the same with weights and input channels-last (a model moved to channels_last)",
+         _dwconv_norm(True)),
+)
+
+
 # ---- the ops -------------------------------------------------------------------------------------
 def _op(peers, targets=(), case_filter=llama_family_bf16) -> OpPeers:
     return OpPeers(tuple(peers), tuple(targets), case_filter)
@@ -526,4 +917,15 @@ OPS: Dict[str, OpPeers] = {
     "gated_delta_rule": _op((FLA_GATED_DELTA,), (), _bf16),
     "gated_linear_attention": _op((FLA_GLA,), (), _bf16),
     "rwkv7": _op((FLA_RWKV7,), (), _bf16),
+    "layer_norm": _op((EAGER, COMPILE, TORCH_LAYER_NORM, LIGER_LAYER_NORM), (MEMORY_BOUND,), _bf16),
+    "gelu": _op((EAGER, COMPILE, TORCH_GELU), (MEMORY_BOUND,), _bf16),
+    "encoder_only_attention": _op(ENCODER_ATTENTION_PEERS, (), _bf16),
+    "multi_head_attention": _op(PADDED_ATTENTION_PEERS, (), _bf16),
+    "patch_embed": _op((EAGER, COMPILE) + PATCH_CONV_PEERS, (), _bf16),
+    "convnext_dwconv_norm": _op((EAGER, COMPILE) + DWCONV_NORM_PEERS, (), _bf16),
+    # No library ships these as kernels (HF, timm and vLLM write them as a few torch ops): torch
+    # eager and Inductor are the peers.
+    "pooler": _op((EAGER, COMPILE), (POOLER_BANDWIDTH,), _bf16),
+    "dinov2_position_embedding": _op((EAGER, COMPILE), (POSITION_BANDWIDTH,), _bf16),
+    "global_response_norm": _op((EAGER, COMPILE), (GRN_BANDWIDTH,), _bf16),
 }
