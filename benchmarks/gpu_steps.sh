@@ -76,7 +76,7 @@ step_cmd() {
     linear-sample) echo "$PYTEST \$(cat docs/perf/h200-linear-attention/sample.txt) --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-candidate=\${SAMPLE_TREE:-examples/candidates/triton} --fk-report=$OUT/linear-sample.json; python3 -m pytest -q -p no:cacheprovider -rA tests/test_engine_states.py -k 'cuda_graph or replay_check'" ;;
     # The encoder and vision tasks (issue 29) at full shapes, correctness and fuzz then speed
     # (docs/perf/h200-encoders.md); ENC_TASKS narrows the list.
-    encoders) echo "T=\"\${ENC_TASKS:-\$(ls tasks/L1/test_{gelu,pooler,encoder_only_attention,multi_head_attention,patch_embed,dinov2_position_embedding,global_response_norm,convnext_dwconv_norm}.py tasks/L2/test_bert_attention.py tasks/L3/test_{bert_layer,dinov2_layer,siglip_encoder_layer}.py tasks/L4/test_{bert_model,siglip_vision_model,dinov2_model}.py)}\"; $PYTEST \$T -k 'correctness or fuzz' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-candidate=examples/candidates/triton --fk-report=$OUT/enc-corr.json; $PYTEST \$T -k speed --fk-device=cuda --fk-profile=full --fk-candidate=examples/candidates/triton --fk-report=$OUT/enc-speed.json" ;;
+    encoders) echo "T=\"\${ENC_TASKS:-\$(ls tasks/L1/test_{gelu,pooler,encoder_only_attention,multi_head_attention,patch_embed,dinov2_position_embedding,global_response_norm,convnext_dwconv_norm,rope_2d}.py tasks/L2/test_bert_attention.py tasks/L3/test_{bert_layer,dinov2_layer,siglip_encoder_layer,dinov3_layer}.py tasks/L4/test_{bert_model,siglip_vision_model,dinov2_model,dinov3_model}.py)}\"; $PYTEST \$T -k 'correctness or fuzz' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-candidate=examples/candidates/triton --fk-report=$OUT/enc-corr.json; $PYTEST \$T -k speed --fk-device=cuda --fk-profile=full --fk-candidate=examples/candidates/triton --fk-report=$OUT/enc-speed.json" ;;
     # The embedding end-to-end level (tasks/embedding_e2e.py): the example tree, the plain-PyTorch
     # tree and the reference itself on the trained all-MiniLM-L6-v2. The GPU machine has no registry
     # and its 88 MB model directory is over one call's 64 MiB, so it travels in two calls made back to
@@ -89,6 +89,10 @@ step_cmd() {
     # with `pip download --no-deps fla-core==0.6.0 einops -d .whl`; git-ignored, so the device call
     # must name .whl in carry), installed apart from the machine's packages.
     peers-fla) echo "pip install -q --no-deps --no-index --target /tmp/pylib .whl/*.whl && PYTHONPATH=/tmp/pylib:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops gated_delta_rule,gated_linear_attention,rwkv7 --max-cases-per-op 6 --time-budget 150 --json $OUT/peers-fla.json --md $OUT/peers-fla.md" ;;
+    # The encoder, vision and conv ops against their peers (tasks/peers.py), in two halves so that
+    # the compiles of each fit one step.
+    peers-enc-a) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops layer_norm,gelu,pooler,dinov2_position_embedding,global_response_norm --json $OUT/peers-enc-a.json --md $OUT/peers-enc-a.md --time-budget 200" ;;
+    peers-enc-b) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops encoder_only_attention,multi_head_attention,patch_embed,convnext_dwconv_norm --json $OUT/peers-enc-b.json --md $OUT/peers-enc-b.md --time-budget 250" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
     *) echo "false unknown-step-$1" ;;
   esac
