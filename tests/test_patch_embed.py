@@ -95,3 +95,28 @@ def test_order_bugs_pass_where_the_order_cannot_show(tree, height, width):
     case = task.image_case("dinov2-small", height, width, 2, torch.bfloat16)
     counts, _ = verdicts("patch_embed", load(CANDIDATES / tree, "patch_embed"), [case])
     assert counts == {status.PASSED: 1}
+
+
+@pytest.mark.parametrize("task_name", ["siglip_vision_model", "dinov2_model", "dinov3_model"])
+def test_a_bare_patch_embedding_composes_into_every_vision_tower(task_name):
+    """The towers ask only the patch embedding's forward (its grid is theirs to work out): a candidate
+    PatchEmbed without the reference's helpers gives the reference tower's output."""
+    from fk_pytest.build import clone_inputs, instantiate, master_state
+    from fk_pytest.candidates import CandidateSource
+    from fk_pytest.compose import candidate_lookup, swap_children
+    from fk_pytest.registry import all_tasks
+
+    task = all_tasks()[task_name]
+    case = task.cases("cpu")[0]
+    state = master_state(task, case, seed=0)
+    reference = instantiate(task.reference, task, case, state, "cpu", torch.float32)
+    holder = torch.nn.Module()
+    holder.model = instantiate(task.reference, task, case, state, "cpu", torch.float32)
+    composition = swap_children(holder, candidate_lookup(CandidateSource(str(CANDIDATES / "patch_embed_bare"))))
+    assert composition.swapped == ["PatchEmbed"] and not composition.failed
+    inputs = {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
+              for k, v in task.make_inputs(case, torch.Generator().manual_seed(1), torch.device("cpu")).items()}
+    with torch.no_grad():
+        want = task.call(reference, clone_inputs(inputs))
+        got = task.call(holder.model, clone_inputs(inputs))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -98,13 +98,21 @@ class PatchEmbed(RecordsInit, nn.Module):
 
     def output_grid(self, x: torch.Tensor) -> Tuple[int, int]:
         """The patch grid (Hp, Wp) of ``x``: whole patches only."""
-        if x.dim() != 4 or x.shape[1] != self.in_chans:
-            raise ValueError(f"PatchEmbed expects images [B, {self.in_chans}, H, W], got {tuple(x.shape)}")
-        (h, w), (ph, pw) = x.shape[2:], self.patch_size
-        if h < ph or w < pw:
-            raise ValueError(f"PatchEmbed: a {h}x{w} image holds no whole {ph}x{pw} patch")
-        return h // ph, w // pw
+        return patch_grid(x, self.patch_size, self.in_chans)
 
     def extra_repr(self) -> str:
         return (f"img_size={self.img_size}, patch_size={self.patch_size}, in_chans={self.in_chans}, "
                 f"embed_dim={self.embed_dim}, flatten={self.flatten}")
+
+
+def patch_grid(x: torch.Tensor, patch_size: Size2, in_chans: int, owner: str = "PatchEmbed") -> Tuple[int, int]:
+    """The grid (Hp, Wp) of whole ``patch_size`` patches in images ``x`` [B, in_chans, H, W]; a
+    ValueError naming ``owner`` for any other shape or an image smaller than one patch. The models
+    that hold a ``PatchEmbed`` call this with their own patch size rather than a method of the
+    child: a candidate's patch embedding need not have one."""
+    if x.dim() != 4 or x.shape[1] != in_chans:
+        raise ValueError(f"{owner} expects images [B, {in_chans}, H, W], got {tuple(x.shape)}")
+    (h, w), (ph, pw) = x.shape[2:], _pair(patch_size)
+    if h < ph or w < pw:
+        raise ValueError(f"{owner}: a {h}x{w} image holds no whole {ph}x{pw} patch")
+    return h // ph, w // pw

@@ -36,7 +36,7 @@ from torch import nn
 
 from ..L1.dinov2_embeddings import Dinov2PositionEmbedding, hf_embeddings_state_dict
 from ..L1.layer_norm import LayerNorm
-from ..L1.patch_embed import PatchEmbed
+from ..L1.patch_embed import PatchEmbed, patch_grid
 from ..L3.dinov2_layer import Dinov2Layer, hf_layer_state_dict
 from ..model_config import _getter
 from ..native import run
@@ -52,6 +52,7 @@ class Dinov2Embeddings(RecordsInit, nn.Module):
         self.patch_embeddings = PatchEmbed(img_size=image_size, patch_size=patch_size, in_chans=num_channels,
                                            embed_dim=hidden_size)
         self.position_embedding = Dinov2PositionEmbedding(hidden_size, image_size, patch_size)
+        self.patch_size, self.num_channels = patch_size, num_channels
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         return self._forward(pixel_values, native=False)
@@ -60,7 +61,7 @@ class Dinov2Embeddings(RecordsInit, nn.Module):
         return self._forward(pixel_values, native=True)
 
     def _forward(self, pixel_values, native):
-        grid_height, grid_width = self.patch_embeddings.output_grid(pixel_values)
+        grid_height, grid_width = patch_grid(pixel_values, self.patch_size, self.num_channels, type(self).__name__)
         tokens = run(self.patch_embeddings, native, pixel_values)
         return run(self.position_embedding, native, tokens, grid_height, grid_width)
 

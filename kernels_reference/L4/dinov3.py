@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ..L1.layer_norm import LayerNorm
-from ..L1.patch_embed import PatchEmbed
+from ..L1.patch_embed import PatchEmbed, patch_grid
 from ..L3.dinov3_layer import DINOv3ViTArchConfig, DINOv3ViTLayer, hf_layer_state_dict
 from ..native import run
 from ..records import RecordsInit
@@ -82,7 +82,7 @@ class DINOv3ViTModel(RecordsInit, nn.Module):
         """``config``: a ``DINOv3ViTConfig`` (object or dict, e.g. tasks/configs/dinov3-vitl16.json)."""
         super().__init__()
         cfg = DINOv3ViTArchConfig.from_hf(config)
-        self.num_hidden_layers, self.num_channels = cfg.num_hidden_layers, cfg.num_channels
+        self.num_hidden_layers, self.num_channels, self.patch_size = cfg.num_hidden_layers, cfg.num_channels, cfg.patch_size
         self.num_prefix_tokens = cfg.num_prefix_tokens
         self.embeddings = DINOv3ViTEmbeddings(cfg.hidden_size, cfg.patch_size, cfg.image_size, cfg.num_channels,
                                               cfg.num_register_tokens)
@@ -107,7 +107,7 @@ class DINOv3ViTModel(RecordsInit, nn.Module):
         shape, c = tuple(pixel_values.shape), self.num_channels
         if pixel_values.dim() != 4 or shape[1] != c:
             raise ValueError(f"DINOv3ViTModel expects pixel_values [B, {c}, H, W]; got shape {shape}")
-        return self.embeddings.patch_embeddings.output_grid(pixel_values)
+        return patch_grid(pixel_values, self.patch_size, c, type(self).__name__)
 
     @staticmethod
     def pooler_output(last_hidden_state: torch.Tensor) -> torch.Tensor:

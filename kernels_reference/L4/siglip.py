@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ..L1.layer_norm import LayerNorm
-from ..L1.patch_embed import PatchEmbed
+from ..L1.patch_embed import PatchEmbed, patch_grid
 from ..L3.siglip_encoder_layer import SiglipEncoderLayer, hf_layer_state_dict
 from ..model_config import _getter
 from ..native import run
@@ -42,6 +42,7 @@ class SiglipVisionEmbeddings(RecordsInit, nn.Module):
         self.patch_embedding = PatchEmbed(img_size=image_size, patch_size=patch_size, in_chans=num_channels,
                                           embed_dim=hidden_size)
         self.grid_size = self.patch_embedding.grid_size
+        self.patch_size, self.num_channels = patch_size, num_channels
         self.position_embedding = nn.Embedding(self.patch_embedding.num_patches, hidden_size)
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
@@ -51,7 +52,7 @@ class SiglipVisionEmbeddings(RecordsInit, nn.Module):
         return self._forward(pixel_values, native=True)
 
     def _forward(self, pixel_values, native):
-        grid = self.patch_embedding.output_grid(pixel_values)
+        grid = patch_grid(pixel_values, self.patch_size, self.num_channels, type(self).__name__)
         if grid != self.grid_size:
             (hp, wp), (h, w) = self.grid_size, pixel_values.shape[2:]
             raise ValueError(f"SiglipVisionEmbeddings: a {h}x{w} image is a {grid[0]} x {grid[1]} patch grid; this "
