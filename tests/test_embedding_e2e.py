@@ -9,17 +9,16 @@ from conftest import CANDIDATES
 from fk_pytest import status
 from fk_pytest.candidates import CandidateSource
 from fk_pytest.compose import candidate_lookup
-from fk_pytest.e2e import GRADED, Mutant
-from fk_pytest.e2e_embed import COSINE, RANK, cosine_discrepancies, neighbours, run_embedding_e2e
+from fk_pytest.e2e import GRADED, E2EResult
+from fk_pytest.e2e_embed import COSINE, RANK, EmbeddingRun, cosine_discrepancies, judge, neighbours, run_embedding_e2e
 from fk_pytest.e2e_run import CalibrationCache
 from fk_pytest.report import _by_path, _tokens_cell
 from kernels_reference.bert_config import BertArchConfig
 from kernels_reference.engine.embedder import Embedder, EmbeddingModel, ImageEmbedder, ImageEmbeddingModel, schedule
-from kernels_reference.L1.gelu import GELU
 from kernels_reference.L1.pooler import Pooler
 from kernels_reference.L4.bert import BertModel
 from kernels_reference.minilm import MINILM_MISSING, minilm_dir
-from tasks.embedding_e2e import EMBEDDING_E2E, EmbeddingE2E
+from tasks.embedding_e2e import EMBEDDING_E2E
 from tasks.image_e2e import IMAGE_EMBEDDING_E2E
 
 CASE = EMBEDDING_E2E.cases("cpu")[0]
@@ -114,21 +113,29 @@ def test_wrong_trees_lose_their_credit(cache, tree, worst):
     assert "credit" in result.message and worst in result.message
 
 
-@needs_minilm
-def test_a_bug_the_case_cannot_resolve_makes_it_insensitive(cache):
-    class TanhGelu(GELU):
-        def __init__(self, approximate="none"):
-            super().__init__("tanh")
+def synthetic_runs(mutant_shift: float):
+    """A scenario of 40 random unit embeddings, two noise runs a hair away, and one graded mutant
+    moved by ``mutant_shift``: the rules alone, no model."""
+    g = torch.Generator().manual_seed(0)
+    expected = torch.nn.functional.normalize(torch.randn(40, 16, generator=g, dtype=torch.float64), dim=-1)
 
-    class WithTanh(EmbeddingE2E):
-        name = "embedding_e2e_with_tanh"
+    def moved(scale):
+        return expected + scale * torch.randn(expected.shape, generator=g, dtype=torch.float64)
 
-        def mutants(self, case=None):
-            return dict(super().mutants(case), **{"gelu-tanh": Mutant({GELU: TanhGelu}, kind=GRADED)})
+    run = EmbeddingRun("m-s", [[1]] * 40, expected, {"rebatched": moved(1e-9), "float64": moved(1e-9)},
+                       {"subtle": (GRADED, moved(mutant_shift), ["GELU"])})
+    return {"m-s": run}
 
-    result = score(CalibrationCache(), spec=WithTanh())
-    assert result.status == status.INSENSITIVE
-    assert "gelu-tanh (graded" in result.message
+
+@pytest.mark.parametrize("shift, verdict", [(1e-6, status.INSENSITIVE), (0.5, status.PASSED)])
+def test_a_bug_the_case_cannot_resolve_makes_it_insensitive(shift, verdict):
+    runs = synthetic_runs(shift)
+    result = E2EResult("m-s", "spec", "embedding", "m", "s", unit="ranks")
+    judge(result, runs, "m-s", runs["m-s"].expected.clone())
+    assert result.status == verdict, result.message
+    assert result.credit == 1.0 and result.mutants["subtle"].caught == (verdict == status.PASSED)
+    if verdict == status.INSENSITIVE:
+        assert "subtle (graded" in result.message
 
 
 def test_a_missing_model_is_not_run_and_says_what_to_install(monkeypatch):

@@ -32,7 +32,7 @@ def test_ids_and_selection(suite_run):
 
     by_marker = suite_run("--collect-only", "-q", "-m", "rope")
     assert {line.split("::")[0] for line in by_marker.outlines if "::" in line} == {
-        "tasks/L1/test_rotary_emb.py", "tasks/L1/test_deepseek_rotary_emb.py"}
+        "tasks/L1/test_rotary_emb.py", "tasks/L1/test_deepseek_rotary_emb.py", "tasks/L1/test_rope_2d.py"}
     level = suite_run("--collect-only", "-q", "-m", "level1")
     assert len([line for line in level.outlines if "::" in line]) > 100
 
