@@ -20,7 +20,7 @@ from ..checkpoint import load_checkpoint
 from ..L1.layer_norm import LayerNorm
 from ..L1.vocab_parallel_embedding import VocabParallelEmbedding
 from ..L3.bert_layer import BertLayer
-from ..native import run
+from ..native import LayerStack, run
 from ..records import RecordsInit
 
 # HF's separate q/k/v projections, renamed to the fragments the checkpoint loader packs into qkv_proj
@@ -56,21 +56,10 @@ class BertEmbedding(RecordsInit, nn.Module):
         return run(self.LayerNorm, native, embeddings)
 
 
-class BertEncoder(RecordsInit, nn.Module):
+class BertEncoder(RecordsInit, LayerStack, nn.Module):
     def __init__(self, config: BertArchConfig):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self._forward(hidden_states, native=False)
-
-    def forward_native(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self._forward(hidden_states, native=True)
-
-    def _forward(self, hidden_states, native):
-        for layer in self.layer:
-            hidden_states = run(layer, native, hidden_states)
-        return hidden_states
 
 
 class BertModel(RecordsInit, nn.Module):

@@ -39,7 +39,7 @@ from ..L1.layer_norm import LayerNorm
 from ..L1.patch_embed import PatchEmbed, patch_grid
 from ..L3.dinov2_layer import Dinov2Layer, hf_layer_state_dict
 from ..model_config import _getter
-from ..native import run
+from ..native import LayerStack, run
 from ..records import RecordsInit
 
 _HF_PREFIXES = ("dinov2.",)  # Dinov2ForImageClassification keeps the backbone under it
@@ -66,24 +66,13 @@ class Dinov2Embeddings(RecordsInit, nn.Module):
         return run(self.position_embedding, native, tokens, grid_height, grid_width)
 
 
-class Dinov2Encoder(RecordsInit, nn.Module):
+class Dinov2Encoder(RecordsInit, LayerStack, nn.Module):
     def __init__(self, hidden_size, num_attention_heads, num_hidden_layers, mlp_ratio, layer_norm_eps, hidden_act,
                  layerscale_value):
         super().__init__()
         self.layer = nn.ModuleList(
             Dinov2Layer(hidden_size, num_attention_heads, mlp_ratio, layer_norm_eps, hidden_act, layerscale_value)
             for _ in range(num_hidden_layers))
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self._forward(hidden_states, native=False)
-
-    def forward_native(self, hidden_states):
-        return self._forward(hidden_states, native=True)
-
-    def _forward(self, hidden_states, native):
-        for layer in self.layer:
-            hidden_states = run(layer, native, hidden_states)
-        return hidden_states
 
 
 class Dinov2Model(RecordsInit, nn.Module):

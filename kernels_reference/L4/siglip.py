@@ -30,7 +30,7 @@ from ..L1.layer_norm import LayerNorm
 from ..L1.patch_embed import PatchEmbed, patch_grid
 from ..L3.siglip_encoder_layer import SiglipEncoderLayer, hf_layer_state_dict
 from ..model_config import _getter
-from ..native import run
+from ..native import LayerStack, run
 from ..records import RecordsInit
 
 _HF_PREFIXES = ("vision_model.",)  # SiglipModel / Siglip2Model checkpoints keep the tower under it
@@ -62,24 +62,15 @@ class SiglipVisionEmbeddings(RecordsInit, nn.Module):
         return tokens + self.position_embedding.weight.to(tokens.dtype)
 
 
-class SiglipEncoder(RecordsInit, nn.Module):
+class SiglipEncoder(RecordsInit, LayerStack, nn.Module):
+    LAYERS = "layers"
+
     def __init__(self, hidden_size, num_attention_heads, intermediate_size, num_hidden_layers, layer_norm_eps,
                  hidden_act):
         super().__init__()
         self.layers = nn.ModuleList(
             SiglipEncoderLayer(hidden_size, num_attention_heads, intermediate_size, layer_norm_eps, hidden_act)
             for _ in range(num_hidden_layers))
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self._forward(hidden_states, native=False)
-
-    def forward_native(self, hidden_states):
-        return self._forward(hidden_states, native=True)
-
-    def _forward(self, hidden_states, native):
-        for layer in self.layers:
-            hidden_states = run(layer, native, hidden_states)
-        return hidden_states
 
 
 class SiglipVisionModel(RecordsInit, nn.Module):

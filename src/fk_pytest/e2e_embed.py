@@ -44,7 +44,8 @@ from . import status
 from .build import cast_copy, release_memory, with_paths
 from .e2e import E2EResult, E2ESpec, MutantResult, Predictions, as_mutant, blend, noise_floor, noise_tallies, \
     sampling_allowance, stable_positions, tally
-from .e2e_run import CalibrationCache, Progress, _credit, _quiet, _time_pair, compose_candidate, decide, score_mutant
+from .e2e_run import (CalibrationCache, Progress, _credit, _quiet, _time_pair, compose_candidate, composed_or_verdict,
+                      decide, score_mutant)
 from .errors import CandidateError, short_traceback
 
 COSINE, RANK = "cosine", "retrieval-rank"
@@ -222,16 +223,8 @@ def run_embedding_e2e(spec: EmbeddingE2ESpec, case, device, lookup, has_candidat
     reference = calibration.reference
     args = spec.engine_args(case)
 
-    candidate, composition = compose_candidate(reference, lookup)
-    result.swapped, result.failed_classes = list(composition.swapped), dict(composition.failed)
-    try:
-        composition.raise_if_failed()
-    except CandidateError as exc:
-        result.status, result.message = exc.status, exc.message
-        return result
-    if has_candidate and not result.swapped:
-        result.status = status.NOT_ATTEMPTED
-        result.message = "no module of the candidate tree is used inside the model"
+    candidate = composed_or_verdict(result, reference, lookup, has_candidate)
+    if candidate is None:
         return result
 
     if calibration.scenarios is None:

@@ -146,6 +146,24 @@ def compose_candidate(reference: torch.nn.Module, lookup) -> Tuple[torch.nn.Modu
     return holder.model, composition
 
 
+def composed_or_verdict(result: E2EResult, reference: torch.nn.Module, lookup,
+                        has_candidate: bool) -> Optional[torch.nn.Module]:
+    """The composed candidate model, or None with ``result``'s verdict set: a class of the tree
+    that fails to compose (its status), or a tree none of whose classes the model uses."""
+    candidate, composition = compose_candidate(reference, lookup)
+    result.swapped, result.failed_classes = list(composition.swapped), dict(composition.failed)
+    try:
+        composition.raise_if_failed()
+    except CandidateError as exc:
+        result.status, result.message = exc.status, exc.message
+        return None
+    if has_candidate and not result.swapped:
+        result.status = status.NOT_ATTEMPTED
+        result.message = "no module of the candidate tree is used inside the model"
+        return None
+    return candidate
+
+
 # ---- per model: targets, noise and mutants of every scenario -----------------------------------
 @dataclasses.dataclass
 class ScenarioRun:
@@ -321,16 +339,8 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
     args, _ = _engine_args(spec, case, device)
 
     # Composed first: a tree that fails to compose, or touches nothing in the model, costs no run.
-    candidate, composition = compose_candidate(reference, lookup)
-    result.swapped, result.failed_classes = list(composition.swapped), dict(composition.failed)
-    try:
-        composition.raise_if_failed()
-    except CandidateError as exc:
-        result.status, result.message = exc.status, exc.message
-        return result
-    if has_candidate and not result.swapped:
-        result.status = status.NOT_ATTEMPTED
-        result.message = "no module of the candidate tree is used inside the model"
+    candidate = composed_or_verdict(result, reference, lookup, has_candidate)
+    if candidate is None:
         return result
 
     calibration = cache.scenarios(spec, case, device, progress)
