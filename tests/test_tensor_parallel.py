@@ -2,12 +2,8 @@
 and head, built inside a group of 2 and of 4 ranks and loaded from the same full checkpoint as the
 single-GPU layers, give the single-GPU result (column outputs gathered, row partial sums reduced);
 the state reads as vLLM's interface does, and a degree that does not divide is refused."""
-import os
-import socket
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from kernels_reference.checkpoint import load_checkpoint
 from kernels_reference.L1.linear import (ColumnParallelLinear, MergedColumnParallelLinear, QKVParallelLinear,
@@ -81,11 +77,10 @@ def expected_shard(full, name, tp, rank):
     return full
 
 
-def _worker(rank, world, port, results):
+def sharded_layer_errors(rank, world, payload):
+    """One rank of a group of 4 (fk_pytest.tp_ranks): each layer at degree 4 and, in two groups of
+    2 made from the same ranks, at degree 2, against the single-GPU layers' outputs."""
     import torch.distributed as dist
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
     pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # every rank makes every group, in order
     x = torch.randn(TOKENS, HIDDEN, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     ids = torch.tensor([0, 7, 63, 64, 99])
@@ -95,27 +90,16 @@ def _worker(rank, world, port, results):
     for tp, group, r in ((4, None, rank), (2, pairs[rank // 2], rank % 2)):
         with tensor_parallel(tp, r, group):
             for name, got in run_block(x, ids).items():
-                err = (got - expected_shard(full[name], name, tp, r)).abs().max().item()
-                out[f"tp{tp}/{name}"] = err
+                out[f"tp{tp}/{name}"] = (got - expected_shard(full[name], name, tp, r)).abs().max().item()
             out[f"tp{tp}/all_reduce"] = (tensor_model_parallel_all_reduce(torch.ones(3, dtype=torch.float64))
                                         - tp).abs().max().item()
-    results[rank] = out
-    dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return out
 
 
 def test_sharded_layers_at_tp_2_and_4_give_the_single_gpu_result():
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.spawn(_worker, args=(4, _free_port(), results), nprocs=4, join=True)
-        results = dict(results)
-    assert sorted(results) == [0, 1, 2, 3]
-    for rank, errors in results.items():
+    from fk_pytest.tp_ranks import run_ranks
+    results = run_ranks(sharded_layer_errors, 4, None, timeout_s=120)
+    for rank, errors in enumerate(results):
         assert len(errors) == 16
         bad = {k: v for k, v in errors.items() if v > 1e-12}
         assert not bad, f"rank {rank}: {bad}"
@@ -143,3 +127,43 @@ def test_degree_one_is_the_single_gpu_layer_and_state_reads_like_vllm():
 def test_a_degree_that_does_not_divide_is_refused(build, words):
     with tensor_parallel(4, 0), pytest.raises(ValueError, match=words):
         build()
+
+
+# ---- tensor-parallel cases of a task (fk_pytest.tp_eval): the reference, honest and wrong trees -----
+def tp_verdicts(tree=None, degrees=(2, 4)):
+    from conftest import CANDIDATES, EXAMPLES
+    from fk_pytest.candidates import CandidateSource
+    from fk_pytest.correctness import evaluate_case
+    from fk_pytest.registry import get_task
+
+    task = get_task("row_parallel_linear")
+    cls = task.reference if tree is None else CandidateSource(
+        EXAMPLES if tree == "examples" else CANDIDATES / tree).load_class(task)
+    cases = [c for c in task.cases("cpu") if c.params.get("tp") in degrees]
+    assert len(cases) == len(degrees)
+    return [evaluate_case(task, case, 1234, cls, "cpu") for case in cases]
+
+
+@pytest.mark.parametrize("tree", [None, "examples"], ids=["reference", "example-tree"])
+def test_row_parallel_cases_at_tp_2_and_4_pass_for_the_reference_and_the_example_tree(tree):
+    results = tp_verdicts(tree)
+    assert [r.status for r in results] == ["PASSED", "PASSED"], [r.message for r in results]
+
+
+@pytest.mark.parametrize("tree, verdict, words", [
+    ("tp_row_no_all_reduce", "WRONG_RESULT", "rank 1 differs from rank 0's"),
+    ("tp_row_reduces_twice", "WRONG_RESULT", "relative L2 error"),
+    ("tp_row_single_gpu", "RUNTIME_ERROR", "does not shard at degree 2"),
+    ("tp_row_rank1_raises", "RUNTIME_ERROR", "rank 1 of 2 raised RuntimeError: rank 1 lost its way"),
+])
+def test_wrong_tensor_parallel_candidates_get_named_verdicts(tree, verdict, words):
+    (result,) = tp_verdicts(tree, degrees=(2,))
+    assert result.status == verdict and words in result.message, result.message
+
+
+def test_a_rank_that_hangs_ends_its_case_with_a_timeout(monkeypatch):
+    import fk_pytest.tp_eval as tp_eval
+    monkeypatch.setattr(tp_eval, "RANK_TIMEOUT_S", 3.0)
+    (result,) = tp_verdicts("tp_row_rank0_reduces_alone", degrees=(2,))
+    assert result.status == "TIMEOUT" and "rank(s) [0] of 2 did not finish within 3 s" in result.message, \
+        result.message

@@ -87,6 +87,9 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
     reference's code (costly under the Triton interpreter, so callers choose when); ``cache`` (a
     :class:`fk_pytest.ref_cache.ReferenceCache`) holds the reference's side of earlier runs.
     """
+    if int(case.params.get("tp", 1)) > 1:  # the candidate on several ranks (fk_pytest.tp_eval)
+        from .tp_eval import evaluate_tp_case
+        return evaluate_tp_case(task, case, seed, candidate_cls, device, kind, history)
     device = torch.device(device)
     names = task.output_names(case)
     written = task.inplace_outputs(case)  # inputs whose post-call state is also compared

@@ -8,7 +8,7 @@ written once in :mod:`fk_pytest.standard_tests` and attached with one line per t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -35,6 +35,10 @@ class Case:
     def as_json(self) -> dict:
         return {"id": self.id, "dtype": DTYPE_NAMES.get(self.dtype, str(self.dtype)),
                 "model": self.model, "weight": self.weight, "params": dict(self.params)}
+
+
+class RanksDisagree(Exception):
+    """Tensor-parallel ranks hold different results where each must hold the whole one."""
 
 
 class Task:
@@ -105,6 +109,24 @@ class Task:
     def inplace_outputs(self, case: Case) -> Tuple[str, ...]:
         """Inputs whose state after the call is an output (e.g. the KV cache a layer writes)."""
         return ()
+
+    # ---- tensor parallelism (cases with a "tp" param above 1; fk_pytest.tp_eval) ----------------
+    def rank_inputs(self, inputs: Dict[str, Any], case: Case, rank: int, tp: int) -> Dict[str, Any]:
+        """What rank ``rank`` of ``tp`` is called with (default: the whole inputs, as a replicated
+        activation is). A row-parallel layer gets its slice of the input features."""
+        return inputs
+
+    def assemble_ranks(self, outputs: List[List[torch.Tensor]], case: Case) -> List[torch.Tensor]:
+        """The degree-1 outputs from each rank's (default: every rank holds the whole result, as
+        after an all-reduce: rank 0's, once every rank is checked to hold the same). A
+        :class:`RanksDisagree` names the first rank that does not."""
+        for rank, outs in enumerate(outputs[1:], start=1):
+            for i, (a, b) in enumerate(zip(outputs[0], outs)):
+                if a.shape != b.shape or not torch.equal(a, b):
+                    raise RanksDisagree(f"output {self.output_names(case)[i]!r} of rank {rank} differs from rank 0's "
+                                        "although every rank must hold the whole result (a missing or partial "
+                                        "all-reduce)")
+        return outputs[0]
 
     def mutable_inputs(self, case: Case) -> Tuple[str, ...]:
         """Inputs this case may write in place; every other input must come back unchanged."""

@@ -6,6 +6,9 @@ gate/up rows are [gate | up]. ``forward`` returns the output only (the suite's c
 import torch
 from torch import nn
 
+from kernels_reference.parallel_state import (get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size,
+                                              tensor_model_parallel_all_reduce)
+
 
 def _project(x, weight, bias):
     """x [..., in] @ weight.T (+ bias), flattened to 2-D so strided rows go to one GEMM call."""
@@ -29,7 +32,18 @@ class ReplicatedLinear(nn.Module):
 
 
 class RowParallelLinear(ReplicatedLinear):
-    """o_proj / down_proj: on one GPU, a plain projection."""
+    """o_proj / down_proj. Under tensor parallelism (the serving framework's parallel state, read
+    when built) each rank holds its slice of the input features, adds the bias on rank 0 only and
+    sums the partial products over the ranks; on one GPU, a plain projection."""
+
+    def __init__(self, input_size, output_size, bias=False, input_is_parallel=True, reduce_results=True):
+        self.tp_size, self.tp_rank = get_tensor_model_parallel_world_size(), get_tensor_model_parallel_rank()
+        super().__init__(input_size // self.tp_size, output_size, bias)
+        self.input_size, self.reduce_results = input_size, reduce_results
+
+    def forward(self, x):
+        out = _project(x, self.weight, self.bias if self.tp_rank == 0 else None)
+        return tensor_model_parallel_all_reduce(out) if self.reduce_results and self.tp_size > 1 else out
 
 
 class MergedColumnParallelLinear(ReplicatedLinear):

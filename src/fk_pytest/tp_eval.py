@@ -1,0 +1,132 @@
+"""A case at tensor-parallel degree ``tp`` (its ``tp`` param above 1): the reference and the candidate
+each run on ``tp`` ranks (:mod:`fk_pytest.tp_ranks`), and the result the ranks hold together is
+judged against the degree-1 float64 truth like any output.
+
+Per rank the module is built inside the rank's group (a layer reads the degree and its rank when
+built, as vLLM's do) and given its part of the case's full weights, cut as the reference's layers
+cut a checkpoint (``shard_checkpoint``): the reference's shard layout is the contract, so a
+candidate's parameters must have the reference's per-rank shapes. Each rank is called with
+``Task.rank_inputs`` (a row-parallel layer's slice of the input features); ``Task.assemble_ranks``
+puts the ranks' outputs back together (rank 0's after an all-reduce, once every rank is checked to
+hold the same). The reference's own error at the same degree is the bar, as at degree 1, and the
+checks after the run are the usual ones (:func:`fk_pytest.correctness._compare`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+from . import status
+from .build import clone_inputs, master_state
+from .compare import reference_error
+from .correctness import CaseResult, ReferenceSide, _compare, _kept, _truth_run, as_outputs
+from .errors import CandidateError, TaskDefinitionError, short_traceback
+from .phases import phase
+from .task import RanksDisagree, Task
+from .tp_ranks import RankFailure, run_ranks
+
+RANK_TIMEOUT_S = 120.0  # a whole group's run of one case (the ranks start, build and call once)
+
+
+def shard_state(module: torch.nn.Module, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """``state`` (full, degree-1 tensors by parameter name) cut to what ``module`` (built at this
+    rank's degree) holds: each parameter by its owning layer's ``shard_checkpoint``, else whole."""
+    out = {}
+    for name, tensor in state.items():
+        owner_name, _, leaf = name.rpartition(".")
+        owner = module.get_submodule(owner_name) if owner_name else module
+        cut = getattr(owner, "shard_checkpoint", None)
+        out[name] = cut(leaf, tensor) if callable(cut) else tensor
+    return out
+
+
+def _rank_job(rank: int, tp: int, payload: dict):
+    """One rank's call: build the class at this rank, load its shard, call it on its inputs."""
+    from .registry import get_task
+    from .signatures import construct
+
+    task: Task = get_task(payload["task"])
+    case, dtype = payload["case"], payload["case"].dtype
+    layout = task.reference(**task.init_args(case))  # the reference's shard shapes at this rank
+    shard = shard_state(layout, payload["state"])
+    if payload["candidate"] is None:
+        module = layout
+    else:
+        from .candidates import CandidateSource
+        cls = CandidateSource(payload["candidate"]).load_class(task)
+        module = construct(cls, task.init_args(case), "cpu")
+    module.to(dtype=dtype)
+    own = module.state_dict()
+    for name, tensor in shard.items():
+        if name in own and tuple(own[name].shape) != tuple(tensor.shape):
+            raise ValueError(f"{type(module).__name__}.{name} is {tuple(own[name].shape)} on this rank where the "
+                             f"reference's shard is {tuple(tensor.shape)}: the class does not shard at degree {tp} "
+                             "(a layer reads the degree and its rank from kernels_reference.parallel_state when built)")
+    module.load_state_dict(shard, strict=True)
+    inputs = task.rank_inputs(payload["inputs"], case, rank, tp)
+    with torch.no_grad():
+        out = as_outputs(task.call(module.eval(), inputs), task.output_names(case), type(module).__name__)
+    return [o.detach().cpu() for o in out]
+
+
+def _candidate_source(cls: type, task: Task) -> str:
+    """The candidate tree (or file) ``cls`` was loaded from, for the ranks to load it again."""
+    path = Path(inspect.getfile(cls)).resolve()
+    parts = Path(task.module_path).parts
+    if path.parts[-len(parts):] == parts:
+        return str(Path(*path.parts[:-len(parts)]))
+    return str(path)
+
+
+def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, kind: str = "workload",
+                     history: Optional[Dict[str, str]] = None) -> CaseResult:
+    """Verdict of ``candidate_cls`` at the case's degree (CPU ranks over gloo)."""
+    device = torch.device(device)
+    tp = int(case["tp"])
+    names = task.output_names(case)
+    result = CaseResult(case.id, kind, seed, status.PASSED,
+                        case=dict(case.params, dtype=str(case.dtype)) if kind == "fuzz" else None)
+    payload = {"task": task.name, "case": case, "candidate": None}
+    with torch.no_grad():
+        try:
+            with phase("build", device):
+                state = master_state(task, case, seed, device)
+            inputs, truths, excluded, _, _ = _truth_run(task, case, seed, state, device, names, ())
+            payload.update(state={k: v.detach().cpu() for k, v in state.items()},
+                           inputs={k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()})
+            with phase("reference"):
+                refs = task.assemble_ranks(run_ranks(_rank_job, tp, payload, RANK_TIMEOUT_S), case)
+        except TaskDefinitionError:
+            raise
+        except Exception as exc:
+            raise TaskDefinitionError(f"the task failed before the candidate ran (the reference at tp={tp}): "
+                                      f"{short_traceback(exc)}") from exc
+        errors = [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
+                  for n, t, r in zip(names, truths, refs)]
+        ref_side = ReferenceSide([(tuple(r.shape), r.dtype, r.device) for r in refs], errors, "run")
+        result.reference = ref_side.source
+        if candidate_cls is not task.reference:
+            result.swapped = [candidate_cls.__name__]
+            payload["candidate"] = _candidate_source(candidate_cls, task)
+        try:
+            with phase("candidate"):
+                cands = task.assemble_ranks(run_ranks(_rank_job, tp, payload, RANK_TIMEOUT_S), case)
+        except RankFailure as exc:
+            failure = CandidateError(exc.status, f"at tensor-parallel degree {tp}: {exc.message}")
+            return dataclasses.replace(result, status=failure.status, message=failure.message)
+        except RanksDisagree as exc:
+            return dataclasses.replace(result, status=status.WRONG_RESULT, message=f"at tp={tp}: {exc}")
+        with phase("compare", device):
+            return _compare(task, case, seed, device, result, list(names), inputs, clone_inputs(inputs), ref_side,
+                            cands, truths, excluded, None, state, {"n": 0, "by_class": {}}, history)
+
+
+def tp_degree(case) -> int:
+    return int(case.params.get("tp", 1)) if hasattr(case, "params") else 1
+
+
+__all__: List[str] = ["evaluate_tp_case", "shard_state", "tp_degree", "RANK_TIMEOUT_S"]
