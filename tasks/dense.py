@@ -47,7 +47,7 @@ class DenseTask(Task):
                 out.append(Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
                                 params=dict(init=init, tokens=t, fan_in=fan_in, fan_out=fan_out, pad=0,
                                             source=source)))
-        return out
+        return self.with_tp_cases(out, profile)
 
     # ---- workload ---------------------------------------------------------------------------------
     captured_class = None  # the class whose captured calls are this task's (default: the reference)
@@ -73,6 +73,27 @@ class DenseTask(Task):
 
     def init_args(self, case):
         return dict(case["init"])
+
+    # ---- tensor parallelism (fk_pytest.tp_eval) ------------------------------------------------
+    tp_degrees: Tuple[int, ...] = ()  # degrees the CPU profile also scores one prefill case at
+
+    def with_tp_cases(self, cases: List[Case], profile: str) -> List[Case]:
+        """``cases`` and, on the CPU profile, the first prefill case that every degree of
+        ``tp_degrees`` divides again at each degree (``tp`` param). A GPU needs one device per
+        rank: the full profile gets them once a multi-GPU machine runs it."""
+        if profile != "cpu" or not self.tp_degrees:
+            return cases
+        from kernels_reference.parallel_state import tensor_parallel
+        for base in (c for c in cases if "prefill" in c.id):
+            try:
+                for tp in self.tp_degrees:
+                    with tensor_parallel(tp, 0), torch.device("meta"):
+                        self.reference(**self.init_args(base))
+            except ValueError:  # a width or head count the degree does not divide
+                continue
+            return cases + [Case(f"{base.id}-tp{tp}", base.dtype, model=base.model, weight=base.weight,
+                                 params=dict(base.params, tp=tp)) for tp in self.tp_degrees]
+        return cases
 
     def init_weights(self, module, gen):
         # Trained-network scale: each output about unit size for unit inputs.

@@ -35,6 +35,7 @@ FAMILY_MARKERS = {
     "linear_attention": "linear-attention and state-space scans (gated delta rule, Mamba-2 SSD, conv states)",
     "layer": "decoder layers",
     "model": "whole models",
+    "communication": "tensor-parallel collectives (the all-reduce, fused with the residual add and RMSNorm)",
 }
 
 

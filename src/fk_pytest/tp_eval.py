@@ -46,10 +46,10 @@ def shard_state(module: torch.nn.Module, state: Dict[str, torch.Tensor]) -> Dict
 
 def _rank_job(rank: int, tp: int, payload: dict):
     """One rank's call: build the class at this rank, load its shard, call it on its inputs."""
-    from .registry import get_task
+    from .evaluator import resolve_task
     from .signatures import construct
 
-    task: Task = get_task(payload["task"])
+    task: Task = resolve_task(payload["task"])
     case, dtype = payload["case"], payload["case"].dtype
     layout = task.reference(**task.init_args(case))  # the reference's shard shapes at this rank
     shard = shard_state(layout, payload["state"])
@@ -90,7 +90,8 @@ def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, k
     names = task.output_names(case)
     result = CaseResult(case.id, kind, seed, status.PASSED,
                         case=dict(case.params, dtype=str(case.dtype)) if kind == "fuzz" else None)
-    payload = {"task": task.name, "case": case, "candidate": None}
+    from .evaluator import task_ref
+    payload = {"task": task_ref(task), "case": case, "candidate": None}
     with torch.no_grad():
         try:
             with phase("build", device):

@@ -33,8 +33,7 @@ def _context():
     if _CONTEXT is None:
         import torch.multiprocessing as mp
         _CONTEXT = mp.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "fk_pytest.tp_ranks", "fk_pytest.tp_eval",
-                                         "kernels_reference.parallel_state"])
+        _CONTEXT.set_forkserver_preload(["torch", "torch.distributed"])
     return _CONTEXT
 
 

@@ -10,13 +10,13 @@ so nothing leaks into the next task.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 import traceback
+import weakref
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Optional
 
@@ -41,6 +41,53 @@ def _describe_exit(code: Optional[int]) -> str:
     return f"exited with code {code}"
 
 
+_CONTEXT = None
+
+
+def _worker_context():
+    """Workers fork from a server process that imported torch once (most of a fresh Python's
+    start-up here): a restart after a crash or a hang costs a fork and the suite's own imports,
+    not another second and a half of torch. The server imports nothing else (no CUDA context, no
+    Triton kernels, no suite or candidate code), so every worker starts as clean as a new process."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        import multiprocessing
+        _CONTEXT = multiprocessing.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(["torch", "torch.distributed"])
+    return _CONTEXT
+
+
+_LIVE = weakref.WeakSet()  # forked workers not yet closed
+
+
+@atexit.register
+def _kill_live_workers() -> None:
+    """Workers are not daemons (a worker starts tensor-parallel ranks of its own), so
+    multiprocessing would wait for any still running when this process exits; a session closes
+    its worker, and one left behind (an interrupted run) is killed here instead of waited for."""
+    for child in list(_LIVE):
+        if child.process.exitcode is None:
+            child.process.kill()
+
+
+class _Child:
+    """A forked worker seen through the part of ``subprocess.Popen`` the client uses."""
+
+    def __init__(self, process):
+        self.process = process
+        _LIVE.add(self)
+
+    def poll(self) -> Optional[int]:
+        return self.process.exitcode
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def wait(self) -> Optional[int]:
+        self.process.join()
+        return self.process.exitcode
+
+
 class WorkerClient:
     """Parent side. Methods mirror Evaluator's: load, evaluate, speed."""
 
@@ -51,18 +98,20 @@ class WorkerClient:
         self.thorough = thorough
         self.progress = progress  # phases of long requests, as the worker reports them
         self.env = env  # extra environment of the child (e.g. CUDA_VISIBLE_DEVICES of an xdist worker)
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[_Child] = None
         self.conn: Optional[Connection] = None
 
     def _start(self) -> None:
-        parent_sock, child_sock = socket.socketpair()
-        fd = child_sock.fileno()
         spawned_at = time.time()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from fk_pytest.worker import serve; serve({fd})"], pass_fds=(fd,),
-            env={**os.environ, **self.env} if self.env else None)
-        child_sock.close()
-        self.conn = Connection(parent_sock.detach())
+        ctx = _worker_context()
+        parent_conn, child_conn = ctx.Pipe()
+        # The environment as this process has it now (the fork server's is its own from when it
+        # started): the child takes it over before it imports anything but torch.
+        process = ctx.Process(target=serve_forked, args=(child_conn, {**os.environ, **(self.env or {})}),
+                              name="fk-worker")
+        process.start()
+        child_conn.close()
+        self.proc, self.conn = _Child(process), parent_conn
         self.conn.send({"sys_path": list(sys.path), "candidate": self.candidate, "device": self.device,
                         "mode": self.mode, "spawned_at": spawned_at,
                         "thorough": self.thorough})
@@ -163,8 +212,19 @@ def _memory_stuck(device: str, reply) -> bool:
     return torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > STUCK_BYTES
 
 
+def serve_forked(conn, environ: dict) -> None:
+    """A forked worker's entry: this run's environment first (the plugin passes --fk-cache-dir and
+    an xdist worker's device through it), then the requests."""
+    os.environ.clear()
+    os.environ.update(environ)
+    serve_connection(conn)
+
+
 def serve(fd: int) -> None:
-    conn = Connection(fd)
+    serve_connection(Connection(fd))
+
+
+def serve_connection(conn) -> None:
     init = conn.recv()
     sys.path[:] = init["sys_path"]
     # Import the whole suite machinery, then record what is genuine, before any candidate code.

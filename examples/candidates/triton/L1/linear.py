@@ -47,13 +47,21 @@ class RowParallelLinear(ReplicatedLinear):
 
 
 class MergedColumnParallelLinear(ReplicatedLinear):
+    """[gate | up]; under tensor parallelism this rank's rows of each: [gate_r | up_r]."""
+
     def __init__(self, input_size, output_sizes, bias=False):
-        super().__init__(input_size, sum(output_sizes), bias)
-        self.output_sizes = list(output_sizes)
+        tp = get_tensor_model_parallel_world_size()
+        super().__init__(input_size, sum(output_sizes) // tp, bias)
+        self.output_sizes = [n // tp for n in output_sizes]
 
 
 class QKVParallelLinear(ReplicatedLinear):
+    """[q | k | v]; under tensor parallelism this rank's q heads and its KV heads (one KV head
+    per rank, shared by tp / KV-heads ranks, when the degree exceeds the KV heads)."""
+
     def __init__(self, hidden_size, head_size, total_num_heads, total_num_kv_heads=None, bias=False):
+        tp = get_tensor_model_parallel_world_size()
         kv_heads = total_num_kv_heads or total_num_heads
-        super().__init__(hidden_size, (total_num_heads + 2 * kv_heads) * head_size, bias)
-        self.head_size, self.num_heads, self.num_kv_heads = head_size, total_num_heads, kv_heads
+        heads, kv_heads = total_num_heads // tp, max(kv_heads // tp, 1)
+        super().__init__(hidden_size, (heads + 2 * kv_heads) * head_size, bias)
+        self.head_size, self.num_heads, self.num_kv_heads = head_size, heads, kv_heads
