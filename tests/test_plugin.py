@@ -23,7 +23,7 @@ def read_report(path):
 
 
 def test_ids_and_selection(suite_run):
-    result = suite_run("--collect-only", "-q", "-k", "rms and not gemma and not gated")
+    result = suite_run("--collect-only", "-q", "-k", "rms and not gemma and not gated and not all_reduce")
     ids = [line for line in result.outlines if "::" in line]
     assert "tasks/L1/test_rms_norm.py::test_speed[llama-3.1-8b-decode-T1-bf16]" in ids
     assert "tasks/L1/test_rms_norm.py::test_correctness[qwen3-8b-decode-T7-q-norm-bf16]" in ids
