@@ -1,5 +1,5 @@
 """A case at tensor-parallel degree ``tp`` (its ``tp`` param above 1): the reference and the candidate
-each run on ``tp`` ranks (:mod:`fk_pytest.tp_ranks`), and the result the ranks hold together is
+run on ``tp`` ranks (:mod:`fk_pytest.tp_ranks`), one after the other in one group run, and the result the ranks hold together is
 judged against the degree-1 float64 truth like any output.
 
 Per rank the module is built inside the rank's group (a layer reads the degree and its rank when
@@ -44,22 +44,35 @@ def shard_state(module: torch.nn.Module, state: Dict[str, torch.Tensor]) -> Dict
     return out
 
 
+class ReferenceRankError(Exception):
+    """The reference itself failed on a rank: the task's fault, not the candidate's."""
+
+
 def _rank_job(rank: int, tp: int, payload: dict):
-    """One rank's call: build the class at this rank, load its shard, call it on its inputs."""
+    """One rank's part of a case: the reference, then the candidate (when there is one), each built
+    at this rank, given its shard of the weights and called on this rank's inputs. One group run
+    serves both, so a case pays for one start of its ranks."""
     from .evaluator import resolve_task
-    from .signatures import construct
 
     task: Task = resolve_task(payload["task"])
-    case, dtype = payload["case"], payload["case"].dtype
-    layout = task.reference(**task.init_args(case))  # the reference's shard shapes at this rank
-    shard = shard_state(layout, payload["state"])
+    case = payload["case"]
+    reference = task.reference(**task.init_args(case))  # also the shard layout at this rank
+    shard = shard_state(reference, payload["state"])
+    try:
+        ref_out = _call_at_rank(task, case, reference, shard, payload["inputs"], rank, tp)
+    except Exception as exc:
+        raise ReferenceRankError(f"the reference failed: {type(exc).__name__}: {exc}") from exc
     if payload["candidate"] is None:
-        module = layout
-    else:
-        from .candidates import CandidateSource
-        cls = CandidateSource(payload["candidate"]).load_class(task)
-        module = construct(cls, task.init_args(case), "cpu")
-    module.to(dtype=dtype)
+        return {"reference": ref_out, "candidate": ref_out}
+    from .candidates import CandidateSource
+    from .signatures import construct
+    cls = CandidateSource(payload["candidate"]).load_class(task)
+    module = construct(cls, task.init_args(case), "cpu")
+    return {"reference": ref_out, "candidate": _call_at_rank(task, case, module, shard, payload["inputs"], rank, tp)}
+
+
+def _call_at_rank(task: Task, case, module: torch.nn.Module, shard, inputs, rank: int, tp: int):
+    module.to(dtype=case.dtype)
     own = module.state_dict()
     for name, tensor in shard.items():
         if name in own and tuple(own[name].shape) != tuple(tensor.shape):
@@ -67,9 +80,9 @@ def _rank_job(rank: int, tp: int, payload: dict):
                              f"reference's shard is {tuple(tensor.shape)}: the class does not shard at degree {tp} "
                              "(a layer reads the degree and its rank from kernels_reference.parallel_state when built)")
     module.load_state_dict(shard, strict=True)
-    inputs = task.rank_inputs(payload["inputs"], case, rank, tp)
+    mine = task.rank_inputs(clone_inputs(inputs), case, rank, tp)
     with torch.no_grad():
-        out = as_outputs(task.call(module.eval(), inputs), task.output_names(case), type(module).__name__)
+        out = as_outputs(task.call(module.eval(), mine), task.output_names(case), type(module).__name__)
     return [o.detach().cpu() for o in out]
 
 
@@ -97,28 +110,33 @@ def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, k
             with phase("build", device):
                 state = master_state(task, case, seed, device)
             inputs, truths, excluded, _, _ = _truth_run(task, case, seed, state, device, names, ())
-            payload.update(state={k: v.detach().cpu() for k, v in state.items()},
-                           inputs={k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()})
-            with phase("reference"):
-                refs = task.assemble_ranks(run_ranks(_rank_job, tp, payload, RANK_TIMEOUT_S), case)
         except TaskDefinitionError:
             raise
         except Exception as exc:
-            raise TaskDefinitionError(f"the task failed before the candidate ran (the reference at tp={tp}): "
-                                      f"{short_traceback(exc)}") from exc
-        errors = [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
-                  for n, t, r in zip(names, truths, refs)]
-        ref_side = ReferenceSide([(tuple(r.shape), r.dtype, r.device) for r in refs], errors, "run")
-        result.reference = ref_side.source
+            raise TaskDefinitionError(f"the task failed before the candidate ran: {short_traceback(exc)}") from exc
+        payload.update(state={k: v.detach().cpu() for k, v in state.items()},
+                       inputs={k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()})
         if candidate_cls is not task.reference:
             result.swapped = [candidate_cls.__name__]
             payload["candidate"] = _candidate_source(candidate_cls, task)
         try:
             with phase("candidate"):
-                cands = task.assemble_ranks(run_ranks(_rank_job, tp, payload, RANK_TIMEOUT_S), case)
+                ranks = run_ranks(_rank_job, tp, payload, RANK_TIMEOUT_S)
         except RankFailure as exc:
+            if "ReferenceRankError" in exc.message:
+                raise TaskDefinitionError(f"at tp={tp}: {exc.message}") from exc
             failure = CandidateError(exc.status, f"at tensor-parallel degree {tp}: {exc.message}")
             return dataclasses.replace(result, status=failure.status, message=failure.message)
+        try:
+            refs = task.assemble_ranks([r["reference"] for r in ranks], case)
+        except RanksDisagree as exc:
+            raise TaskDefinitionError(f"the reference at tp={tp}: {exc}") from exc
+        errors = [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
+                  for n, t, r in zip(names, truths, refs)]
+        ref_side = ReferenceSide([(tuple(r.shape), r.dtype, r.device) for r in refs], errors, "run")
+        result.reference = ref_side.source
+        try:
+            cands = task.assemble_ranks([r["candidate"] for r in ranks], case)
         except RanksDisagree as exc:
             return dataclasses.replace(result, status=status.WRONG_RESULT, message=f"at tp={tp}: {exc}")
         with phase("compare", device):
