@@ -16,6 +16,7 @@ class LMHeadTask(DenseTask):
     module_path = "L1/vocab_parallel_embedding.py"
     reference = ParallelLMHead
     input_name = "hidden_states"
+    tp_degrees = (2, 4)  # on the CPU: each rank's row range of the logits, all-gathered
 
     def cases(self, profile):
         self._profile = profile

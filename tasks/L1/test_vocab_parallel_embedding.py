@@ -27,6 +27,7 @@ class EmbeddingTask(DenseTask):
     family = "embedding"
     module_path = "L1/vocab_parallel_embedding.py"
     reference = VocabParallelEmbedding
+    tp_degrees = (2, 4)  # on the CPU: the vocabulary split in row ranges, rows all-reduced
 
     def cases(self, profile):
         out = []
@@ -37,7 +38,7 @@ class EmbeddingTask(DenseTask):
                 out.append(Case(f"{model}-{phase}-T{t}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
                                 params=dict(init=dict(num_embeddings=vocab, embedding_dim=cfg["hidden_size"]),
                                             tokens=t, source=source)))
-        return out
+        return self.with_tp_cases(out, profile)
 
     def captured_select(self, fan_in):
         return lambda group: True  # token ids in: every captured call is this task's
