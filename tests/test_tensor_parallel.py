@@ -190,3 +190,44 @@ def test_wrong_all_reduces_fail(task_name, tree, words):
     results = task_tp_verdicts(task_name, tree)
     assert all(r.status == "WRONG_RESULT" and words in r.message for r in results.values()), \
         [r.message for r in results.values()]
+
+
+def _hanging_job(rank, tp, pid_dir):
+    import os
+    import time
+    open(os.path.join(pid_dir, str(os.getpid())), "w").close()
+    time.sleep(600)
+
+
+def test_ranks_end_themselves_when_the_process_that_started_them_is_killed(tmp_path):
+    """A sterile worker killed for its time limit must not leave its ranks behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys; sys.path[:0] = sys.argv[1:3]; from fk_pytest.tp_ranks import run_ranks; "
+            "from test_tensor_parallel import _hanging_job; run_ranks(_hanging_job, 2, sys.argv[3], 600)")
+    here = os.path.dirname(__file__)
+    starter = subprocess.Popen([sys.executable, "-c", code, here, os.path.join(here, "..", "src"), str(tmp_path)])
+    deadline = time.monotonic() + 60
+    while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ranks = [int(p) for p in os.listdir(tmp_path)]
+    assert len(ranks) == 2
+    starter.send_signal(signal.SIGKILL)
+    starter.wait()
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper has ended
+            return f.read().split()[2] != "Z"
+
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in ranks) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in ranks)

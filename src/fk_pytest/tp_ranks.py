@@ -43,12 +43,30 @@ class RankFailure(Exception):
         self.status, self.message = failure_status, message
 
 
-def _rank_main(rank: int, tp: int, init_file: str, backend: str, job, payload, results, done) -> None:
+def _exit_with(watched: int) -> None:
+    """A rank's watchdog: the rank ends itself once the process that started its group is gone (a
+    sterile worker killed for its time limit would otherwise leave its ranks waiting in a
+    collective, or for the all-done signal, for ever)."""
+    import threading
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(watched, 0)
+            except OSError:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="fk-rank-watchdog", daemon=True).start()
+
+
+def _rank_main(rank: int, tp: int, init_file: str, backend: str, job, payload, results, done, parent: int) -> None:
     import torch
     import torch.distributed as dist
 
     from kernels_reference.parallel_state import tensor_parallel
 
+    _exit_with(parent)
     torch.set_num_threads(1)  # tp ranks share the machine's cores
     try:
         if backend == "nccl":
@@ -77,7 +95,7 @@ def run_ranks(job: Callable[[int, int, Any], Any], tp: int, payload: Any, timeou
     backend = "nccl" if device == "cuda" else "gloo"
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
-        procs = [ctx.Process(target=_rank_main, args=(r, tp, init_file, backend, job, payload, results, done),
+        procs = [ctx.Process(target=_rank_main, args=(r, tp, init_file, backend, job, payload, results, done, os.getpid()),
                              daemon=True)
                  for r in range(tp)]
         for p in procs:
