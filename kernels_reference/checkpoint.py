@@ -99,3 +99,16 @@ def _shards(module: nn.Module, param: str) -> Set:
             return {(e, h) for e in range(experts) for h in (0, 1)}
         return set(range(experts))
     return {None}
+
+
+def strip_prefixes(state: Dict[str, torch.Tensor], prefixes: Sequence[str]) -> Dict[str, torch.Tensor]:
+    """``state`` with the first of ``prefixes`` each name starts with removed (a task model's
+    checkpoint keeps its backbone under one, e.g. ``dinov2.`` or ``convnextv2.``)."""
+    out = {}
+    for name, tensor in state.items():
+        for prefix in prefixes:
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+                break
+        out[name] = tensor
+    return out

@@ -31,6 +31,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import nn
 
+from ..checkpoint import strip_prefixes
 from ..dispatch import compute_dtype
 from ..L1.layer_norm import LayerNorm
 from ..L1.patch_embed import PatchEmbed
@@ -145,17 +146,6 @@ class ConvNextV2Model(RecordsInit, nn.Module):
         return x, run(self.head_norm, native, pooled)
 
 
-def _strip_prefix(state: Dict[str, torch.Tensor], prefixes) -> Dict[str, torch.Tensor]:
-    out = {}
-    for name, tensor in state.items():
-        for prefix in prefixes:
-            if name.startswith(prefix):
-                name = name[len(prefix):]
-                break
-        out[name] = tensor
-    return out
-
-
 def _parts(state: Dict[str, torch.Tensor], theirs: str, ours: str) -> Dict[str, torch.Tensor]:
     return {f"{ours}.{p}": state[f"{theirs}.{p}"] for p in ("weight", "bias")}
 
@@ -163,29 +153,32 @@ def _parts(state: Dict[str, torch.Tensor], theirs: str, ours: str) -> Dict[str, 
 def hf_state_dict(hf_state: Dict[str, torch.Tensor], depths) -> Dict[str, torch.Tensor]:
     """A ``ConvNextV2Model`` state dict from a Hugging Face one (``ConvNextV2Model``'s keys, or a
     ``ConvNextV2ForImageClassification`` checkpoint's ``convnextv2.`` ones; the classifier is not read)."""
-    state = _strip_prefix(hf_state, _HF_PREFIXES)
-    ours = {**_parts(state, "embeddings.patch_embeddings", "stem.conv.proj"),
-            **_parts(state, "embeddings.layernorm", "stem.norm"), **_parts(state, "layernorm", "head_norm")}
-    for i, depth in enumerate(depths):
-        if i > 0:
-            ours.update(_parts(state, f"encoder.stages.{i}.downsampling_layer.0", f"stages.{i}.downsample.norm"))
-            ours.update(_parts(state, f"encoder.stages.{i}.downsampling_layer.1", f"stages.{i}.downsample.conv.proj"))
-        for j in range(depth):
-            block = hf_layer_state_dict(state, f"encoder.stages.{i}.layers.{j}.")
-            ours.update({f"stages.{i}.blocks.{j}.{k}": v for k, v in block.items()})
-    return ours
+    return _renamed(strip_prefixes(hf_state, _HF_PREFIXES), depths, _HF_NAMES, hf_layer_state_dict)
 
 
 def timm_state_dict(timm_state: Dict[str, torch.Tensor], depths) -> Dict[str, torch.Tensor]:
     """A ``ConvNextV2Model`` state dict from a timm ``ConvNeXt`` one (``stem.0`` / ``stem.1``,
     ``stages.i.downsample.0`` / ``.1``, ``stages.i.blocks.j``, ``head.norm``; ``head.fc`` not read)."""
-    ours = {**_parts(timm_state, "stem.0", "stem.conv.proj"), **_parts(timm_state, "stem.1", "stem.norm"),
-            **_parts(timm_state, "head.norm", "head_norm")}
+    return _renamed(timm_state, depths, _TIMM_NAMES, timm_block_state_dict)
+
+
+# Where each library keeps the model's parts: (stem conv, stem norm, head norm, stage i's
+# downsampling norm and conv, block j of stage i), ours in the same order in _renamed.
+_HF_NAMES = ("embeddings.patch_embeddings", "embeddings.layernorm", "layernorm",
+             lambda i: f"encoder.stages.{i}.downsampling_layer.0", lambda i: f"encoder.stages.{i}.downsampling_layer.1",
+             lambda i, j: f"encoder.stages.{i}.layers.{j}.")
+_TIMM_NAMES = ("stem.0", "stem.1", "head.norm", lambda i: f"stages.{i}.downsample.0",
+               lambda i: f"stages.{i}.downsample.1", lambda i, j: f"stages.{i}.blocks.{j}.")
+
+
+def _renamed(state, depths, names, block_state_dict) -> Dict[str, torch.Tensor]:
+    stem_conv, stem_norm, head_norm, down_norm, down_conv, block = names
+    ours = {**_parts(state, stem_conv, "stem.conv.proj"), **_parts(state, stem_norm, "stem.norm"),
+            **_parts(state, head_norm, "head_norm")}
     for i, depth in enumerate(depths):
         if i > 0:
-            ours.update(_parts(timm_state, f"stages.{i}.downsample.0", f"stages.{i}.downsample.norm"))
-            ours.update(_parts(timm_state, f"stages.{i}.downsample.1", f"stages.{i}.downsample.conv.proj"))
+            ours.update(_parts(state, down_norm(i), f"stages.{i}.downsample.norm"))
+            ours.update(_parts(state, down_conv(i), f"stages.{i}.downsample.conv.proj"))
         for j in range(depth):
-            block = timm_block_state_dict(timm_state, f"stages.{i}.blocks.{j}.")
-            ours.update({f"stages.{i}.blocks.{j}.{k}": v for k, v in block.items()})
+            ours.update({f"stages.{i}.blocks.{j}.{k}": v for k, v in block_state_dict(state, block(i, j)).items()})
     return ours

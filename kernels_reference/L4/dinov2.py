@@ -34,6 +34,7 @@ from typing import Any, Dict, Iterable, Set, Tuple
 import torch
 from torch import nn
 
+from ..checkpoint import strip_prefixes
 from ..L1.dinov2_embeddings import Dinov2PositionEmbedding, hf_embeddings_state_dict
 from ..L1.layer_norm import LayerNorm
 from ..L1.patch_embed import PatchEmbed, patch_grid
@@ -127,7 +128,7 @@ class Dinov2Model(RecordsInit, nn.Module):
         """Hugging Face ``Dinov2Model`` tensors into place (cast to this model's dtype). Every parameter
         must be delivered with its shape, and every delivered tensor must find a place (the mask token
         and a classifier head excepted): a KeyError / RuntimeError names what did not."""
-        state = _ReadRecorder(_without_prefix(dict(weights)))
+        state = _ReadRecorder(strip_prefixes(dict(weights), _HF_PREFIXES))
         ours = hf_state_dict(state, self.num_hidden_layers)
         unused = sorted(name for name in state if name not in state.read and not name.startswith(_NOT_OURS))
         if unused:
@@ -145,17 +146,6 @@ class _ReadRecorder(dict):
     def __getitem__(self, name):
         self.read.add(name)
         return super().__getitem__(name)
-
-
-def _without_prefix(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    out = {}
-    for name, tensor in state.items():
-        for prefix in _HF_PREFIXES:
-            if name.startswith(prefix):
-                name = name[len(prefix):]
-                break
-        out[name] = tensor
-    return out
 
 
 def hf_state_dict(hf_state: Dict[str, torch.Tensor], num_hidden_layers: int) -> Dict[str, torch.Tensor]:

@@ -75,10 +75,7 @@ class ConvNeXtDwConvNormTask(Task):
             norm.bias.copy_(0.1 * torch.randn(norm.bias.shape, generator=gen, device=dev))
 
     def make_inputs(self, case, gen, device):
-        x = feature_maps(case["batch"], case["channels"], case["height"], case["width"], gen, device).to(case.dtype)
-        if case["layout"] == "channels-last":
-            x = x.contiguous(memory_format=torch.channels_last)
-        return {"x": x}
+        return feature_map_inputs(case, gen, device)
 
     def fuzz_strategy(self, dtype, profile):
         widths = sorted(set(load_config(MODEL)["hidden_sizes"]) | set(OTHER_STAGE_WIDTHS))
@@ -125,3 +122,12 @@ def feature_maps(batch, channels, height, width, gen, device) -> torch.Tensor:
 
 TASK = ConvNeXtDwConvNormTask()
 test_correctness, test_fuzz, test_speed = standard_tests(TASK)
+
+
+def feature_map_inputs(case, gen, device) -> dict:
+    """``{"x": feature maps}`` of the case's size and dtype, channels-last in memory when its layout
+    says so (a ConvNeXt block's input, as its depthwise conv's)."""
+    x = feature_maps(case["batch"], case["channels"], case["height"], case["width"], gen, device).to(case.dtype)
+    if case["layout"] == "channels-last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    return {"x": x}

@@ -19,7 +19,7 @@ from kernels_reference.L3.convnext_block import ConvNeXtBlock
 
 from ..configs import load_config
 from ..convnext_workload import MAX_BATCH, MODEL, OTHER_STAGE_WIDTHS, REAL_SIDES, stage_shape
-from ..L1.test_convnext_dwconv_norm import TASK as DWCONV_TASK, feature_maps
+from ..L1.test_convnext_dwconv_norm import TASK as DWCONV_TASK, feature_map_inputs
 from ..L1.test_global_response_norm import TASK as GRN_TASK
 from ..workload import CPU_MAX_ELEMENTS, HAND_PICKED_WEIGHT
 
@@ -78,10 +78,7 @@ class ConvNeXtBlockTask(Task):
                 linear.bias.copy_(0.1 * torch.randn(linear.bias.shape, generator=gen, device=dev))
 
     def make_inputs(self, case, gen, device):
-        x = feature_maps(case["batch"], case["channels"], case["height"], case["width"], gen, device).to(case.dtype)
-        if case["layout"] == CHANNELS_LAST:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return {"x": x}
+        return feature_map_inputs(case, gen, device)
 
     def fuzz_strategy(self, dtype, profile):
         widths = sorted(set(load_config(MODEL)["hidden_sizes"]) | set(OTHER_STAGE_WIDTHS))
