@@ -22,7 +22,7 @@ from .compare import OutputError, check_discriminating, output_error, reference_
 from .errors import CandidateError, TaskDefinitionError, short_traceback
 from .guards import ReferenceTracer, new_threads, tampered
 from .phases import phase
-from .task import Case, Task
+from .task import Case, Task, tp_degree
 
 
 @dataclasses.dataclass
@@ -87,7 +87,7 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
     reference's code (costly under the Triton interpreter, so callers choose when); ``cache`` (a
     :class:`fk_pytest.ref_cache.ReferenceCache`) holds the reference's side of earlier runs.
     """
-    if int(case.params.get("tp", 1)) > 1:  # the candidate on several ranks (fk_pytest.tp_eval)
+    if tp_degree(case) > 1:  # the candidate on several ranks (fk_pytest.tp_eval)
         from .tp_eval import evaluate_tp_case
         return evaluate_tp_case(task, case, seed, candidate_cls, device, kind, history)
     device = torch.device(device)

@@ -42,7 +42,7 @@ import torch
 
 from . import status
 from .build import cast_copy, release_memory, with_paths
-from .e2e import E2EResult, E2ESpec, MutantResult, Predictions, as_mutant, blend, noise_floor, noise_tallies, \
+from .e2e import E2EResult, E2ESpec, Predictions, as_mutant, blend, noise_floor, noise_tallies, \
     sampling_allowance, stable_positions, tally
 from .e2e_run import (CalibrationCache, Progress, _credit, _quiet, _time_pair, compose_candidate, composed_or_verdict,
                       decide, score_mutant)

@@ -314,7 +314,8 @@ def pytest_generate_tests(metafunc):
         if metafunc.function._fk_kind == "speed":
             # A tensor-parallel case's time is its slowest rank's on one device per rank: not
             # measured yet (fk_pytest.tp_eval scores its correctness).
-            cases = [c for c in cases if int(c.params.get("tp", 1)) == 1]
+            from .task import tp_degree
+            cases = [c for c in cases if tp_degree(c) == 1]
         ids = [c.id for c in cases]
         if len(set(ids)) != len(ids):
             raise ValueError(f"task {task.name}: duplicate case ids")

@@ -37,6 +37,11 @@ class Case:
                 "model": self.model, "weight": self.weight, "params": dict(self.params)}
 
 
+def tp_degree(case: "Case") -> int:
+    """The tensor-parallel degree a case runs at (its ``tp`` param; 1 when it has none)."""
+    return int(case.params.get("tp", 1))
+
+
 class RanksDisagree(Exception):
     """Tensor-parallel ranks hold different results where each must hold the whole one."""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import torch
 
@@ -26,7 +26,7 @@ from .compare import reference_error
 from .correctness import CaseResult, ReferenceSide, _compare, _kept, _truth_run, as_outputs
 from .errors import CandidateError, TaskDefinitionError, short_traceback
 from .phases import phase
-from .task import RanksDisagree, Task
+from .task import RanksDisagree, Task, tp_degree
 from .tp_ranks import RankFailure, run_ranks
 
 RANK_TIMEOUT_S = 120.0  # a whole group's run of one case (the ranks start, build and call once)
@@ -99,7 +99,7 @@ def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, k
                      history: Optional[Dict[str, str]] = None) -> CaseResult:
     """Verdict of ``candidate_cls`` at the case's degree (CPU ranks over gloo)."""
     device = torch.device(device)
-    tp = int(case["tp"])
+    tp = tp_degree(case)
     names = task.output_names(case)
     result = CaseResult(case.id, kind, seed, status.PASSED,
                         case=dict(case.params, dtype=str(case.dtype)) if kind == "fuzz" else None)
@@ -142,10 +142,3 @@ def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, k
         with phase("compare", device):
             return _compare(task, case, seed, device, result, list(names), inputs, clone_inputs(inputs), ref_side,
                             cands, truths, excluded, None, state, {"n": 0, "by_class": {}}, history)
-
-
-def tp_degree(case) -> int:
-    return int(case.params.get("tp", 1)) if hasattr(case, "params") else 1
-
-
-__all__: List[str] = ["evaluate_tp_case", "shard_state", "tp_degree", "RANK_TIMEOUT_S"]
