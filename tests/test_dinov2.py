@@ -7,6 +7,9 @@ import torch
 
 from fk_pytest import status
 from fk_pytest.registry import get_task
+import torch.nn.functional as F
+
+from kernels_reference.L1 import dinov2_embeddings
 from kernels_reference.L1.dinov2_embeddings import Dinov2PositionEmbedding
 from kernels_reference.L3.dinov2_layer import Dinov2Layer
 
@@ -26,9 +29,30 @@ def test_position_embedding_fast_path_matches_native(grid, dtype, tol):
         module.cls_token.copy_(torch.randn(module.cls_token.shape, generator=gen))
     module = module.to(dtype)
     x = torch.randn(2, grid[0] * grid[1], 48, generator=gen).to(dtype)
-    got, want = module.forward_fast(x, *grid), module.forward_native(x, *grid)
+    with torch.no_grad():  # inference writes into one output; with autograd on it concatenates
+        got = module.forward_fast(x, *grid)
+    torch.testing.assert_close(got, module.forward_fast(x, *grid), rtol=0, atol=0)
+    want = module.forward_native(x, *grid)
     assert got.shape == want.shape == (2, 1 + grid[0] * grid[1], 48) and got.dtype == dtype
     torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("plan", ["kron", "rows"])
+@pytest.mark.parametrize("grid", [(16, 16), (24, 32), (1, 1), (40, 45)], ids=["down", "non-square", "1x1", "up"])
+def test_matrix_resampling_is_torch_bicubic(grid, plan, monkeypatch):
+    """The CUDA path's resampling matrices (built from torch's bicubic definition) reproduce
+    F.interpolate(bicubic, align_corners=False) in float64, to the float32 rounding of the weights,
+    whether as one kron matrix or as rows then columns."""
+    monkeypatch.setattr(dinov2_embeddings, "_KRON_ELEMENTS", 1 << 24 if plan == "kron" else 0)
+    dinov2_embeddings._resampling.cache_clear()
+    h, w = grid
+    pos = torch.randn(1, 1 + 37 * 37, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    image = pos[:, 1:].reshape(1, 37, 37, 8).permute(0, 3, 1, 2)
+    want = F.interpolate(image, size=grid, mode="bicubic", align_corners=False).permute(0, 2, 3, 1)
+    want = torch.cat((pos[:, :1], want.reshape(1, h * w, 8)), dim=1)
+    got = dinov2_embeddings.resample_on_device(pos.float(), 37, h, w).double()
+    dinov2_embeddings._resampling.cache_clear()
+    torch.testing.assert_close(got, want, rtol=0, atol=2e-6)
 
 
 def test_position_embedding_refuses_a_grid_that_is_not_the_tokens():

@@ -18,11 +18,23 @@ row-major grid order (``PatchEmbed``'s output). The parameters keep Hugging Face
 ``hf_embeddings_state_dict``. The mask token (masked-image training only) is not held.
 
 Semantics (``forward_native``): the resampling and the add in float32 for half types (float64
-stays float64: the correctness truth), one rounding at the end. The CUDA path is production's
-sequence of torch ops (F.interpolate's bicubic kernel, the table rounded to the activation dtype,
-the add, the class row concatenated): the resampled table is a few hundred KB, so a hand-written kernel would
-only save the launch of a tiny interpolation; the rounding of the table is within the bar.
+stays float64: the correctness truth), one rounding at the end. The CUDA path resamples in float32,
+rounds the table to the activation dtype (as Hugging Face does; within the bar) and writes the sum
+straight into the output, the class row apart.
+
+The resampling on CUDA is a matrix product, not ``F.interpolate``. Bicubic resampling with fixed
+sizes is linear in the table: row i of the output grid mixes four rows of the input with weights
+that depend only on the sizes, and the same for columns, so the whole resampling is one matrix
+``K = kron(W_h, W_w)`` (plus 1 for the class row) applied to the table. torch's bicubic CUDA kernel
+runs one thread per output pixel looping over every channel: 918 us for a 16 x 16 x 384 table on
+the H200, against 14.7 us for Inductor's version of the same op (2026-12-05, ``python3 -m
+fk_pytest.peers --device cuda --profile full --ops dinov2_position_embedding``). ``K`` is built
+once per (grid, device) on the host in float64 from torch's definition (``bicubic_weights``) and
+kept; it holds no parameter, so a changed table is always resampled anew. Grids whose ``K`` would be
+large (more than ``_KRON_ELEMENTS``) resample rows and columns as two products instead.
 """
+import functools
+import math
 from typing import Dict
 
 import torch
@@ -58,19 +70,28 @@ class Dinov2PositionEmbedding(RecordsInit, nn.Module):
 
     def forward_fast(self, embeddings, grid_height, grid_width):
         """The table resampled in float32 and rounded to the activation dtype, as Hugging Face
-        does; the class row and the patch rows summed apart and concatenated."""
+        does; the patch rows and the class row each summed into the output (no concatenation)."""
         self._check(embeddings, grid_height, grid_width)
         table = self.position_table(grid_height, grid_width, torch.float32).to(embeddings.dtype)
-        cls = (self.cls_token.to(embeddings.dtype) + table[:, :1]).expand(embeddings.shape[0], 1, self.hidden_size)
-        return torch.cat((cls, embeddings + table[:, 1:]), dim=1)
+        cls = self.cls_token.to(embeddings.dtype) + table[:, :1]
+        if torch.is_grad_enabled():  # out= takes no part in autograd: the concatenation then
+            return torch.cat((cls.expand(embeddings.shape[0], 1, -1), embeddings + table[:, 1:]), dim=1)
+        out = torch.empty((embeddings.shape[0], 1 + grid_height * grid_width, self.hidden_size),
+                          dtype=embeddings.dtype, device=embeddings.device)
+        torch.add(embeddings, table[:, 1:], out=out[:, 1:])
+        out[:, :1] = cls
+        return out
 
     def position_table(self, grid_height: int, grid_width: int, dtype: torch.dtype) -> torch.Tensor:
         """[1, 1 + h * w, D] in ``dtype``: the class row, then the native table resampled bicubically
-        to h x w (row-major), computed in ``dtype``."""
+        to h x w (row-major), computed in ``dtype``: ``F.interpolate`` on the CPU (the definition),
+        its matrix form on CUDA (the same weights; see the module's docstring)."""
         pos = self.position_embeddings.to(dtype)
         g = self.native_grid
         if (grid_height, grid_width) == (g, g):
             return pos
+        if pos.is_cuda:
+            return resample_on_device(pos, g, grid_height, grid_width)
         grid = pos[:, 1:].reshape(1, g, g, self.hidden_size).permute(0, 3, 1, 2)
         grid = F.interpolate(grid, size=(grid_height, grid_width), mode="bicubic", align_corners=False)
         patches = grid.permute(0, 2, 3, 1).reshape(1, grid_height * grid_width, self.hidden_size)
@@ -84,6 +105,60 @@ class Dinov2PositionEmbedding(RecordsInit, nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.hidden_size}, native_grid={self.native_grid}"
+
+
+# Above this many elements (64 MB in float32, about a 100 x 100 patch grid) the kron matrix costs
+# more to read than the table it resamples: rows and columns go as two products instead.
+_KRON_ELEMENTS = 1 << 24
+_CUBIC_A = -0.75  # torch's (and PIL's) bicubic kernel parameter
+
+
+def bicubic_weights(out_size: int, in_size: int) -> torch.Tensor:
+    """[out, in] float64: F.interpolate(mode="bicubic", align_corners=False, size=...) along one
+    axis as a matrix. torch's definition: the source position of output i is (i + 0.5) * in / out -
+    0.5 (not clamped for cubic), its four neighbours floor - 1 .. floor + 2 are clamped to the edge
+    (their weights then add up on the edge row), and the weights are Keys' cubic with A = -0.75."""
+    def near(x):  # |x| <= 1
+        return ((_CUBIC_A + 2) * x - (_CUBIC_A + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((_CUBIC_A * x - 5 * _CUBIC_A) * x + 8 * _CUBIC_A) * x - 4 * _CUBIC_A
+
+    w = torch.zeros((out_size, in_size), dtype=torch.float64)
+    scale = in_size / out_size
+    for i in range(out_size):
+        src = (i + 0.5) * scale - 0.5
+        base = math.floor(src)
+        t = src - base
+        for offset, weight in zip((-1, 0, 1, 2), (far(t + 1), near(t), near(1 - t), far(2 - t))):
+            w[i, min(max(base + offset, 0), in_size - 1)] += weight
+    return w
+
+
+@functools.lru_cache(maxsize=32)
+def _resampling(grid: int, height: int, width: int, device: torch.device):
+    """The float32 matrices that resample a grid x grid table (sizes only, never a parameter):
+    ("kron", [1 + h*w, 1 + g*g] with the class row passed through), or ("rows", W_h, W_w)."""
+    wh, ww = bicubic_weights(height, grid), bicubic_weights(width, grid)
+    if (1 + height * width) * (1 + grid * grid) <= _KRON_ELEMENTS:
+        k = torch.zeros((1 + height * width, 1 + grid * grid), dtype=torch.float64)
+        k[0, 0] = 1.0
+        k[1:, 1:] = torch.kron(wh, ww)
+        return ("kron", k.to(device=device, dtype=torch.float32))
+    return ("rows", wh.to(device=device, dtype=torch.float32), ww.to(device=device, dtype=torch.float32))
+
+
+def resample_on_device(pos: torch.Tensor, grid: int, height: int, width: int) -> torch.Tensor:
+    """``pos`` [1, 1 + g*g, D] (float32) -> [1, 1 + h*w, D]: the class row, then the table
+    resampled bicubically, by matrix products (any device; CUDA is where it pays)."""
+    plan = _resampling(grid, height, width, pos.device)
+    if plan[0] == "kron":
+        return torch.matmul(plan[1], pos[0]).unsqueeze(0)
+    _, wh, ww = plan
+    d = pos.shape[-1]
+    rows = torch.matmul(wh, pos[0, 1:].reshape(grid, grid * d)).reshape(height, grid, d)
+    patches = torch.matmul(ww, rows).reshape(1, height * width, d)  # [h, w, d], batched over rows
+    return torch.cat((pos[:, :1], patches), dim=1)
 
 
 def hf_embeddings_state_dict(hf_state: Dict[str, torch.Tensor], prefix: str = "embeddings.") -> Dict[str, torch.Tensor]:
