@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from fk_pytest import status
 from fk_pytest.registry import get_task
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context
-from kernels_reference.L1.encoder_attention import EncoderOnlyAttention, MultiHeadAttention
+from kernels_reference.L1.encoder_attention import (EncoderOnlyAttention, MultiHeadAttention, compact_keys,
+                                                    padded_attention_native, valid_keys_first)
 
 from conftest import EXAMPLES, ROOT
 from test_verdicts import assert_fails_exactly, assert_passes_every_case, verdicts
@@ -100,6 +101,23 @@ class ZeroPaddedRows(MultiHeadAttention):
     def forward(self, query, key, value, attention_mask=None):
         out = self.forward_native(query, key, value, attention_mask)
         return out if attention_mask is None else out * attention_mask[..., None]
+
+
+def test_valid_keys_first_then_attention_over_the_count_is_the_masked_attention():
+    """The CUDA path for a masked padded batch moves each entry's valid keys to its front and attends
+    over that many (FlashAttention's seqused_k): the same attention, for any mask (right-padded,
+    left-padded, holes), since attention does not depend on the order of the keys."""
+    gen = torch.Generator().manual_seed(5)
+    mask = torch.tensor([[1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 1], [1, 0, 1, 0, 0, 1], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    q, k, v = (torch.randn(4, 6, 2, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    places, counts = valid_keys_first(mask)
+    assert counts.tolist() == [3, 4, 3, 6]
+    assert all(sorted(row) == list(range(6)) for row in places.tolist())  # a permutation per entry
+    kc, vc = compact_keys(k, places), compact_keys(v, places)
+    got = torch.stack([F.scaled_dot_product_attention(*(x[b, :n if x is not q else None].transpose(0, 1)
+                                                         for x in (q, kc, vc)), scale=0.3).transpose(0, 1)
+                       for b, n in enumerate(counts.tolist())])
+    torch.testing.assert_close(got, padded_attention_native(q, k, v, 0.3, mask), rtol=1e-12, atol=1e-12)
 
 
 def test_padded_query_rows_are_not_scored():

@@ -25,11 +25,24 @@ torch ships: FlashAttention-2's varlen kernel (``aten._flash_attention_forward``
 GQA read directly) for the packed batch, ``F.scaled_dot_product_attention`` (FlashAttention,
 cuDNN or memory-efficient, with the mask as a boolean ``[B, 1, 1, Skv]`` attn_mask) for the padded
 one; per-sequence SDPA where the varlen kernel does not apply (float32, odd head sizes, older GPUs).
+
+Two shapes have a second candidate, and the first call of each shape times both and keeps the
+faster (``_fastest``; as Triton's autotuner does, outside CUDA-graph capture):
+
+* a packed batch that is one sequence: SDPA with cuDNN preferred. On the H200 cuDNN took 580 us on
+  an 8192-token BGE-M3 document where the varlen kernel took 880 us (2026-12-05, ``python3 -m
+  fk_pytest.peers --device cuda --profile full --ops encoder_only_attention``);
+* a padded batch with a key mask: the valid keys of each entry moved to its front (attention does
+  not depend on the order of the keys) and FlashAttention's varlen kernel told how many there are
+  (``seqused_k``), so padded keys cost nothing. SDPA reads the mask as a bias over the whole padded
+  square: 37 us for 8 documents padded to 512 tokens, where flex_attention, which skips masked
+  blocks, took 22 us (the same run, ``--ops multi_head_attention``).
 On the CPU ``forward`` runs ``forward_native``. Under ``torch.compile`` the packed layer is one
 opaque op, ``fk::encoder_only_attention``, whose implementation picks the path when it runs (its
 per-sequence lengths are host values); the padded layer's SDPA is traced as it is.
 """
-from typing import Optional, Sequence, Tuple
+import contextlib
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -104,13 +117,107 @@ def _flash_varlen_applies(q: torch.Tensor, k: torch.Tensor) -> bool:
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-          key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """[B, L, heads, d] through SDPA ([B, heads, L, d] views, no copy), no causal mask."""
+          key_mask: Optional[torch.Tensor] = None, prefer_cudnn: bool = False) -> torch.Tensor:
+    """[B, L, heads, d] through SDPA ([B, heads, L, d] views, no copy), no causal mask; with
+    ``prefer_cudnn`` cuDNN first and torch's other kernels as fallbacks."""
     qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
     mask = None if key_mask is None else key_mask[:, None, None, :]
-    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale,
-                                         enable_gqa=k.shape[2] != q.shape[2])
+    with _cudnn_first() if prefer_cudnn else contextlib.nullcontext():
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale,
+                                             enable_gqa=k.shape[2] != q.shape[2])
     return out.transpose(1, 2)
+
+
+def _cudnn_first():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    return sdpa_kernel(order, set_priority=True)
+
+
+def _shape_key(q: torch.Tensor, k: torch.Tensor) -> tuple:
+    return tuple(q.shape) + tuple(k.shape) + (q.dtype, q.device.index)
+
+
+# ---- two candidates for one shape: the faster, timed once -------------------------------------------
+
+_CHOSEN: Dict[tuple, str] = {}  # shape key -> the option that won
+TUNED: Dict[tuple, Dict[str, float]] = {}  # shape key -> each option's best ms (benchmarks/encoder_choices.py)
+_TUNE_CALLS = 5  # calls per option and round; two rounds, interleaved, the faster round counts
+
+
+def _fastest(key: tuple, options: Dict[str, Callable[[], torch.Tensor]]) -> torch.Tensor:
+    """The result of the faster of ``options`` (the same attention by different kernels) for this
+    shape: timed on its first call, outside CUDA-graph capture; during capture before any timing,
+    the first option. An option that raises is dropped; if all raise, the first one's error is
+    raised."""
+    choice = _CHOSEN.get(key)
+    if choice is None:
+        if torch.cuda.is_current_stream_capturing():
+            return next(iter(options.values()))()
+        TUNED[key] = _time_options(options)
+        choice = _CHOSEN[key] = min(TUNED[key], key=TUNED[key].get)
+    return options[choice]()
+
+
+def _time_options(options: Dict[str, Callable[[], torch.Tensor]]) -> Dict[str, float]:
+    """Each option's faster round (ms for _TUNE_CALLS calls; inf where it raised)."""
+    best: Dict[str, float] = {}
+    first_error = None
+    for _ in range(2):
+        for name, call in options.items():
+            if name in best and best[name] == float("inf"):
+                continue
+            try:
+                call()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(_TUNE_CALLS):
+                    call()
+                end.record()
+                end.synchronize()
+                best[name] = min(best.get(name, float("inf")), start.elapsed_time(end))
+            except RuntimeError as exc:
+                first_error = first_error or exc
+                best[name] = float("inf")
+    if all(t == float("inf") for t in best.values()):
+        raise first_error
+    return best
+
+
+# ---- the padded batch with a key mask: valid keys first, FlashAttention told how many -------------
+
+def valid_keys_first(key_mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """For ``key_mask`` [B, Skv] (True = attend): each key's new place in its entry, the valid keys
+    first in their order and then the padded ones ([B, Skv], a permutation per entry), and the
+    count of valid keys per entry ([B] int32). All on the device: no host sync."""
+    keep = key_mask.to(torch.int32)
+    valid_before = torch.cumsum(keep, dim=-1, dtype=torch.int32) - keep
+    counts = valid_before[:, -1] + keep[:, -1]
+    position = torch.arange(key_mask.shape[-1], device=key_mask.device, dtype=torch.int32)
+    return torch.where(key_mask, valid_before, counts[:, None] + position - valid_before), counts
+
+
+def compact_keys(x: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
+    """x [B, Skv, heads, d] with each entry's rows moved to ``places`` (valid_keys_first)."""
+    out = torch.empty((x.shape[0], x.shape[1], x.shape[2], x.shape[3]), dtype=x.dtype, device=x.device)
+    rows = torch.arange(x.shape[0], device=x.device)[:, None]
+    out[rows, places.long()] = x
+    return out
+
+
+def masked_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                           key_mask: torch.Tensor) -> torch.Tensor:
+    """[B, S, nq, d] over [B, Skv, nk, d] with a key mask, as one FlashAttention-2 varlen launch over
+    the entries laid end to end, each entry's valid keys first and ``seqused_k`` their count."""
+    b, s, nq, d = q.shape
+    skv = k.shape[1]
+    places, counts = valid_keys_first(key_mask)
+    kc, vc = compact_keys(k, places), compact_keys(v, places)
+    steps = torch.arange(b + 1, device=q.device, dtype=torch.int32)
+    out = torch.ops.aten._flash_attention_forward(
+        q.reshape(b * s, nq, d), kc.view(b * skv, -1, d), vc.view(b * skv, -1, d), steps * s, steps * skv, s, skv,
+        0.0, False, False, scale=scale, seqused_k=counts)[0]
+    return out.view(b, s, nq, d)
 
 
 def varlen_attention_fast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
@@ -122,8 +229,16 @@ def varlen_attention_fast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
     if _flash_varlen_applies(q, k):
         cu = cu_seqlens.to(device=q.device, dtype=torch.int32).contiguous()
         longest = max(query_lens)
-        return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, longest, longest, 0.0, False, False,
-                                                       scale=scale)[0]
+
+        def varlen():
+            return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, longest, longest, 0.0, False, False,
+                                                           scale=scale)[0]
+
+        if len(query_lens) > 1:
+            return varlen()
+        return _fastest(("one-sequence",) + _shape_key(q, k),
+                        {"flash-varlen": varlen,
+                         "sdpa-cudnn-first": lambda: _sdpa(q[None], k[None], v[None], scale, prefer_cudnn=True)[0]})
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     first = 0
     for n in query_lens:
@@ -250,9 +365,16 @@ class MultiHeadAttention(RecordsInit, nn.Module):
         return self.forward_native(query, key, value, attention_mask)
 
     def forward_fast(self, query, key, value, attention_mask=None):
-        """The CUDA path: one SDPA call over the batch."""
+        """The CUDA path: one SDPA call over the batch; with a key mask, that or FlashAttention over
+        the valid keys, whichever is faster for the shape."""
         q, k, v = self._heads(query, key, value)
-        return _sdpa(q, k, v, self.scale, attention_mask).reshape(*query.shape[:2], -1)
+        if attention_mask is None or torch.compiler.is_compiling() or not _flash_varlen_applies(q[0], k[0]):
+            out = _sdpa(q, k, v, self.scale, attention_mask)
+        else:
+            out = _fastest(("padded-masked",) + _shape_key(q, k),
+                           {"sdpa-mask": lambda: _sdpa(q, k, v, self.scale, attention_mask),
+                            "flash-valid-keys": lambda: masked_flash_attention(q, k, v, self.scale, attention_mask)})
+        return out.reshape(*query.shape[:2], -1)
 
     def forward_native(self, query, key, value, attention_mask=None):
         q, k, v = self._heads(query, key, value)
