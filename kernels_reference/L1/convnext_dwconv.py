@@ -16,10 +16,14 @@ Semantics (``forward_native``): the convolution, written out tap by tap (``depth
 in float32 for half types (float64 stays float64: the correctness truth), rounded to the activation dtype as the convolution's output is in
 production, then the LayerNorm (statistics in float32, one rounding), as ``L1/layer_norm.py``.
 
-The fast path on CUDA is what production runs, with the input in channels-last: cuDNN's depthwise
-convolution (its NHWC kernels are the fast ones for depthwise filters, and their output permuted to
-``[B, H, W, C]`` is a packed view, so nothing is copied), then the suite's ``LayerNorm`` module,
-whose CUDA path is its Triton row kernel. The LayerNorm is the module the ``layer_norm`` task scores
+The fast path on CUDA is what production runs: cuDNN's depthwise convolution on the input in the
+memory format it comes in, then the suite's ``LayerNorm`` module, whose CUDA path is its Triton row
+kernel. A channels-last output permuted to ``[B, H, W, C]`` is a packed view, so nothing is copied;
+an NCHW one is packed for the row kernel. Converting an NCHW input to channels-last first (as this
+path once did, for cuDNN's NHWC depthwise kernels) cost a copy that the faster kernel did not win
+back: 18.5 us against 12.8 us for timm's NCHW sequence on one 768 x 7 x 7 map and 20.1 against 17.2
+on a 192 x 28 x 28 one (H200, 2026-12-05, ``python3 -m fk_pytest.peers --device cuda --profile full
+--ops convnext_dwconv_norm``). The LayerNorm is the module the ``layer_norm`` task scores
 and times against ``F.layer_norm``; using it here keeps one LayerNorm implementation in the
 reference, and a block built of these modules runs the same kernel as this task.
 """
@@ -55,12 +59,13 @@ class ConvNeXtDwConvNorm(RecordsInit, nn.Module):
         return self.norm.forward_native(y.to(x.dtype).permute(0, 2, 3, 1).contiguous())
 
     def forward_cudnn(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.contiguous(memory_format=torch.channels_last)  # a no-op for a channels-last model
+        if not (x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)):
+            x = x.contiguous()
         y = F.conv2d(x, self.conv_dw.weight.to(x.dtype),
                      self.conv_dw.bias.to(x.dtype) if self.conv_dw.bias is not None else None,
                      padding=self.kernel_size // 2, groups=self.dim)
         y = y.permute(0, 2, 3, 1)
-        if not y.is_contiguous():  # cuDNN chose an NCHW output: pack it for the row kernel
+        if not y.is_contiguous():  # an NCHW output: pack it for the row kernel
             y = y.contiguous()
         return self.norm(y)
 
