@@ -96,14 +96,17 @@ def require_dinov2_onnx_path() -> pathlib.Path:
 
 
 def read_backbone(path: Optional[pathlib.Path] = None) -> OnnxBackbone:
-    """Every backbone tensor of the file, named as described in the module docstring."""
+    """Every backbone tensor of the file, named as described in the module docstring; a
+    ``.safetensors`` path is an ``export_backbone`` copy of them (read without onnx)."""
+    path = pathlib.Path(path or require_dinov2_onnx_path())
+    if path.suffix == ".safetensors":
+        return _read_export(path)
     try:
         import onnx
         from onnx import numpy_helper
     except ImportError as err:
         raise ImportError(DINOV2_MISSING) from err
 
-    path = path or require_dinov2_onnx_path()
     graph = onnx.load(str(path)).graph
     arrays = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     consumers = defaultdict(list)
@@ -130,6 +133,36 @@ def read_backbone(path: Optional[pathlib.Path] = None) -> OnnxBackbone:
                          f"position table parts found: {sorted(position_parts)}")
     tensors["embeddings.position_embeddings"] = torch.cat((position_parts["Concat"], position_parts["Reshape"]), 1)
     return OnnxBackbone(tensors, *_graph_facts(graph, consumers))
+
+
+def export_backbone(path: pathlib.Path, backbone: Optional[OnnxBackbone] = None) -> pathlib.Path:
+    """The backbone's tensors (float32, as read) and graph facts in one safetensors file, for a
+    machine that has neither the package nor onnx (the GPU machine); ``$FK_DINOV2_ONNX`` may point
+    at it. ``python3 tools/export_dinov2.py OUT.safetensors`` writes it."""
+    import json
+
+    from safetensors.torch import save_file
+    backbone = backbone or read_backbone()
+    facts = {"num_attention_heads": backbone.num_attention_heads, "layer_norm_eps": backbone.layer_norm_eps,
+             "exact_gelu": backbone.exact_gelu, "position_resize": backbone.position_resize}
+    save_file({k: v.contiguous() for k, v in backbone.tensors.items()}, str(path),
+              metadata={"dinov2_backbone": json.dumps(facts)})
+    return pathlib.Path(path)
+
+
+def _read_export(path: pathlib.Path) -> OnnxBackbone:
+    import json
+
+    from safetensors import safe_open
+    with safe_open(str(path), framework="pt") as f:
+        metadata = (f.metadata() or {}).get("dinov2_backbone")
+        if metadata is None:
+            raise ValueError(f"{path} is not an export of the DINOv2 backbone (no 'dinov2_backbone' metadata; "
+                             "write one with tools/export_dinov2.py)")
+        tensors = {name: f.get_tensor(name) for name in f.keys()}
+    facts = json.loads(metadata)
+    return OnnxBackbone(tensors, int(facts["num_attention_heads"]), float(facts["layer_norm_eps"]),
+                        bool(facts["exact_gelu"]), dict(facts["position_resize"]))
 
 
 def _linear_name(matmul, consumers) -> str:

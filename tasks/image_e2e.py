@@ -56,7 +56,8 @@ class ImageEmbeddingE2E(EmbeddingE2ESpec):
     def unavailable(self, case) -> Optional[str]:
         from kernels_reference.dinov2_trained import DINOV2_MISSING, dinov2_onnx_path
         import importlib.util
-        if dinov2_onnx_path() is None or importlib.util.find_spec("onnx") is None:
+        path = dinov2_onnx_path()
+        if path is None or (path.suffix != ".safetensors" and importlib.util.find_spec("onnx") is None):
             return f"the trained image model {MODEL} is not installed: {DINOV2_MISSING}"
         if importlib.util.find_spec("skimage") is None:
             return "the image end-to-end photographs come with scikit-image: `pip install scikit-image`"

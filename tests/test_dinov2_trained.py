@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels_reference.dinov2_trained import (DINOV2_MISSING, DINOV2_SMALL_CONFIG, dinov2_onnx_path, dinov2_pixels,
-                                              hf_state_dict, load_dinov2_small, read_backbone)
+                                              export_backbone, hf_state_dict, load_dinov2_small, read_backbone)
 from kernels_reference.L4.dinov2 import Dinov2Model
 
 transformers = pytest.importorskip("transformers", reason="the HF comparison needs transformers")
@@ -113,6 +113,21 @@ def test_file_holds_dinov2_small(runs):
     assert backbone.position_resize["coordinate_transformation_mode"] == "half_pixel"  # align_corners=False
     gains = torch.stack([backbone.tensors[f"encoder.layer.{i}.layer_scale2.lambda1"] for i in range(12)])
     assert gains.abs().max() > 1.0 and gains.std() > 0.1  # trained gains, not an init constant
+
+
+def test_export_reads_back_the_same_backbone(runs, tmp_path):
+    """The safetensors copy the GPU machine reads (no onnx there) holds every tensor bit for bit and
+    the same graph facts; a safetensors file that is not such a copy is refused by name."""
+    back = read_backbone(export_backbone(tmp_path / "dinov2s.safetensors", runs.backbone))
+    assert back.tensors.keys() == runs.backbone.tensors.keys()
+    assert all(torch.equal(back.tensors[k], t) for k, t in runs.backbone.tensors.items())
+    assert (back.num_attention_heads, back.layer_norm_eps, back.exact_gelu, back.position_resize) == \
+        (runs.backbone.num_attention_heads, runs.backbone.layer_norm_eps, runs.backbone.exact_gelu,
+         runs.backbone.position_resize)
+    from safetensors.torch import save_file
+    save_file({"x": torch.zeros(1)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(ValueError, match="not an export of the DINOv2 backbone"):
+        read_backbone(tmp_path / "other.safetensors")
 
 
 def test_preprocessing_gives_normalised_224px_crops(runs):
