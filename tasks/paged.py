@@ -8,12 +8,12 @@ output (the layer must store the step's keys/values at the slot mapping). Blocks
 a shuffled order, as a block manager does after some churn.
 """
 import dataclasses
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
 from fk_pytest import Case, Task
-from fk_pytest.task import DTYPE_NAMES
+from fk_pytest.task import DTYPE_NAMES, RanksDisagree
 from kernels_reference.forward_context import AttentionMetadata
 from kernels_reference.model_config import LlamaArchConfig
 
@@ -80,6 +80,53 @@ class PagedTask(Task):
                     for c in self.batch_cases(profile, params_for)
                     if c.model == model and any(f"-{name}-" in c.id for name in TARGET_BATCHES)]
         return out
+
+    # ---- tensor parallelism (fk_pytest.tp_eval) --------------------------------------------------
+    tp_degrees: Tuple[int, ...] = ()  # degrees the CPU profile also scores the first decode batch at
+
+    def with_tp_cases(self, cases: List[Case], profile: str) -> List[Case]:
+        """``cases`` and, on the CPU profile, the first decode batch whose model's heads every degree
+        of ``tp_degrees`` shards (query heads divided; KV heads divided, or replicated when the
+        degree is a multiple of them) again at each degree (``tp`` param)."""
+        if profile != "cpu" or not self.tp_degrees:
+            return cases
+        for base in (c for c in cases if "-decode-" in c.id):
+            nq, nk, _ = self.heads(base)
+            if all(nq % tp == 0 and (nk % tp == 0 or tp % nk == 0) for tp in self.tp_degrees):
+                return cases + [Case(f"{base.id}-tp{tp}", base.dtype, model=base.model, weight=base.weight,
+                                     params=dict(base.params, tp=tp)) for tp in self.tp_degrees]
+        return cases
+
+    def rank_kv_heads(self, case, rank: int, tp: int) -> slice:
+        """The KV heads rank ``rank`` holds, as QKVParallelLinear shards them: nk / tp of them, or
+        the one it shares with tp / nk - 1 other ranks."""
+        _, nk, _ = self.heads(case)
+        if tp >= nk:
+            head = rank // (tp // nk)
+            return slice(head, head + 1)
+        return slice(rank * nk // tp, (rank + 1) * nk // tp)
+
+    def rank_inputs(self, inputs, case, rank, tp):
+        """Each rank's KV cache holds its KV heads only (its own allocation, as each GPU's)."""
+        heads = self.rank_kv_heads(case, rank, tp)
+        return dict(inputs, **{n: inputs[n][:, :, heads].contiguous() for n in self.cache_names()})
+
+    def assemble_ranks(self, outputs, case):
+        """The hidden states as every rank must hold them (after o_proj's all-reduce), then each
+        cache put back together from its KV heads' owners (ranks that share a replicated head must
+        have written the same)."""
+        tp, n_out = len(outputs), len(self.output_names(case))
+        whole = Task.assemble_ranks(self, [out[:n_out] for out in outputs], case)
+        caches = []
+        for i, name in enumerate(self.inplace_outputs(case), start=n_out):
+            owners = {}
+            for rank, out in enumerate(outputs):
+                first = owners.setdefault(self.rank_kv_heads(case, rank, tp).start, rank)
+                if first != rank and not torch.equal(out[i], outputs[first][i]):
+                    raise RanksDisagree(f"rank {rank}'s {name} differs from rank {first}'s although they hold "
+                                        "the same KV head")
+            caches.append(torch.cat([outputs[r][i] for r in owners.values()], dim=2))
+        return list(whole) + caches
 
     # ---- inputs ---------------------------------------------------------------------------------
     def heads(self, case):

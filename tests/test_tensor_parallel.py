@@ -192,6 +192,38 @@ def test_wrong_all_reduces_fail(task_name, tree, words):
         [r.message for r in results.values()]
 
 
+# ---- attention at tensor parallelism: per-rank heads and KV cache ---------------------------------
+def attention_tp_verdict(tree, model="qwen3-0.6b", tp=2):
+    """llama_attention's decode batch at degree ``tp`` on ``model``'s heads, for ``tree`` (None: the
+    reference)."""
+    from conftest import CANDIDATES, EXAMPLES
+    from fk_pytest import Case
+    from fk_pytest.candidates import CandidateSource
+    from fk_pytest.correctness import evaluate_case
+    from fk_pytest.registry import get_task
+
+    task = get_task("llama_attention")
+    cls = task.reference if tree is None else CandidateSource(
+        EXAMPLES if tree == "examples" else CANDIDATES / tree).load_class(task)
+    case = Case(f"{model}-decode-B3-bf16-tp{tp}", torch.bfloat16, model=model,
+                params=dict(context=[40, 17, 63], query=[1, 1, 1], model=model, tp=tp))
+    return evaluate_case(task, case, 7, cls, "cpu")
+
+
+def test_attention_with_replicated_kv_heads_is_assembled_and_passes():
+    """Qwen3-Next's full-attention heads (16 query, 2 KV) at degree 4: each KV head lives on two
+    ranks, both write it to their own cache, and the assembled cache must match the single-GPU one.
+    The example tree passes (the reference runs in the same group run: a reference whose replicas
+    disagreed would end the case as the task's error)."""
+    result = attention_tp_verdict("examples", "qwen3-next-80b-a3b", 4)
+    assert result.status == "PASSED", result.message
+
+
+def test_attention_without_the_output_all_reduce_fails_naming_the_rank():
+    result = attention_tp_verdict("tp_attn_no_all_reduce")
+    assert result.status == "WRONG_RESULT" and "rank 1 differs from rank 0's" in result.message, result.message
+
+
 def _hanging_job(rank, tp, pid_dir):
     import os
     import time

@@ -231,8 +231,9 @@ def _reference_side(task, case, state, device, names, inputs, truths, excluded, 
 
 
 def _compare(task, case, seed, device, result, names, inputs, cand_inputs, ref_side, cands, truths, excluded,
-             candidate, state, launches, history) -> CaseResult:
-    """The checks after the candidate ran, in order; the first failure names the status."""
+             candidate, state, launches, history, twins: Optional[List[List[torch.Tensor]]] = None) -> CaseResult:
+    """The checks after the candidate ran, in order; the first failure names the status. ``twins``:
+    the reference's interpreted-Triton outputs when the caller ran them (tensor-parallel ranks)."""
     written = task.inplace_outputs(case)
     problem = _structural_problem(task.mutable_inputs(case), names, inputs, cand_inputs, ref_side.meta, cands)
     if problem is None:
@@ -244,8 +245,9 @@ def _compare(task, case, seed, device, result, names, inputs, cand_inputs, ref_s
         return result
 
     interpreted = bool(launches["n"]) and _interpreted_bf16(case, device)
-    twins = []  # the reference run another way, as the candidate's kernels ran
-    if interpreted:
+    given = twins is not None
+    twins = list(twins or [])  # the reference run another way, as the candidate's kernels ran
+    if interpreted and not given:
         # The reference with the classes whose candidate modules launched interpreted kernels
         # on their own Triton paths (the task's class itself at L1, children at L2..L4): the
         # error the interpreter's truncating conversions cause there is the candidate's bar.

@@ -21,9 +21,10 @@ from typing import Dict, Optional
 import torch
 
 from . import status
-from .build import clone_inputs, master_state
+from .build import clone_inputs, master_state, with_paths
 from .compare import reference_error
-from .correctness import CaseResult, ReferenceSide, _compare, _kept, _truth_run, as_outputs
+from .correctness import (CaseResult, ReferenceSide, _compare, _interpreted_bf16, _kept, _truth_run, as_outputs,
+                          interpreted_launches)
 from .errors import CandidateError, TaskDefinitionError, short_traceback
 from .phases import phase
 from .task import RanksDisagree, Task, tp_degree
@@ -68,7 +69,16 @@ def _rank_job(rank: int, tp: int, payload: dict):
     from .signatures import construct
     cls = CandidateSource(payload["candidate"]).load_class(task)
     module = construct(cls, task.init_args(case), "cpu")
-    return {"reference": ref_out, "candidate": _call_at_rank(task, case, module, shard, payload["inputs"], rank, tp)}
+    with interpreted_launches(module) as launches:
+        cand_out = _call_at_rank(task, case, module, shard, payload["inputs"], rank, tp)
+    twin = None
+    if launches["n"] and _interpreted_bf16(case, torch.device("cpu")):
+        # The candidate's Triton kernels ran in the interpreter: its bar is the reference with the
+        # same classes on their Triton paths, here at this rank (as correctness._compare does at
+        # degree 1), so the all-reduce's rounding is in the bar as it is in the candidate.
+        twin_module = with_paths(reference, "forward_triton", sorted(launches["by_class"]), include_root=True)
+        twin = _call_at_rank(task, case, twin_module, shard, payload["inputs"], rank, tp)
+    return {"reference": ref_out, "candidate": cand_out, "twin": twin}
 
 
 def _call_at_rank(task: Task, case, module: torch.nn.Module, shard, inputs, rank: int, tp: int):
@@ -83,7 +93,8 @@ def _call_at_rank(task: Task, case, module: torch.nn.Module, shard, inputs, rank
     mine = task.rank_inputs(clone_inputs(inputs), case, rank, tp)
     with torch.no_grad():
         out = as_outputs(task.call(module.eval(), mine), task.output_names(case), type(module).__name__)
-    return [o.detach().cpu() for o in out]
+    # then this rank's part of the inputs the op writes (its KV heads of the cache)
+    return [o.detach().cpu() for o in out] + [mine[w].detach().cpu() for w in task.inplace_outputs(case)]
 
 
 def _candidate_source(cls: type, task: Task) -> str:
@@ -100,7 +111,7 @@ def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, k
     """Verdict of ``candidate_cls`` at the case's degree (CPU ranks over gloo)."""
     device = torch.device(device)
     tp = tp_degree(case)
-    names = task.output_names(case)
+    names = tuple(task.output_names(case)) + tuple(task.inplace_outputs(case))  # then the inputs written in place
     result = CaseResult(case.id, kind, seed, status.PASSED,
                         case=dict(case.params, dtype=str(case.dtype)) if kind == "fuzz" else None)
     from .evaluator import task_ref
@@ -109,7 +120,8 @@ def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, k
         try:
             with phase("build", device):
                 state = master_state(task, case, seed, device)
-            inputs, truths, excluded, _, _ = _truth_run(task, case, seed, state, device, names, ())
+            inputs, truths, excluded, _, _ = _truth_run(task, case, seed, state, device, task.output_names(case),
+                                                        task.inplace_outputs(case))
         except TaskDefinitionError:
             raise
         except Exception as exc:
@@ -139,6 +151,13 @@ def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, k
             cands = task.assemble_ranks([r["candidate"] for r in ranks], case)
         except RanksDisagree as exc:
             return dataclasses.replace(result, status=status.WRONG_RESULT, message=f"at tp={tp}: {exc}")
+        twins = []
+        if all(r.get("twin") is not None for r in ranks):
+            try:
+                twins = [task.assemble_ranks([r["twin"] for r in ranks], case)]
+            except RanksDisagree as exc:
+                raise TaskDefinitionError(f"the reference's Triton paths at tp={tp}: {exc}") from exc
         with phase("compare", device):
             return _compare(task, case, seed, device, result, list(names), inputs, clone_inputs(inputs), ref_side,
-                            cands, truths, excluded, None, state, {"n": 0, "by_class": {}}, history)
+                            cands, truths, excluded, None, state, {"n": len(twins), "by_class": {}}, history,
+                            twins=twins)

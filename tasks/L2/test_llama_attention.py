@@ -14,8 +14,10 @@ class LlamaAttentionTask(PagedTask):
     reference = LlamaAttention
     init_weights = DenseTask.init_weights
 
+    tp_degrees = (2,)  # on the CPU: heads and KV cache split over two gloo ranks, o_proj all-reduced
+
     def cases(self, profile):
-        return self.captured_batch_cases(profile, lambda model: {})
+        return self.with_tp_cases(self.captured_batch_cases(profile, lambda model: {}), profile)
 
     def init_args(self, case):
         c = arch_config(case["model"])

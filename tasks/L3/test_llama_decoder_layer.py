@@ -15,8 +15,10 @@ class DecoderLayerTask(PagedTask):
     reference = LlamaDecoderLayer
     init_weights = DenseTask.init_weights
 
+    tp_degrees = (2,)  # on the CPU: attention heads, KV cache and MLP split over two gloo ranks
+
     def cases(self, profile):
-        return self.captured_batch_cases(profile, lambda model: {})
+        return self.with_tp_cases(self.captured_batch_cases(profile, lambda model: {}), profile)
 
     def config(self, case):
         return arch_config(case["model"])
