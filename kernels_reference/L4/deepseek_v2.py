@@ -31,6 +31,6 @@ class DeepseekV2ForCausalLM(LlamaForCausalLM):
     def attention_layers(self):
         return [layer.self_attn.mla_attn for layer in self.model.layers]
 
-    def new_cache(self, num_blocks: int, block_size: int, dtype, device):
+    def new_cache(self, num_blocks: int, block_size: int, dtype, device, kv_heads=None):  # MLA: no KV heads
         c = self.config
         return torch.zeros(num_blocks, block_size, c.kv_lora_rank + c.qk_rope_head_dim, dtype=dtype, device=device)

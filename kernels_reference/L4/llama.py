@@ -83,16 +83,17 @@ class LlamaForCausalLM(RecordsInit, nn.Module):
         weight = self.lm_head.weight
         dtype, device = dtype or weight.dtype, device or weight.device
         for attn in self.attention_layers():
-            attn.kv_cache = self.new_cache(num_blocks, block_size, dtype, device)
+            attn.kv_cache = self.new_cache(num_blocks, block_size, dtype, device, getattr(attn, "num_kv_heads", None))
 
     def attention_layers(self):
         """The modules that own a layer's KV cache, in layer order."""
         return [layer.self_attn.attn for layer in self.model.layers]
 
-    def new_cache(self, num_blocks: int, block_size: int, dtype, device):
-        """One layer's cache: a (key, value) pair of [blocks, block_size, kv heads, head_dim]."""
+    def new_cache(self, num_blocks: int, block_size: int, dtype, device, kv_heads=None):
+        """One layer's cache: a (key, value) pair of [blocks, block_size, kv heads, head_dim]; the
+        KV heads are the layer's own (this rank's under tensor parallelism), else the config's."""
         c = self.config
-        shape = (num_blocks, block_size, c.num_key_value_heads, c.head_dim)
+        shape = (num_blocks, block_size, kv_heads or c.num_key_value_heads, c.head_dim)
         return (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
 
     # ---- weights ------------------------------------------------------------------------------

@@ -1,0 +1,65 @@
+"""The engine at tensor-parallel degree 2 on the CPU (two gloo ranks, ``engine.tensor_parallel``):
+rank 0 schedules and samples, rank 1 runs every step rank 0 sends it, and the tokens generated,
+teacher-forced and decode-forced are the single-process engine's, through chunked prefill, mixed
+batches and the padded decode path."""
+import pytest
+import torch
+
+from kernels_reference.engine import LLM, SamplingParams
+from kernels_reference.engine.tensor_parallel import serve_rank
+
+transformers = pytest.importorskip("transformers")
+
+PROMPTS = [[5, 17, 2, 88, 41, 3, 9], [7], [60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71], [12, 40]]
+ENGINE = dict(num_blocks=64, block_size=4, max_num_batched_tokens=6, padded_decode=True)
+
+
+def tiny_qwen3():
+    """Qwen3's layout (q/k norms, 4 query heads over 2 KV heads), randomised, as a config and a
+    full float64 checkpoint."""
+    from test_hf_llama import CONFIGS
+
+    from kernels_reference.L4.llama import model_for
+    torch.manual_seed(0)
+    config = CONFIGS["qwen3"]()
+    hf = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model = model_for(config)
+    model.load_weights(hf.state_dict().items())
+    return config, {k: v.double() for k, v in model.state_dict().items()}
+
+
+def serve(llm: LLM, sequences):
+    generated = llm.generate(PROMPTS, SamplingParams(max_tokens=6))
+    lens = [len(p) for p in PROMPTS]
+    return {"generated": generated, "forced": llm.score(sequences, lens),
+            "decode_forced": llm.score_decode(sequences, lens), "steps": sum(llm.runner.steps.values())}
+
+
+def engine_rank(rank, world, payload):
+    from kernels_reference.L4.llama import model_for
+
+    def make_model():  # this rank's shard: the layers read the degree when built, the loader cuts
+        model = model_for(payload["config"]).double()
+        model.load_weights(payload["state"].items())
+        return model
+
+    return serve_rank(rank, world, None, make_model, ENGINE, lambda llm: serve(llm, payload["sequences"]))
+
+
+def test_engine_at_tp_2_serves_the_single_process_tokens():
+    from fk_pytest.tp_ranks import run_ranks
+    from kernels_reference.L4.llama import model_for
+
+    config, state = tiny_qwen3()
+    model = model_for(config).double()
+    model.load_weights(state.items())
+    alone = serve(LLM(model, **ENGINE), [p + [3, 1, 4, 1, 5] for p in PROMPTS])
+    sequences = [p + g for p, g in zip(PROMPTS, alone["generated"])]  # its own greedy output, forced back
+    alone = serve(LLM(model, **ENGINE), sequences)
+    leader, follower = run_ranks(engine_rank, 2, {"config": config, "state": state, "sequences": sequences}, 120.0)
+    assert {k: leader[k] for k in ("generated", "forced", "decode_forced")} == \
+        {k: alone[k] for k in ("generated", "forced", "decode_forced")}
+    assert follower == leader["steps"] > 0  # rank 1 ran every step rank 0 ran
