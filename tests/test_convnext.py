@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernels_reference.L1.convnext_dwconv import ConvNeXtDwConvNorm
-from kernels_reference.L1.grn import GlobalResponseNorm, grn_channels_last
+from kernels_reference.L1.grn import GlobalResponseNorm, Tiles, grn_channels_last, pixel_splits
 
 from conftest import EXAMPLES, ROOT
 from test_verdicts import assert_fails_exactly, assert_passes_every_case
@@ -25,11 +25,18 @@ def _grn(dim, dtype, seed=0):
     return grn.to(dtype), gen
 
 
-@pytest.mark.parametrize("config", [None, (16, 4, 32, 4, 4, 3)], ids=["interpreter-tiles", "gpu-split"])
+# The GPU's tiling on 15 pixels: four splits of 4, 4, 4 and 3 pixels (a partial row tile in the
+# last), channel tiles of 16 and 32 that do not divide 40, and the mean over channels summed in
+# chunks of 16.
+GPU_TILES = Tiles(splits=4, reduce_rows=4, reduce_channels=16, apply_rows=4, apply_channels=32, warps=4,
+                  stats_channels=16)
+
+
+@pytest.mark.parametrize("config", [None, GPU_TILES], ids=["interpreter-tiles", "gpu-split"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_grn_triton_matches_native(monkeypatch, dtype, config):
     """Two images of 5 x 3 pixels and 40 channels: partial channel and pixel tiles, and (gpu-split)
-    the pixels summed by three programs per channel block through the atomic adds."""
+    each image's pixels summed by four programs per channel block into the partials."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     grn, gen = _grn(40, dtype)
     x = torch.nn.functional.gelu(1.5 * torch.randn(2, 5, 3, 40, generator=gen)).to(dtype)
@@ -37,6 +44,17 @@ def test_grn_triton_matches_native(monkeypatch, dtype, config):
     assert got.shape == x.shape and got.dtype == dtype
     tol = 2e-5 if dtype == torch.float32 else 1.6e-2
     torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+    assert torch.equal(grn_channels_last(grn, x, config), got)  # no atomics: the same bits again
+
+
+@pytest.mark.parametrize("batch, side, channels", [(32, 56, 384), (32, 14, 1536), (1, 56, 384), (1, 7, 3072)])
+def test_grn_gpu_splits_fill_the_gpu_with_small_partials(batch, side, channels):
+    """ConvNeXt-V2-Tiny's maps on 132 SMs: the reduction gets at least 4 programs an SM of 64
+    channels (or every pixel split it may have), and an image's partials stay at most 16 KB."""
+    splits = pixel_splits(batch, side * side, channels, 132)
+    assert 1 <= splits and splits * channels <= 4096
+    programs = batch * splits * -(-channels // 64)
+    assert programs >= 4 * 132 or splits == min(-(-side * side // 32), 4096 // channels)
 
 
 def test_grn_native_is_hf_and_timm_in_float64():

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels_reference.L1.pooler import Pooler
+from kernels_reference.L1.pooler import Pooler, PoolTiles, pool_sequences
 
 from conftest import EXAMPLES, ROOT
 from test_verdicts import assert_fails_exactly, assert_passes_every_case
@@ -31,6 +31,23 @@ def test_triton_matches_native(monkeypatch, pooling_type, dtype):
         got, want = pooler.forward_triton(hidden, lens), pooler.forward_native(hidden, lens)
         assert got.shape == (len(LENGTHS), width) and got.dtype == torch.float32
         torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6)  # both float32 from the same inputs
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_mean_matches_native(monkeypatch, dtype):
+    """The GPU's split mean in the interpreter: 40 columns in blocks of 16, tiles of 4 tokens, three
+    programs a sequence. 150 tokens split 52 + 52 + 46 (uneven, a partial last tile), 5 tokens
+    4 + 1 + nothing, 1 token 1 + nothing + nothing: splits past a sequence's end store zeros."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    gen = torch.Generator().manual_seed(7)
+    wide = torch.randn(sum(LENGTHS), 48, generator=gen) + torch.randn(48, generator=gen)
+    hidden = wide.to(dtype)[:, :40]  # strided rows, as in the test above
+    lens = torch.tensor(LENGTHS, dtype=torch.int32)
+    for normalize in (True, False):
+        got = pool_sequences(hidden, lens, "MEAN", normalize, PoolTiles(block=16, tokens=4, splits=3))
+        want = Pooler("MEAN", normalize).forward_native(hidden, lens)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6)
 
 
 def _padded_batch_pooling(hidden, lengths, pooling_type, normalize):
