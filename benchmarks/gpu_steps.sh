@@ -95,11 +95,15 @@ step_cmd() {
     peers-enc-b) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops encoder_only_attention,multi_head_attention,patch_embed,convnext_dwconv_norm --json $OUT/peers-enc-b.json --md $OUT/peers-enc-b.md --time-budget 250" ;;
     # The encoder attention reference's kernel choice per shape (it times two kernels once a shape).
     enc-choices) echo "python3 -m benchmarks encoder_choices" ;;
-    # The image end-to-end level (tasks/image_e2e.py) on the trained DINOv2-S, three trees as e2e-embed.
-    # No onnx and no registry there: the backbone goes as tools/export_dinov2.py's safetensors (88 MB),
-    # split in two (split -n 2 ... .whl/dinov2/dinov2s.safetensors.part-), one part carried per call,
-    # two calls back to back (the first part stays while the machine is warm).
-    e2e-image) echo "mkdir -p /tmp/dinov2 && cat .whl/dinov2/dinov2s.safetensors.part-* > /tmp/dinov2/dinov2s.safetensors && for t in examples/candidates/triton:example tests/candidates/emb_plain_encoder:plain kernels_reference:reference; do FK_DINOV2_ONNX=/tmp/dinov2/dinov2s.safetensors $PYTEST tasks/L4/test_image_embedding_e2e.py --fk-device=cuda --fk-profile=full --fk-timeout=590 --fk-candidate=\${t%%:*} --fk-report=$OUT/e2e-image-\${t##*:}.json; done" ;;
+    # The image end-to-end level (tasks/image_e2e.py) on the trained DINOv2-S, the example tree and the
+    # reference itself (IMAGE_TREES adds others, e.g. tests/candidates/emb_plain_encoder:plain). No onnx
+    # and no registry there: the backbone goes as tools/export_dinov2.py's safetensors in bfloat16
+    # (44 MB, one call; carry .whl/dinov2bf16), what the bf16 model holds anyway.
+    e2e-image) echo "for t in examples/candidates/triton:example kernels_reference:reference \${IMAGE_TREES:-}; do FK_DINOV2_ONNX=\$PWD/.whl/dinov2bf16/dinov2s-bf16.safetensors $PYTEST tasks/L4/test_image_embedding_e2e.py --fk-device=cuda --fk-profile=full --fk-timeout=590 --fk-candidate=\${t%%:*} --fk-report=$OUT/e2e-image-\${t##*:}.json; done" ;;
+    # The encoder references changed after the peers run of 2026-12-05 (docs/perf/h200-encoders.md):
+    # their workload cases' correctness on the GPU, then the same peers again.
+    enc-fixed-corr) echo "$PYTEST tasks/L1/test_{pooler,dinov2_position_embedding,global_response_norm,encoder_only_attention,multi_head_attention,convnext_dwconv_norm}.py -k correctness --fk-device=cuda --fk-profile=full --fk-candidate=examples/candidates/triton --fk-report=$OUT/enc-fixed-corr.json" ;;
+    peers-enc-fixed) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops pooler,dinov2_position_embedding,global_response_norm,encoder_only_attention,multi_head_attention,convnext_dwconv_norm --json $OUT/peers-enc-fixed.json --md $OUT/peers-enc-fixed.md --time-budget 170" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
     *) echo "false unknown-step-$1" ;;
   esac

@@ -135,17 +135,21 @@ def read_backbone(path: Optional[pathlib.Path] = None) -> OnnxBackbone:
     return OnnxBackbone(tensors, *_graph_facts(graph, consumers))
 
 
-def export_backbone(path: pathlib.Path, backbone: Optional[OnnxBackbone] = None) -> pathlib.Path:
-    """The backbone's tensors (float32, as read) and graph facts in one safetensors file, for a
-    machine that has neither the package nor onnx (the GPU machine); ``$FK_DINOV2_ONNX`` may point
-    at it. ``python3 tools/export_dinov2.py OUT.safetensors`` writes it."""
+def export_backbone(path: pathlib.Path, backbone: Optional[OnnxBackbone] = None,
+                    dtype: torch.dtype = torch.float32) -> pathlib.Path:
+    """The backbone's tensors and graph facts in one safetensors file, for a machine that has
+    neither the package nor onnx (the GPU machine); ``$FK_DINOV2_ONNX`` may point at it.
+    ``python3 tools/export_dinov2.py OUT.safetensors [bfloat16]`` writes it. float32 is the file's
+    own precision (88 MB); bfloat16 (44 MB, one device call) is what a bf16 model rounds the
+    weights to anyway, so the model served in bf16 is the same; its float64 noise run then sees
+    the rounded weights (activation rounding alone: a tighter floor, never a looser one)."""
     import json
 
     from safetensors.torch import save_file
     backbone = backbone or read_backbone()
     facts = {"num_attention_heads": backbone.num_attention_heads, "layer_norm_eps": backbone.layer_norm_eps,
              "exact_gelu": backbone.exact_gelu, "position_resize": backbone.position_resize}
-    save_file({k: v.contiguous() for k, v in backbone.tensors.items()}, str(path),
+    save_file({k: v.to(dtype).contiguous() for k, v in backbone.tensors.items()}, str(path),
               metadata={"dinov2_backbone": json.dumps(facts)})
     return pathlib.Path(path)
 
