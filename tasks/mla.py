@@ -40,6 +40,7 @@ def mla_dims(model: str, profile: str) -> Dict:
 
 class MLAPagedTask(PagedTask):
     family = "attention"
+    tp_degrees = ()  # MLA's latent cache and projections do not shard yet: no tensor-parallel cases
     models = {"cpu": (MLA_MODEL,), "full": (MLA_MODEL,)}
 
     def cases(self, profile) -> List[Case]:

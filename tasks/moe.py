@@ -349,6 +349,8 @@ class MoELayerTask:
     """Mixin for the MoE decoder-layer (L3) and model (L4) tasks over the paged cache: cases per
     MoE model at its (cut) config; heads and costs from that config."""
 
+    tp_degrees = ()  # the fused experts do not shard yet: no tensor-parallel cases
+
     models = {"cpu": LAYER_MODELS, "full": LAYER_MODELS}
     depth = 1
     vocab_shards = {"cpu": 1, "full": 1}
