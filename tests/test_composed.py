@@ -35,6 +35,9 @@ def test_wrong_l1_candidate_fails_the_l2_task_only_when_composed(suite_run, tmp_
     result, tasks = _run(suite_run, tmp_path, "composed")
     assert result.ret == 1
     assert {t: tasks[t]["status"] for t in HIGHER} == dict.fromkeys(HIGHER, "WRONG_RESULT")
+    # the tensor-parallel case too: each rank composes the tree again
+    tp_case = next(c for c in tasks["llama_decoder_layer"]["cases"] if c["case"].endswith("-tp2"))
+    assert tp_case["status"] == "WRONG_RESULT" and "SiluAndMul" in tp_case["swapped"], tp_case
     assert tasks["llama_mlp"]["swapped_modules"] == ["LlamaMLP", "SiluAndMul"]
     assert set(tasks["llama_decoder_layer"]["swapped_modules"]) == {"LlamaDecoderLayer", "LlamaMLP", "SiluAndMul"}
     assert set(tasks["llama_for_causal_lm"]["swapped_modules"]) == {

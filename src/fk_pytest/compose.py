@@ -58,6 +58,7 @@ def candidate_lookup(source) -> Callable[[type], Optional[type]]:
             raise found
         return found
 
+    lookup.source = source  # the tree, for tensor-parallel ranks that compose it again
     return lookup
 
 

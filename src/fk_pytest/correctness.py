@@ -89,7 +89,7 @@ def evaluate_case(task: Task, case: Case, seed: int, candidate_cls: type, device
     """
     if tp_degree(case) > 1:  # the candidate on several ranks (fk_pytest.tp_eval)
         from .tp_eval import evaluate_tp_case
-        return evaluate_tp_case(task, case, seed, candidate_cls, device, kind, history)
+        return evaluate_tp_case(task, case, seed, candidate_cls, device, kind, history, compose)
     device = torch.device(device)
     names = task.output_names(case)
     written = task.inplace_outputs(case)  # inputs whose post-call state is also compared

@@ -63,12 +63,19 @@ def _rank_job(rank: int, tp: int, payload: dict):
         ref_out = _call_at_rank(task, case, reference, shard, payload["inputs"], rank, tp)
     except Exception as exc:
         raise ReferenceRankError(f"the reference failed: {type(exc).__name__}: {exc}") from exc
-    if payload["candidate"] is None:
+    if payload["candidate"] is None and payload.get("compose") is None:
         return {"reference": ref_out, "candidate": ref_out}
     from .candidates import CandidateSource
+    from .compose import candidate_lookup, swap_children
     from .signatures import construct
-    cls = CandidateSource(payload["candidate"]).load_class(task)
+    cls = CandidateSource(payload["candidate"]).load_class(task) if payload["candidate"] else task.reference
     module = construct(cls, task.init_args(case), "cpu")
+    swapped = []
+    if payload.get("compose"):  # composed mode: the tree's classes inside, built at this rank too
+        _load_shard(module, shard, case, tp)
+        composition = swap_children(module, candidate_lookup(CandidateSource(payload["compose"])))
+        composition.raise_if_failed()
+        swapped = composition.swapped
     with interpreted_launches(module) as launches:
         cand_out = _call_at_rank(task, case, module, shard, payload["inputs"], rank, tp)
     twin = None
@@ -78,10 +85,10 @@ def _rank_job(rank: int, tp: int, payload: dict):
         # degree 1), so the all-reduce's rounding is in the bar as it is in the candidate.
         twin_module = with_paths(reference, "forward_triton", sorted(launches["by_class"]), include_root=True)
         twin = _call_at_rank(task, case, twin_module, shard, payload["inputs"], rank, tp)
-    return {"reference": ref_out, "candidate": cand_out, "twin": twin}
+    return {"reference": ref_out, "candidate": cand_out, "twin": twin, "swapped": swapped}
 
 
-def _call_at_rank(task: Task, case, module: torch.nn.Module, shard, inputs, rank: int, tp: int):
+def _load_shard(module: torch.nn.Module, shard, case, tp: int) -> None:
     module.to(dtype=case.dtype)
     own = module.state_dict()
     for name, tensor in shard.items():
@@ -90,6 +97,10 @@ def _call_at_rank(task: Task, case, module: torch.nn.Module, shard, inputs, rank
                              f"reference's shard is {tuple(tensor.shape)}: the class does not shard at degree {tp} "
                              "(a layer reads the degree and its rank from kernels_reference.parallel_state when built)")
     module.load_state_dict(shard, strict=True)
+
+
+def _call_at_rank(task: Task, case, module: torch.nn.Module, shard, inputs, rank: int, tp: int):
+    _load_shard(module, shard, case, tp)
     mine = task.rank_inputs(clone_inputs(inputs), case, rank, tp)
     with torch.no_grad():
         out = as_outputs(task.call(module.eval(), mine), task.output_names(case), type(module).__name__)
@@ -107,8 +118,9 @@ def _candidate_source(cls: type, task: Task) -> str:
 
 
 def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, kind: str = "workload",
-                     history: Optional[Dict[str, str]] = None) -> CaseResult:
-    """Verdict of ``candidate_cls`` at the case's degree (CPU ranks over gloo)."""
+                     history: Optional[Dict[str, str]] = None, compose=None) -> CaseResult:
+    """Verdict of ``candidate_cls`` at the case's degree (CPU ranks over gloo); ``compose``: the
+    composed mode's lookup (``compose.candidate_lookup``), whose tree each rank composes again."""
     device = torch.device(device)
     tp = tp_degree(case)
     names = tuple(task.output_names(case)) + tuple(task.inplace_outputs(case))  # then the inputs written in place
@@ -131,6 +143,8 @@ def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, k
         if candidate_cls is not task.reference:
             result.swapped = [candidate_cls.__name__]
             payload["candidate"] = _candidate_source(candidate_cls, task)
+        if compose is not None:
+            payload["compose"] = str(compose.source.path)
         try:
             with phase("candidate"):
                 ranks = run_ranks(_rank_job, tp, payload, RANK_TIMEOUT_S)
@@ -139,6 +153,7 @@ def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, k
                 raise TaskDefinitionError(f"at tp={tp}: {exc.message}") from exc
             failure = CandidateError(exc.status, f"at tensor-parallel degree {tp}: {exc.message}")
             return dataclasses.replace(result, status=failure.status, message=failure.message)
+        result.swapped += [name for name in ranks[0].get("swapped", []) if name not in result.swapped]
         try:
             refs = task.assemble_ranks([r["reference"] for r in ranks], case)
         except RanksDisagree as exc:
