@@ -120,6 +120,27 @@ def test_valid_keys_first_then_attention_over_the_count_is_the_masked_attention(
     torch.testing.assert_close(got, padded_attention_native(q, k, v, 0.3, mask), rtol=1e-12, atol=1e-12)
 
 
+def test_the_faster_kernel_is_kept_only_if_it_computes_the_same_attention():
+    """The CUDA path's choice between two kernels (``_time_options``): an option that raises or
+    whose output is not the first option's is dropped, however fast; of the rest the faster wins."""
+    from kernels_reference.L1 import encoder_attention as ea
+
+    out = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+
+    def broken():
+        raise RuntimeError("no kernel for this shape")
+
+    options = {"established": lambda: out, "wrong": lambda: out * 1.5, "raises": broken,
+               "rounded": lambda: out + 1e-4}
+    fake_ms = {id(options["established"]): 3.0, id(options["wrong"]): 0.1, id(options["rounded"]): 1.0}
+    with pytest.warns(UserWarning, match="wrong kernel's output differs"):
+        times = ea._time_options(options, timer=lambda call: fake_ms[id(call)])
+    assert times["wrong"] == times["raises"] == float("inf")
+    assert min(times, key=times.get) == "rounded"
+    with pytest.raises(RuntimeError, match="no kernel"):
+        ea._time_options({"raises": broken}, timer=lambda call: 0.0)
+
+
 def test_padded_query_rows_are_not_scored():
     """Padded query rows may hold any finite value: zeros there pass the padded cases."""
     padded = [c for c in get_task("multi_head_attention").cases("cpu") if c["lengths"] is not None]

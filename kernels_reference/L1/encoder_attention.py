@@ -27,7 +27,8 @@ cuDNN or memory-efficient, with the mask as a boolean ``[B, 1, 1, Skv]`` attn_ma
 one; per-sequence SDPA where the varlen kernel does not apply (float32, odd head sizes, older GPUs).
 
 Two shapes have a second candidate, and the first call of each shape times both and keeps the
-faster (``_fastest``; as Triton's autotuner does, outside CUDA-graph capture):
+faster (``_fastest``; as Triton's autotuner does, outside CUDA-graph capture). The second kernel
+must first give the first one's output (within ``AGREE_L2``), else it is not used:
 
 * a packed batch that is one sequence: SDPA with cuDNN preferred. On the H200 cuDNN took 580 us on
   an 8192-token BGE-M3 document where the varlen kernel took 880 us (2026-12-05, ``python3 -m
@@ -42,6 +43,7 @@ opaque op, ``fk::encoder_only_attention``, whose implementation picks the path w
 per-sequence lengths are host values); the padded layer's SDPA is traced as it is.
 """
 import contextlib
+import warnings
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
@@ -145,42 +147,68 @@ TUNED: Dict[tuple, Dict[str, float]] = {}  # shape key -> each option's best ms 
 _TUNE_CALLS = 5  # calls per option and round; two rounds, interleaved, the faster round counts
 
 
+# Two kernels computing the same attention differ by their rounding (bf16: well under 1% of the
+# output's norm); an option further than this from the first (the established kernel) computes
+# something else, and is dropped rather than timed.
+AGREE_L2 = 2e-2
+
+
 def _fastest(key: tuple, options: Dict[str, Callable[[], torch.Tensor]]) -> torch.Tensor:
     """The result of the faster of ``options`` (the same attention by different kernels) for this
-    shape: timed on its first call, outside CUDA-graph capture; during capture before any timing,
-    the first option. An option that raises is dropped; if all raise, the first one's error is
-    raised."""
+    shape: checked and timed on its first call, outside CUDA-graph capture; during capture before
+    any timing, the first option. An option that raises, or whose output is not the first
+    option's, is dropped; if all raise, the first one's error is raised."""
     choice = _CHOSEN.get(key)
     if choice is None:
-        if torch.cuda.is_current_stream_capturing():
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             return next(iter(options.values()))()
         TUNED[key] = _time_options(options)
         choice = _CHOSEN[key] = min(TUNED[key], key=TUNED[key].get)
     return options[choice]()
 
 
-def _time_options(options: Dict[str, Callable[[], torch.Tensor]]) -> Dict[str, float]:
-    """Each option's faster round (ms for _TUNE_CALLS calls; inf where it raised)."""
+def _cuda_ms(call: Callable[[], torch.Tensor]) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(_TUNE_CALLS):
+        call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def _agrees(out: torch.Tensor, baseline: torch.Tensor) -> bool:
+    if out.shape != baseline.shape or not bool(torch.isfinite(out).all()):
+        return False
+    diff = (out.float() - baseline.float()).norm()
+    return bool(diff <= AGREE_L2 * baseline.float().norm())
+
+
+def _time_options(options: Dict[str, Callable[[], torch.Tensor]],
+                  timer: Callable[[Callable[[], torch.Tensor]], float] = _cuda_ms) -> Dict[str, float]:
+    """Each option's faster of two interleaved rounds (ms for _TUNE_CALLS calls); inf where it
+    raised or disagreed with the first option that ran."""
     best: Dict[str, float] = {}
-    first_error = None
+    first_error, baseline = None, None
+    for name, call in options.items():  # each option once: does it run, and compute the same?
+        try:
+            out = call()
+        except RuntimeError as exc:
+            first_error = first_error or exc
+            best[name] = float("inf")
+            continue
+        if baseline is None:
+            baseline = out
+        elif not _agrees(out, baseline):
+            warnings.warn(f"encoder attention: the {name} kernel's output differs from the first kernel's "
+                          f"by more than {AGREE_L2:.0%} (relative L2) on this shape; it is not used")
+            best[name] = float("inf")
+    if baseline is None:
+        raise first_error
     for _ in range(2):
         for name, call in options.items():
-            if name in best and best[name] == float("inf"):
-                continue
-            try:
-                call()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(_TUNE_CALLS):
-                    call()
-                end.record()
-                end.synchronize()
-                best[name] = min(best.get(name, float("inf")), start.elapsed_time(end))
-            except RuntimeError as exc:
-                first_error = first_error or exc
-                best[name] = float("inf")
-    if all(t == float("inf") for t in best.values()):
-        raise first_error
+            if best.get(name) != float("inf"):
+                best[name] = min(best.get(name, float("inf")), timer(call))
     return best
 
 
