@@ -71,7 +71,8 @@ def _placement(module: nn.Module, name: str, renames, params=()):
         prefix, e, which = expert.group(1), int(expert.group(2)), expert.group(3)
         if which in ("w2", "down_proj"):
             return f"{prefix}.w2_weight", e, e
-        size = module.get_submodule(prefix).intermediate_size
+        experts = module.get_submodule(prefix)  # this rank's share of the intermediate features
+        size = getattr(experts, "intermediate_size_per_partition", experts.intermediate_size)
         half = _EXPERT_HALF[which]
         return f"{prefix}.w13_weight", (e, slice(half * size, (half + 1) * size)), (e, half)
     fused = _FUSED_EXPERTS.match(name)

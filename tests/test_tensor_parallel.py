@@ -1,4 +1,4 @@
-"""Tensor-parallel layers on the CPU (gloo): each sharded linear and the vocabulary-parallel embedding
+"""Tensor-parallel layers on the CPU (gloo): each sharded linear, the routed experts and the vocabulary-parallel embedding
 and head, built inside a group of 2 and of 4 ranks and loaded from the same full checkpoint as the
 single-GPU layers, give the single-GPU result (column outputs gathered, row partial sums reduced);
 the state reads as vLLM's interface does, and a degree that does not divide is refused."""
@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kernels_reference.checkpoint import load_checkpoint
+from kernels_reference.L1.fused_moe import FusedMoE
 from kernels_reference.L1.linear import (ColumnParallelLinear, MergedColumnParallelLinear, QKVParallelLinear,
                                          RowParallelLinear)
 from kernels_reference.L1.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
@@ -13,6 +14,7 @@ from kernels_reference.parallel_state import (get_tensor_model_parallel_rank, ge
                                               tensor_model_parallel_all_reduce, tensor_parallel)
 
 HIDDEN, HEAD, HEADS, KV_HEADS, INTER, VOCAB, TOKENS = 32, 8, 4, 2, 48, 100, 5  # VOCAB: padding needed at TP > 1
+EXPERTS = 4
 
 
 class Block(torch.nn.Module):
@@ -29,6 +31,7 @@ class Block(torch.nn.Module):
         self.q_b_proj = ColumnParallelLinear(HIDDEN, 2 * HIDDEN, gather_output=True)
         self.embed_tokens = VocabParallelEmbedding(VOCAB, HIDDEN)
         self.lm_head = ParallelLMHead(VOCAB, HIDDEN, bias=True)
+        self.experts = FusedMoE(EXPERTS, 2, HIDDEN, INTER)  # loaded from per-expert w1/w3/w2 names
 
 
 def checkpoint():
@@ -43,7 +46,9 @@ def checkpoint():
             "attn.v_proj.bias": w(kv), "attn.o_proj.weight": w(HIDDEN, HEADS * HEAD), "attn.o_proj.bias": w(HIDDEN),
             "mlp.gate_proj.weight": w(INTER, HIDDEN), "mlp.up_proj.weight": w(INTER, HIDDEN),
             "mlp.down_proj.weight": w(HIDDEN, INTER), "q_b_proj.weight": w(2 * HIDDEN, HIDDEN),
-            "embed_tokens.weight": w(VOCAB, HIDDEN), "lm_head.weight": w(VOCAB, HIDDEN), "lm_head.bias": w(VOCAB)}
+            "embed_tokens.weight": w(VOCAB, HIDDEN), "lm_head.weight": w(VOCAB, HIDDEN), "lm_head.bias": w(VOCAB),
+            **{f"experts.{e}.{m}.weight": w(*shape) for e in range(EXPERTS)
+               for m, shape in (("w1", (INTER, HIDDEN)), ("w3", (INTER, HIDDEN)), ("w2", (HIDDEN, INTER)))}}
 
 
 def run_block(x, ids):
@@ -57,7 +62,9 @@ def run_block(x, ids):
     heads, inter = HEADS * HEAD // tp, INTER // tp
     return {"qkv": block.attn.qkv_proj(x), "o": block.attn.o_proj(attn_in[:, rank * heads:(rank + 1) * heads]),
             "gate_up": block.mlp.gate_up_proj(x), "down": block.mlp.down_proj(mlp_in[:, rank * inter:(rank + 1) * inter]),
-            "q_b": block.q_b_proj(x), "embed": block.embed_tokens(ids), "logits": block.lm_head(x)}
+            "q_b": block.q_b_proj(x), "embed": block.embed_tokens(ids), "logits": block.lm_head(x),
+            "experts": block.experts.forward_native(x, torch.randn(TOKENS, EXPERTS, generator=torch.Generator()
+                                                                   .manual_seed(4), dtype=torch.float64))}
 
 
 def expected_shard(full, name, tp, rank):
@@ -100,7 +107,7 @@ def test_sharded_layers_at_tp_2_and_4_give_the_single_gpu_result():
     from fk_pytest.tp_ranks import run_ranks
     results = run_ranks(sharded_layer_errors, 4, None, timeout_s=120)
     for rank, errors in enumerate(results):
-        assert len(errors) == 16
+        assert len(errors) == 18
         bad = {k: v for k, v in errors.items() if v > 1e-12}
         assert not bad, f"rank {rank}: {bad}"
 
@@ -178,7 +185,7 @@ def task_tp_verdicts(task_name, tree):
 
     task = get_task(task_name)
     cls = CandidateSource(EXAMPLES if tree == "examples" else CANDIDATES / tree).load_class(task)
-    return {c["tp"]: evaluate_case(task, c, 99, cls, "cpu") for c in task.cases("cpu") if c["tp"] == 2}
+    return {c["tp"]: evaluate_case(task, c, 99, cls, "cpu") for c in task.cases("cpu") if c.params.get("tp") == 2}
 
 
 @pytest.mark.parametrize("task_name, tree, words", [
@@ -222,6 +229,26 @@ def test_attention_with_replicated_kv_heads_is_assembled_and_passes():
 def test_attention_without_the_output_all_reduce_fails_naming_the_rank():
     result = attention_tp_verdict("tp_attn_no_all_reduce")
     assert result.status == "WRONG_RESULT" and "rank 1 differs from rank 0's" in result.message, result.message
+
+
+def test_routed_experts_at_tp_2_pass_and_a_missing_reduction_is_named():
+    """FusedMoE at degree 2 (each rank every expert's slice of the intermediate features), on the
+    fused_moe task's first prefill case: the example tree passes, a class that never sums the
+    ranks' partial outputs is told which rank differs. (The task itself has no TP case: a bare
+    single-GPU MoE class is a fair candidate at degree 1.)"""
+    from conftest import CANDIDATES, EXAMPLES
+    from fk_pytest import Case
+    from fk_pytest.candidates import CandidateSource
+    from fk_pytest.correctness import evaluate_case
+    from fk_pytest.registry import get_task
+
+    task = get_task("fused_moe")
+    base = next(c for c in task.cases("cpu") if "prefill" in c.id)
+    case = Case(f"{base.id}-tp2", base.dtype, model=base.model, params=dict(base.params, tp=2))
+    honest = evaluate_case(task, case, 5, CandidateSource(EXAMPLES).load_class(task), "cpu")
+    assert honest.status == "PASSED", honest.message
+    wrong = evaluate_case(task, case, 5, CandidateSource(CANDIDATES / "tp_moe_no_all_reduce").load_class(task), "cpu")
+    assert wrong.status == "WRONG_RESULT" and "rank 1 differs from rank 0's" in wrong.message, wrong.message
 
 
 def _hanging_job(rank, tp, pid_dir):

@@ -25,6 +25,13 @@ can hold, and the Triton path is a chain of launches Inductor has nothing to fus
 implementation runs this eager ``forward`` for the device (Triton on CUDA, the loop elsewhere) with
 the reference routing and activation *inside* the op, as vLLM's op holds its own topk and act; so a
 composed candidate TopKSoftmax / SiluAndMul replaces them in eager runs, not in a compiled graph.
+
+Under tensor parallelism (:mod:`kernels_reference.parallel_state`, read when built) every rank
+holds every expert with its slice of the intermediate features, as vLLM's ``FusedMoE`` shards them:
+``w13_weight`` [E, 2 * I / tp, H] (the rank's gate rows, then its up rows) and ``w2_weight``
+[E, H, I / tp]. Each rank's output is a partial sum, all-reduced when ``reduce_results`` (the
+default; a layer that reduces later passes False). ``shard_checkpoint`` cuts full tensors, stacked
+or per expert.
 """
 import functools
 
@@ -33,6 +40,8 @@ from torch import nn
 
 from ..dispatch import compute_dtype, on_meta, op_name, use_fast_path
 from ..native import run
+from ..parallel_state import (divide, get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size,
+                              tensor_model_parallel_all_reduce, tensor_parallel)
 from ..records import RecordsInit
 from .silu_and_mul import SiluAndMul
 from .topk_softmax import TopKSoftmax
@@ -44,15 +53,20 @@ except ImportError:
 
 
 class FusedMoE(RecordsInit, nn.Module):
+    RECORDED_WHEN_PASSED = ("reduce_results",)
+
     def __init__(self, num_experts: int, top_k: int, hidden_size: int, intermediate_size: int,
-                 renormalize: bool = True):
+                 renormalize: bool = True, reduce_results: bool = True):
         super().__init__()
         if not 0 < top_k <= num_experts:
             raise ValueError(f"top_k={top_k} must be in 1..num_experts={num_experts}")
         self.num_experts, self.top_k, self.renormalize = num_experts, top_k, renormalize
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
-        self.w13_weight = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
-        self.w2_weight = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
+        self.tp_size, self.tp_rank = get_tensor_model_parallel_world_size(), get_tensor_model_parallel_rank()
+        self.reduce_results = reduce_results
+        inter = self.intermediate_size_per_partition = divide(intermediate_size, self.tp_size)
+        self.w13_weight = nn.Parameter(torch.empty(num_experts, 2 * inter, hidden_size))
+        self.w2_weight = nn.Parameter(torch.empty(num_experts, hidden_size, inter))
         self.topk = TopKSoftmax(top_k, renormalize)
         self.act_fn = SiluAndMul()
 
@@ -60,8 +74,8 @@ class FusedMoE(RecordsInit, nn.Module):
         if on_meta(hidden_states, router_logits):
             return self.forward_meta(hidden_states, router_logits)
         if torch.compiler.is_compiling():
-            return fused_moe(hidden_states, router_logits, self.w13_weight, self.w2_weight, self.top_k,
-                             self.renormalize)
+            return self._reduced(fused_moe(hidden_states, router_logits, self.w13_weight, self.w2_weight,
+                                           self.top_k, self.renormalize))
         if triton is not None and use_fast_path(hidden_states, router_logits):
             return self.forward_triton(hidden_states, router_logits)
         return self._forward_loop(hidden_states, router_logits, native=False)
@@ -69,18 +83,36 @@ class FusedMoE(RecordsInit, nn.Module):
     def forward_native(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         return self._forward_loop(hidden_states, router_logits, native=True)
 
+    def _reduced(self, out: torch.Tensor) -> torch.Tensor:
+        """This rank's partial sum over its intermediate features, summed over the ranks."""
+        return tensor_model_parallel_all_reduce(out) if self.reduce_results and self.tp_size > 1 else out
+
+    def shard_checkpoint(self, param: str, tensor: torch.Tensor, shard=None) -> torch.Tensor:
+        """This rank's part of a full ``w13_weight`` / ``w2_weight`` (stacked over experts, or one
+        expert's gate or up [I, H] / down [H, I] matrix when ``shard`` names it)."""
+        if self.tp_size == 1:
+            return tensor
+        size = self.intermediate_size_per_partition
+        start = self.tp_rank * size
+        if param == "w2_weight":  # the intermediate features are the last dimension, stacked or not
+            return tensor.narrow(-1, start, size)
+        if shard is not None:  # one expert's gate or up matrix
+            return tensor.narrow(0, start, size)
+        gate, up = tensor.split(self.intermediate_size, dim=1)
+        return torch.cat((gate.narrow(1, start, size), up.narrow(1, start, size)), dim=1)
+
     def _forward_loop(self, hidden_states, router_logits, native):
         # The children are called as modules off the native path (as every composite does), so a
         # composed candidate TopKSoftmax / SiluAndMul is the one that runs here on the CPU too.
         weights, ids = run(self.topk, native, router_logits)
-        return expert_loop(hidden_states, weights, ids, self.w13_weight, self.w2_weight,
-                           lambda x: run(self.act_fn, native, x))
+        return self._reduced(expert_loop(hidden_states, weights, ids, self.w13_weight, self.w2_weight,
+                                         lambda x: run(self.act_fn, native, x)))
 
     def forward_meta(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         """Shape only (workload capture): the children see the calls the fast path makes (routing on
         [T, E], the activation on [T*k, 2I]); no value-dependent op (the expert loop's unique)."""
         run(self.topk, False, router_logits)
-        gate_up = hidden_states.new_empty(hidden_states.shape[0] * self.top_k, 2 * self.intermediate_size)
+        gate_up = hidden_states.new_empty(hidden_states.shape[0] * self.top_k, 2 * self.intermediate_size_per_partition)
         run(self.act_fn, False, gate_up)
         return torch.empty_like(hidden_states)
 
@@ -95,7 +127,7 @@ class FusedMoE(RecordsInit, nn.Module):
         if n_pairs == 0:
             return torch.empty_like(hidden_states)
         x = hidden_states
-        num_experts, inter = self.num_experts, self.intermediate_size
+        num_experts, inter = self.num_experts, self.intermediate_size_per_partition
         gemv = mk.use_gemv(t)  # a few tokens: per-pair GEMVs, no sort (mk.GEMV_MAX_TOKENS)
         if gemv:
             gate_up = mk.gemv_gate_up(x, ids, self.w13_weight)
@@ -106,7 +138,7 @@ class FusedMoE(RecordsInit, nn.Module):
                             config=mk.gemm_config("gate_up", n_pairs, num_experts, 2 * inter, h, x))
         act = run(self.act_fn, False, gate_up)  # [T*k, I], pair order
         if gemv:  # down GEMVs, routing weights and the k-sum in one kernel, rounded once
-            return mk.gemv_down_sum(act, ids, weights, self.w2_weight, x.dtype)
+            return self._reduced(mk.gemv_down_sum(act, ids, weights, self.w2_weight, x.dtype))
         down_cfg = mk.gemm_config("down", n_pairs, num_experts, h, inter, act)
         if down_cfg is not None and down_cfg.split_k > 1:  # float32 partial sums over K slices
             down = torch.empty(down_cfg.split_k, n_pairs, h, dtype=torch.float32, device=x.device)
@@ -115,7 +147,7 @@ class FusedMoE(RecordsInit, nn.Module):
         mk.grouped_gemm(act, self.w2_weight, down, align, rows_per_a=1,
                         routing_weights=weights.reshape(-1).to(torch.float32).contiguous(), config=down_cfg)
         # the k weighted expert outputs of a token (and the K slices) summed in float32, rounded once
-        return mk.sum_slots(down, t, self.top_k, x.dtype)
+        return self._reduced(mk.sum_slots(down, t, self.top_k, x.dtype))
 
 
 def expert_loop(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w13: torch.Tensor,
@@ -141,8 +173,9 @@ def expert_loop(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w13: 
 def _op_layer(num_experts: int, top_k: int, hidden_size: int, intermediate_size: int,
               renormalize: bool) -> FusedMoE:
     """A weightless layer of this shape (built on the meta device, once): the op runs its eager
-    ``forward`` with the op's weights bound in, so op and eager module share one code path."""
-    with torch.device("meta"):
+    ``forward`` with the op's weights bound in, so op and eager module share one code path. Built
+    at degree 1 (the weights it is given are already this rank's; the calling layer reduces)."""
+    with torch.device("meta"), tensor_parallel(1, 0):
         return FusedMoE(num_experts, top_k, hidden_size, intermediate_size, renormalize)
 
 

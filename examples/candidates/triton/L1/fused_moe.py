@@ -2,9 +2,13 @@
 # the routing-weighted results added back per token in float32. Inside a CUDA-graph capture (the
 # engine decodes in graphs) the per-expert row counts cannot be read back, so there every expert runs
 # on every token and the routing weights (zero off-route) mask the results.
+# Under tensor parallelism each rank holds every expert's slice of the intermediate features and
+# the partial outputs are summed over the ranks.
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from kernels_reference.parallel_state import get_tensor_model_parallel_world_size, tensor_model_parallel_all_reduce
 
 
 class _Gate(nn.Module):
@@ -19,18 +23,25 @@ class _Gate(nn.Module):
 
 
 class FusedMoE(nn.Module):
-    def __init__(self, num_experts, top_k, hidden_size, intermediate_size, renormalize=True):
+    def __init__(self, num_experts, top_k, hidden_size, intermediate_size, renormalize=True, reduce_results=True):
         super().__init__()
         self.num_experts, self.top_k = num_experts, top_k
-        self.w13_weight = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
-        self.w2_weight = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
+        self.tp = get_tensor_model_parallel_world_size()
+        self.reduce_results = reduce_results
+        inter = intermediate_size // self.tp
+        self.w13_weight = nn.Parameter(torch.empty(num_experts, 2 * inter, hidden_size))
+        self.w2_weight = nn.Parameter(torch.empty(num_experts, hidden_size, inter))
         self.gate = _Gate(top_k, renormalize)
+
+    def forward(self, hidden_states, router_logits):
+        out = self._experts(hidden_states, router_logits)
+        return tensor_model_parallel_all_reduce(out) if self.tp > 1 and self.reduce_results else out
 
     def _expert(self, e, x):
         gate, up = (x @ self.w13_weight[e].t()).float().chunk(2, dim=-1)
         return ((F.silu(gate) * up).to(x.dtype) @ self.w2_weight[e].t()).float()
 
-    def forward(self, hidden_states, router_logits):
+    def _experts(self, hidden_states, router_logits):
         t, h = hidden_states.shape
         weights, ids = self.gate(router_logits)
         if hidden_states.is_cuda and torch.cuda.is_current_stream_capturing():
