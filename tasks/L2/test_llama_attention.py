@@ -14,7 +14,9 @@ class LlamaAttentionTask(PagedTask):
     reference = LlamaAttention
     init_weights = DenseTask.init_weights
 
-    tp_degrees = (2,)  # on the CPU: heads and KV cache split over two gloo ranks, o_proj all-reduced
+    # No tensor-parallel case of its own on the CPU profile (the main job has no time left): the
+    # decoder layer's TP case runs this attention at TP 2, and tests/test_tensor_parallel.py runs it
+    # at TP 4 with replicated KV heads and without its all-reduce.
 
     def cases(self, profile):
         return self.with_tp_cases(self.captured_batch_cases(profile, lambda model: {}), profile)
