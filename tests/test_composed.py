@@ -4,9 +4,9 @@ import shutil
 
 from conftest import CANDIDATES
 
-# The decoder layer's tensor-parallel case is in for the composed run (each rank composes the tree).
-SELECT = ["-k", "qwen3-0.6b and (decode-T1-bf16 or decode-B3) and correctness and (llama_mlp or decoder or causal)"]
-SELECT_NO_TP = [SELECT[0], SELECT[1] + " and not tp2"]
+# Degree 1 only: composed mode on tensor-parallel ranks is tests/test_tensor_parallel.py's.
+SELECT = ["-k", "qwen3-0.6b and (decode-T1-bf16 or decode-B3) and correctness and (llama_mlp or decoder or causal) "
+                "and not tp2"]
 HIGHER = ("llama_mlp", "llama_decoder_layer", "llama_for_causal_lm")
 
 
@@ -22,8 +22,7 @@ def _tree(tmp_path):
 
 def _run(suite_run, tmp_path, mode):
     report = tmp_path / f"{mode}.json"
-    select = SELECT if mode == "composed" else SELECT_NO_TP  # the TP case is a composed-mode check
-    result = suite_run(*select, f"--fk-candidate={_tree(tmp_path)}", f"--fk-mode={mode}",
+    result = suite_run(*SELECT, f"--fk-candidate={_tree(tmp_path)}", f"--fk-mode={mode}",
                        f"--fk-report={report}")
     return result, {t["name"]: t for t in json.loads(report.read_text())["tasks"]}
 
@@ -38,9 +37,6 @@ def test_wrong_l1_candidate_fails_the_l2_task_only_when_composed(suite_run, tmp_
     result, tasks = _run(suite_run, tmp_path, "composed")
     assert result.ret == 1
     assert {t: tasks[t]["status"] for t in HIGHER} == dict.fromkeys(HIGHER, "WRONG_RESULT")
-    # the tensor-parallel case too: each rank composes the tree again
-    tp_case = next(c for c in tasks["llama_decoder_layer"]["cases"] if c["case"].endswith("-tp2"))
-    assert tp_case["status"] == "WRONG_RESULT" and "SiluAndMul" in tp_case["swapped"], tp_case
     assert tasks["llama_mlp"]["swapped_modules"] == ["LlamaMLP", "SiluAndMul"]
     assert set(tasks["llama_decoder_layer"]["swapped_modules"]) == {"LlamaDecoderLayer", "LlamaMLP", "SiluAndMul"}
     assert set(tasks["llama_for_causal_lm"]["swapped_modules"]) == {
@@ -54,7 +50,7 @@ def test_composed_mode_scores_l1_candidates_inside_a_reference_container(suite_r
     tree.mkdir(parents=True)
     (tree / "silu_and_mul.py").write_text((CANDIDATES / "silu_swapped/L1/silu_and_mul.py").read_text())
     report = tmp_path / "r.json"
-    suite_run(*SELECT_NO_TP, f"--fk-candidate={tree.parent}", "--fk-mode=composed", f"--fk-report={report}")
+    suite_run(*SELECT, f"--fk-candidate={tree.parent}", "--fk-mode=composed", f"--fk-report={report}")
     tasks = {t["name"]: t for t in json.loads(report.read_text())["tasks"]}
     assert tasks["llama_mlp"]["status"] == "WRONG_RESULT"
     assert tasks["llama_mlp"]["swapped_modules"] == ["SiluAndMul"]

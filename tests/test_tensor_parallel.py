@@ -231,6 +231,30 @@ def test_attention_without_the_output_all_reduce_fails_naming_the_rank():
     assert result.status == "WRONG_RESULT" and "rank 1 differs from rank 0's" in result.message, result.message
 
 
+def test_composed_mode_composes_the_tree_on_every_rank(tmp_path):
+    """The decoder layer's TP-2 case in composed mode with a tree whose L1 SiluAndMul is wrong (its
+    L2..L4 classes honest): each rank composes the tree into its shard, so the case fails and names
+    the classes composed (before 8560997 a TP case ran the tree's top class alone and passed)."""
+    import shutil
+
+    from conftest import CANDIDATES
+    from fk_pytest.candidates import CandidateSource
+    from fk_pytest.compose import candidate_lookup
+    from fk_pytest.correctness import evaluate_case
+    from fk_pytest.registry import get_task
+
+    tree = tmp_path / "tree"
+    shutil.copytree(CANDIDATES / "composed", tree)
+    (tree / "L1").mkdir()
+    shutil.copy(CANDIDATES / "silu_swapped/L1/silu_and_mul.py", tree / "L1/silu_and_mul.py")
+    source = CandidateSource(tree)
+    task = get_task("llama_decoder_layer")
+    case = next(c for c in task.cases("cpu") if c.params.get("tp") == 2)
+    result = evaluate_case(task, case, 3, source.load_class(task), "cpu", compose=candidate_lookup(source))
+    assert result.status == "WRONG_RESULT", result.message
+    assert {"LlamaDecoderLayer", "LlamaMLP", "SiluAndMul"} <= set(result.swapped), result.swapped
+
+
 def test_routed_experts_at_tp_2_pass_and_a_missing_reduction_is_named():
     """FusedMoE at degree 2 (each rank every expert's slice of the intermediate features), on the
     fused_moe task's first prefill case: the example tree passes, a class that never sums the
