@@ -5,6 +5,7 @@ fused qkv projection ([T, heads, head_dim] with a row stride of the whole qkv wi
 assumed packed rows would read the wrong memory, so row offsets are computed from two strides:
 row r starts at (r // n_inner) * stride_outer + (r % n_inner) * stride_inner.
 """
+import functools
 import os
 from typing import NamedTuple
 
@@ -109,3 +110,15 @@ def size_class(n: int) -> int:
     while bucket < n:
         bucket *= 4
     return bucket
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """SMs of a CUDA device (launch sizing); the interpreter on the CPU is given a small fixed machine."""
+    if device.type != "cuda":
+        return 4
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())

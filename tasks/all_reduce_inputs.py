@@ -32,6 +32,8 @@ OTHER_REAL_WIDTHS = (2048, 3584, 5120, 7168, 8192)
 
 class AllReduceTask(Task):
     level = 1
+    family = "communication"
+    module_path = "L1/all_reduce.py"
     fuzz_dtypes = ("bf16", "fp32")
 
     def cases(self, profile) -> List[Case]:

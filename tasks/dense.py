@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fk_pytest import Case, Task
 from fk_pytest.fuzz import token_counts
-from fk_pytest.task import DTYPE_NAMES
+from fk_pytest.task import DTYPE_NAMES, at_degree
 
 from .configs import load_config
 from .workload import LLAMA_FAMILY, TOKENS, activations, fuzz_cap, model_dtype, token_cases
@@ -91,8 +91,7 @@ class DenseTask(Task):
                         self.reference(**self.init_args(base))
             except ValueError:  # a width or head count the degree does not divide
                 continue
-            return cases + [Case(f"{base.id}-tp{tp}", base.dtype, model=base.model, weight=base.weight,
-                                 params=dict(base.params, tp=tp)) for tp in self.tp_degrees]
+            return cases + [at_degree(base, tp) for tp in self.tp_degrees]
         return cases
 
     def init_weights(self, module, gen):

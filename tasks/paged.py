@@ -13,7 +13,7 @@ from typing import Dict, List, Tuple
 import torch
 
 from fk_pytest import Case, Task
-from fk_pytest.task import DTYPE_NAMES, RanksDisagree
+from fk_pytest.task import DTYPE_NAMES, RanksDisagree, at_degree
 from kernels_reference.forward_context import AttentionMetadata
 from kernels_reference.model_config import LlamaArchConfig
 
@@ -93,8 +93,7 @@ class PagedTask(Task):
         for base in (c for c in cases if "-decode-" in c.id):
             nq, nk, _ = self.heads(base)
             if all(nq % tp == 0 and (nk % tp == 0 or tp % nk == 0) for tp in self.tp_degrees):
-                return cases + [Case(f"{base.id}-tp{tp}", base.dtype, model=base.model, weight=base.weight,
-                                     params=dict(base.params, tp=tp)) for tp in self.tp_degrees]
+                return cases + [at_degree(base, tp) for tp in self.tp_degrees]
         return cases
 
     def rank_kv_heads(self, case, rank: int, tp: int) -> slice:

@@ -3,7 +3,6 @@ rank 0 schedules and samples, rank 1 runs every step rank 0 sends it, and the to
 decode-forced are the single-process engine's, through chunked prefill, mixed batches and the
 padded decode path."""
 import pytest
-import torch
 
 from kernels_reference.engine import LLM, SamplingParams
 from kernels_reference.engine.tensor_parallel import serve_rank
@@ -15,20 +14,12 @@ ENGINE = dict(num_blocks=64, block_size=4, max_num_batched_tokens=6, padded_deco
 
 
 def tiny_qwen3():
-    """Qwen3's layout (q/k norms, 4 query heads over 2 KV heads), randomised, as a config and a
-    full float64 checkpoint."""
-    from test_hf_llama import CONFIGS
+    """Qwen3's layout (q/k norms, 4 query heads over 2 KV heads), randomised as the engine tests
+    randomise it, as a config and a full float64 checkpoint."""
+    from test_engine import _tiny
 
-    from kernels_reference.L4.llama import model_for
-    torch.manual_seed(0)
-    config = CONFIGS["qwen3"]()
-    hf = transformers.AutoModelForCausalLM.from_config(config).eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    model = model_for(config)
-    model.load_weights(hf.state_dict().items())
-    return config, {k: v.double() for k, v in model.state_dict().items()}
+    hf, model = _tiny("qwen3")
+    return hf.config, model.state_dict()
 
 
 def serve(llm: LLM, sequences):

@@ -261,14 +261,13 @@ def test_routed_experts_at_tp_2_pass_and_a_missing_reduction_is_named():
     ranks' partial outputs is told which rank differs. (The task itself has no TP case: a bare
     single-GPU MoE class is a fair candidate at degree 1.)"""
     from conftest import CANDIDATES, EXAMPLES
-    from fk_pytest import Case
     from fk_pytest.candidates import CandidateSource
     from fk_pytest.correctness import evaluate_case
     from fk_pytest.registry import get_task
+    from fk_pytest.task import at_degree
 
     task = get_task("fused_moe")
-    base = next(c for c in task.cases("cpu") if "prefill" in c.id)
-    case = Case(f"{base.id}-tp2", base.dtype, model=base.model, params=dict(base.params, tp=2))
+    case = at_degree(next(c for c in task.cases("cpu") if "prefill" in c.id), 2)
     honest = evaluate_case(task, case, 5, CandidateSource(EXAMPLES).load_class(task), "cpu")
     assert honest.status == "PASSED", honest.message
     wrong = evaluate_case(task, case, 5, CandidateSource(CANDIDATES / "tp_moe_no_all_reduce").load_class(task), "cpu")

@@ -42,7 +42,6 @@ On the CPU ``forward`` runs ``forward_native``. Under ``torch.compile`` the pack
 opaque op, ``fk::encoder_only_attention``, whose implementation picks the path when it runs (its
 per-sequence lengths are host values); the padded layer's SDPA is traced as it is.
 """
-import contextlib
 import warnings
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
@@ -52,6 +51,7 @@ from torch import nn
 
 from ..dispatch import compute_dtype, op_name, use_fast_path
 from ..forward_context import get_forward_context
+from ..ops.attention.sdpa_prefill import backend_scope
 from ..records import RecordsInit
 
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
@@ -124,16 +124,10 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     ``prefer_cudnn`` cuDNN first and torch's other kernels as fallbacks."""
     qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
     mask = None if key_mask is None else key_mask[:, None, None, :]
-    with _cudnn_first() if prefer_cudnn else contextlib.nullcontext():
+    with backend_scope("cudnn" if prefer_cudnn else "auto"):
         out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale,
                                              enable_gqa=k.shape[2] != q.shape[2])
     return out.transpose(1, 2)
-
-
-def _cudnn_first():
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-    return sdpa_kernel(order, set_priority=True)
 
 
 def _shape_key(q: torch.Tensor, k: torch.Tensor) -> tuple:

@@ -42,7 +42,7 @@ from torch import nn
 
 from ..dispatch import compute_dtype, use_fast_path
 from ..records import RecordsInit
-from ..triton_rows import autotune, autotune_here, size_class
+from ..triton_rows import autotune, autotune_here, size_class, sm_count
 
 try:
     import triton
@@ -117,7 +117,7 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
         return out
     tuned = config is None and autotune_here(x)
     if tuned:
-        splits = pixel_splits(batch, pixels, channels, _sm_count(x.device))
+        splits = pixel_splits(batch, pixels, channels, sm_count(x.device))
     else:
         config = config or interpreter_tiles(x)
         splits = config.splits
@@ -162,11 +162,6 @@ def interpreter_tiles(x: torch.Tensor) -> Tiles:
     block_c = triton.next_power_of_2(channels)
     block_r = max(1, min(triton.next_power_of_2(pixels), 16384 // block_c))
     return Tiles(1, block_r, block_c, block_r, block_c, 4, block_c)
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 # Reduction tiles load whole 128-512 B row segments (64-256 bf16 channels); apply tiles range from

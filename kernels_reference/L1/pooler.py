@@ -16,7 +16,6 @@ With ``normalize`` (the embed task's default) the pooled vector is divided by it
 defaults to float32 for pooling models), so embeddings come out float32 whatever the model's
 dtype: the output dtype is float32 (float64 for float64 hidden states, the truth's case).
 """
-import functools
 from typing import NamedTuple, Optional
 
 import torch
@@ -25,6 +24,7 @@ from torch import nn
 
 from ..dispatch import use_fast_path
 from ..records import RecordsInit
+from ..triton_rows import sm_count
 
 try:
     import triton
@@ -153,17 +153,12 @@ def launch_config(h: torch.Tensor, n_seqs: int, pooling_type: str) -> PoolTiles:
     if pooling_type != "MEAN" or n_seqs >= 128:
         return PoolTiles(whole_row, max(1, min(16, 4096 // whole_row)), 1)
     block = min(whole_row, 128)
-    programs, sms = n_seqs * triton.cdiv(h.shape[1], block), _sm_count(h.device)
+    programs, sms = n_seqs * triton.cdiv(h.shape[1], block), sm_count(h.device)
     mean_tokens = h.shape[0] // n_seqs
     if programs >= SPLIT_BELOW_PROGRAMS_PER_SM * sms or mean_tokens < SPLIT_FROM_TOKENS:
         return PoolTiles(block, 32, 1)
     splits = min(triton.cdiv(mean_tokens, TOKENS_PER_SPLIT), triton.cdiv(SPLIT_PROGRAMS_PER_SM * sms, programs))
     return PoolTiles(block, 32, max(1, splits))
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 if triton is not None:

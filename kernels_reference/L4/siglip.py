@@ -26,6 +26,7 @@ from typing import Any, Dict
 import torch
 from torch import nn
 
+from ..checkpoint import strip_prefixes
 from ..L1.layer_norm import LayerNorm
 from ..L1.patch_embed import PatchEmbed, patch_grid
 from ..L3.siglip_encoder_layer import SiglipEncoderLayer, hf_layer_state_dict
@@ -100,13 +101,7 @@ def hf_state_dict(hf_state: Dict[str, torch.Tensor], num_hidden_layers: int) -> 
     """A ``SiglipVisionModel`` state dict from a Hugging Face one: the ``vision_model.`` prefix dropped
     where present, the conv's ``patch_embedding`` as ``PatchEmbed``'s ``proj``, each layer through
     ``hf_layer_state_dict``; the pooling head and the text tower are not read."""
-    state = {}
-    for name, tensor in hf_state.items():
-        for prefix in _HF_PREFIXES:
-            if name.startswith(prefix):
-                name = name[len(prefix):]
-                break
-        state[name] = tensor
+    state = strip_prefixes(hf_state, _HF_PREFIXES)
     ours = {f"embeddings.patch_embedding.proj.{p}": state[f"embeddings.patch_embedding.{p}"]
             for p in ("weight", "bias")}
     ours["embeddings.position_embedding.weight"] = state["embeddings.position_embedding.weight"]

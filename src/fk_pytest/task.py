@@ -42,6 +42,11 @@ def tp_degree(case: "Case") -> int:
     return int(case.params.get("tp", 1))
 
 
+def at_degree(case: "Case", tp: int) -> "Case":
+    """``case`` again at tensor-parallel degree ``tp`` (its id suffixed ``-tp<tp>``)."""
+    return Case(f"{case.id}-tp{tp}", case.dtype, model=case.model, weight=case.weight, params=dict(case.params, tp=tp))
+
+
 class RanksDisagree(Exception):
     """Tensor-parallel ranks hold different results where each must hold the whole one."""
 

@@ -12,8 +12,6 @@ from ..all_reduce_inputs import AllReduceTask
 
 class AllReduce(AllReduceTask):
     name = "all_reduce"
-    family = "communication"
-    module_path = "L1/all_reduce.py"
     reference = TensorParallelAllReduce
 
     def init_args(self, case):

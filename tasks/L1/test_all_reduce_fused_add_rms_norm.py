@@ -16,8 +16,6 @@ from ..workload import activations
 
 class AllReduceFusedAddRMSNormTask(AllReduceTask):
     name = "all_reduce_fused_add_rms_norm"
-    family = "communication"
-    module_path = "L1/all_reduce.py"
     reference = AllReduceFusedAddRMSNorm
 
     def init_args(self, case):

@@ -45,14 +45,17 @@ class PrefillConfig:
 PREFILL_CONFIG = PrefillConfig()
 
 
-def _backend_scope(config: PrefillConfig):
-    if config.backend == "auto":
+def backend_scope(backend: str):
+    """SDPA calls inside use ``backend`` ("cudnn", "flash", "efficient", "math") where it applies;
+    "auto" leaves torch's own choice."""
+    if backend == "auto":
         return contextlib.nullcontext()
-    preferred = _BACKENDS[config.backend]
+    preferred = _BACKENDS[backend]
     # Priority order: the preferred backend first, the others as fallbacks (e.g. float32 inputs,
     # which FlashAttention and cuDNN do not take).
     order = [preferred] + [b for b in _BACKENDS.values() if b != preferred]
     return sdpa_kernel(order, set_priority=True)
+
 
 
 def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: int, scale: float,
@@ -68,7 +71,7 @@ def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: int,
     # [1, heads, tokens, d] views of the packed [tokens, heads, d] rows: no copy.
     qh, kh, vh = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
     gqa = k.shape[1] != num_heads
-    with _backend_scope(config):
+    with backend_scope(config.backend):
         if context == 0:
             out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale, enable_gqa=gqa)
         else:

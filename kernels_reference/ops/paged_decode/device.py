@@ -9,6 +9,8 @@ from typing import Optional
 
 import torch
 
+from ...triton_rows import sm_count  # noqa: F401  (the decode launches import it from here)
+
 try:
     import triton
 except ImportError:  # the native path still works without Triton
@@ -69,18 +71,6 @@ def _cuda_pdl_unavailable_reason(device_index: int) -> Optional[str]:
     if major < 9:
         return f"sm_{major}x: programmatic dependent launch needs sm_90 or newer"
     return None
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def sm_count(device: torch.device) -> int:
-    """SMs of a CUDA device; the interpreter on the CPU is given a small fixed machine."""
-    if device.type != "cuda":
-        return 4
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _f32_dot(query: torch.Tensor) -> bool:
