@@ -51,7 +51,6 @@ from torch import nn
 
 from ..dispatch import compute_dtype, op_name, use_fast_path
 from ..forward_context import get_forward_context
-from ..ops.attention.sdpa_prefill import backend_scope
 from ..records import RecordsInit
 
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
@@ -124,6 +123,9 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     ``prefer_cudnn`` cuDNN first and torch's other kernels as fallbacks."""
     qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
     mask = None if key_mask is None else key_mask[:, None, None, :]
+    # imported here: sdpa_prefill pulls in torch.nn.attention.bias (and with it Dynamo, 1.2 s of
+    # imports), which every process that imports this module would otherwise pay
+    from ..ops.attention.sdpa_prefill import backend_scope
     with backend_scope("cudnn" if prefer_cudnn else "auto"):
         out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale,
                                              enable_gqa=k.shape[2] != q.shape[2])
