@@ -104,6 +104,10 @@ step_cmd() {
     # their workload cases' correctness on the GPU, then the same peers again.
     enc-fixed-corr) echo "$PYTEST tasks/L1/test_{pooler,dinov2_position_embedding,global_response_norm,encoder_only_attention,multi_head_attention,convnext_dwconv_norm}.py -k correctness --fk-device=cuda --fk-profile=full --fk-candidate=examples/candidates/triton --fk-report=$OUT/enc-fixed-corr.json" ;;
     peers-enc-fixed) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops pooler,dinov2_position_embedding,global_response_norm,encoder_only_attention,multi_head_attention,convnext_dwconv_norm --json $OUT/peers-enc-fixed.json --md $OUT/peers-enc-fixed.md --time-budget ${PEERS_BUDGET:-170}" ;;
+    # The gated delta rule's prefill split into a state pass and a parallel output kernel (after
+    # 6fd3718): its tasks' correctness and fuzz at full shapes, then the state pass's block width.
+    gdr-check) echo "$PYTEST tasks/L1/test_gated_delta_rule.py tasks/L2/test_qwen3_next_gated_delta_net.py -k 'correctness or fuzz' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-candidate=examples/candidates/triton --fk-report=$OUT/gdr-check.json" ;;
+    gdr-blocks) echo "python3 -m benchmarks gated_delta_blocks" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
     *) echo "false unknown-step-$1" ;;
   esac

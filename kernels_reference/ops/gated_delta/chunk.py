@@ -14,22 +14,27 @@ W = T diag(beta exp(b)) K depend only on the chunk's own tokens. Then
 
 Every exponent is <= 0 (g <= 0), so nothing overflows.
 
-Two kernels:
-* ``_chunk_wy_kernel``, one program per (chunk, value head), all chunks in parallel: builds A,
-  inverts I + A by forward substitution in float32 and writes W and U.
-* ``_chunk_state_output_kernel``, one program per (sequence, value head, V block): walks the
-  sequence's chunks in order with the state in float32 registers, writes each chunk's output and
-  the final state. The output is computed right there (the state never leaves the registers).
+Three kernels; only the middle one walks a sequence's chunks in order:
+* ``_chunk_wy_kernel``, one program per (chunk, value head), all chunks in parallel: b, A, the
+  inverse of I + A by forward substitution in float32, then W and U.
+* ``_chunk_states_kernel``, one program per (sequence, value head, V block): carries the state in
+  float32 registers from chunk to chunk, storing the state each chunk starts from and the chunk's
+  V' (over U, which nothing reads after it). Per chunk it does the two products the recurrence
+  needs (W S0 and K^T V') and nothing else: this loop is the prefill's critical path, and at one
+  long sequence it has only Hv * V / BV programs to spread over the GPU.
+* ``_chunk_output_kernel``, one program per (chunk, value head, V block), all chunks in parallel:
+  O from the stored S0 and V'.
 
-Matrix products take their operands in the input dtype (bf16: tensor cores) with float32
-accumulation, as production kernels do; the state, the decays, the triangular solve and the
-normalisation stay float32.
+The stored S0 and V' are kept in the input dtype: they are only read as matmul operands, which are
+rounded to that dtype anyway. Matrix products take their operands in the input dtype (bf16: tensor
+cores) with float32 accumulation, as production kernels do; the state, the decays, the triangular
+solve and the normalisation stay float32.
 """
 from typing import Optional, Tuple
 
 import torch
 
-from .layout import TokenHeads, interpreting
+from .layout import TokenHeads, chunk_layout, interpreting, mm as _mm, tile as _tile
 
 try:
     import triton
@@ -38,21 +43,12 @@ except ImportError:
     triton = None
 
 CHUNK = 64
-
-
-def chunk_table(cu_seqlens: torch.Tensor, chunk: int = CHUNK) -> torch.Tensor:
-    """int32 [chunks, 2]: (first token, end token) of every chunk of every sequence, in order.
-
-    Needs the lengths on the host (one sync) to size the grid; prefill is not graph-captured."""
-    cu = cu_seqlens.to("cpu", torch.int64)
-    lengths = cu[1:] - cu[:-1]
-    per_seq = (lengths + chunk - 1) // chunk
-    seq = torch.repeat_interleave(torch.arange(len(lengths)), per_seq)
-    first_chunk = torch.cumsum(per_seq, 0) - per_seq
-    index_in_seq = torch.arange(int(per_seq.sum())) - first_chunk[seq]
-    start = cu[seq] + index_in_seq * chunk
-    end = torch.minimum(start + chunk, cu[seq + 1])
-    return torch.stack([start, end], 1).to(torch.int32).to(cu_seqlens.device)
+# V columns per program of the state pass and the output kernel. 32-wide blocks in the kernel that
+# did both in one loop faulted on the H200 with Triton 3.6 (2026-12-04: compute-sanitizer found
+# shared memory read out of range inside its dots at two and three stages and with 8 warps);
+# 64-wide blocks at two stages ran clean.
+STATE_BLOCK_V = 64
+OUTPUT_BLOCK_V = 64
 
 
 def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, beta: TokenHeads, scale: float,
@@ -68,34 +64,39 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
         if final is not None:
             final.copy_(initial_state if initial_state is not None else torch.zeros_like(final))
         return o, final
-    table = chunk_table(cu_seqlens)
+    layout = chunk_layout(cu_seqlens, CHUNK)
+    chunks = layout.table.shape[0]
+    interp = interpreting()
     block_k = triton.next_power_of_2(kd)
     block_v_all = triton.next_power_of_2(vd)
-    w = torch.empty((t, hv, kd), dtype=dtype, device=device)
-    u = torch.empty((t, hv, vd), dtype=dtype, device=device)
+    # The interpreter pays per program and per op, not per element: whole heads per program there.
+    state_bv = block_v_all if interp else min(block_v_all, STATE_BLOCK_V)
+    output_bv = block_v_all if interp else min(block_v_all, OUTPUT_BLOCK_V)
     group = hv // hk
-    dot = dict(DOT_T=_DOT_TYPES[dtype], EMULATE=interpreting() or not v.tensor.is_cuda)
-    _chunk_wy_kernel[(table.shape[0], hv)](
-        k.tensor, v.tensor, g.tensor, beta.tensor, w, u, table,
+    dot = dict(DOT_T=_DOT_TYPES[dtype], EMULATE=interp or not v.tensor.is_cuda)
+    heads = dict(HV=hv, GROUP=group, K=kd, V=vd, BT=CHUNK, BK=block_k, USE_L2NORM=use_qk_l2norm)
+
+    w = torch.empty((t, hv, kd), dtype=dtype, device=device)
+    u = torch.empty((t, hv, vd), dtype=dtype, device=device)  # U, then V' in place
+    b = torch.empty((t, hv), dtype=torch.float32, device=device)
+    _chunk_wy_kernel[(chunks, hv)](
+        k.tensor, v.tensor, g.tensor, beta.tensor, w, u, b, layout.table,
         k.token_stride, k.head_stride, v.token_stride, v.head_stride,
         g.token_stride, g.head_stride, beta.token_stride, beta.head_stride,
-        HV=hv, GROUP=group, K=kd, V=vd, BT=CHUNK, BK=block_k,
-        BV=block_v_all if interpreting() else min(64, block_v_all), USE_L2NORM=use_qk_l2norm, **dot, num_warps=4)
-    # 64-wide V blocks on the GPU, two stages. 32-wide blocks (tried for few (sequence, head) pairs,
-    # to give more programs) faulted on the H200 with Triton 3.6 (2026-12-04): compute-sanitizer
-    # found shared memory read out of range inside this kernel's dots at two and three stages and
-    # with 8 warps, and the timed runs of a 4096-token prefill faulted 3 times in 3. At one stage
-    # that run was clean, but 2 of the task's 7 tests on the H200 still hit an illegal address
-    # (the kernel not identified). 64-wide blocks at two stages ran that prefill clean under the
-    # sanitizer, in 1.78 ms against the 32-wide blocks' 1.30 ms.
-    block_v = block_v_all if interpreting() else min(block_v_all, 64)
+        BV=block_v_all if interp else min(64, block_v_all), **heads, **dot, num_warps=4)
+
+    starts = torch.empty((chunks, hv, kd, vd), dtype=dtype, device=device)
     h0 = initial_state
-    _chunk_state_output_kernel[(triton.cdiv(vd, block_v), n * hv)](
-        q.tensor, k.tensor, w, u, g.tensor, o, h0 if h0 is not None else o,
-        final if final is not None else o, cu_seqlens, scale,
-        q.token_stride, q.head_stride, k.token_stride, k.head_stride, g.token_stride, g.head_stride,
-        HV=hv, GROUP=group, K=kd, V=vd, BT=CHUNK, BK=block_k, BV=block_v, USE_L2NORM=use_qk_l2norm,
-        HAS_H0=h0 is not None, STORE_HT=final is not None, **dot, num_warps=4, num_stages=2)
+    _chunk_states_kernel[(triton.cdiv(vd, state_bv), n * hv)](
+        k.tensor, w, u, b, starts, h0 if h0 is not None else b, final if final is not None else b,
+        cu_seqlens, layout.first_chunk, k.token_stride, k.head_stride,
+        BV=state_bv, HAS_H0=h0 is not None, STORE_HT=final is not None, **heads, **dot,
+        num_warps=4, num_stages=2)
+
+    _chunk_output_kernel[(triton.cdiv(vd, output_bv), chunks, hv)](
+        q.tensor, k.tensor, u, b, starts, o, layout.table, scale,
+        q.token_stride, q.head_stride, k.token_stride, k.head_stride,
+        BV=output_bv, **heads, **dot, num_warps=4)
     return o, final
 
 
@@ -115,27 +116,18 @@ if triton is not None:
         return inv
 
     @triton.jit
-    def _mm(a, b, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
-        """a @ b with both operands rounded to DOT_T and float32 accumulation. Half operands go to
-        the tensor cores; float32 ones keep full precision (no TF32). The interpreter multiplies
-        half tiles wrongly (it reads their raw bits), so there the rounded operands are upcast."""
-        if EMULATE or DOT_T == tl.float32:
-            return tl.dot(a.to(DOT_T).to(tl.float32), b.to(DOT_T).to(tl.float32), input_precision="ieee")
-        else:
-            return tl.dot(a.to(DOT_T), b.to(DOT_T))
-
-    @triton.jit
-    def _load_heads(ptr, rows, row_mask, token_stride, head, head_stride, offs, width):
-        """[rows, width] of one head (float32); rows past the chunk and columns past width read 0."""
-        p = ptr + rows.to(tl.int64)[:, None] * token_stride + head * head_stride + offs[None, :]
-        return tl.load(p, mask=row_mask[:, None] & (offs < width)[None, :], other=0.0).to(tl.float32)
-
-    @triton.jit
     def _l2_rows(x):
         return x * tl.rsqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
 
     @triton.jit
-    def _chunk_wy_kernel(k, v, g, beta, w, u, table,
+    def _key_tile(k, rows, row_ok, sk_t, sk_h, i_hk, offs_k, K: tl.constexpr, USE_L2NORM: tl.constexpr):
+        b_k = _tile(k, rows, row_ok, sk_t, i_hk * sk_h, offs_k, K)
+        if USE_L2NORM:
+            b_k = _l2_rows(b_k)
+        return b_k
+
+    @triton.jit
+    def _chunk_wy_kernel(k, v, g, beta, w, u, b, table,
                          sk_t, sk_h, sv_t, sv_h, sg_t, sg_h, sb_t, sb_h,
                          HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                          BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
@@ -147,12 +139,11 @@ if triton is not None:
         rows = start + tl.arange(0, BT)
         row_ok = rows < end
         offs_k = tl.arange(0, BK)
-        b_k = _load_heads(k, rows, row_ok, sk_t, i_hk, sk_h, offs_k, K)
-        if USE_L2NORM:
-            b_k = _l2_rows(b_k)
+        b_k = _key_tile(k, rows, row_ok, sk_t, sk_h, i_hk, offs_k, K, USE_L2NORM)
         b_g = tl.load(g + rows.to(tl.int64) * sg_t + i_hv * sg_h, mask=row_ok, other=0.0).to(tl.float32)
         b_beta = tl.load(beta + rows.to(tl.int64) * sb_t + i_hv * sb_h, mask=row_ok, other=0.0).to(tl.float32)
         b_cum = tl.cumsum(b_g, 0)
+        tl.store(b + rows.to(tl.int64) * HV + i_hv, b_cum, mask=row_ok)
         r = tl.arange(0, BT)
         below = r[:, None] > r[None, :]
         kk = _mm(b_k, tl.trans(b_k), DOT_T, EMULATE)
@@ -166,56 +157,80 @@ if triton is not None:
                  mask=row_ok[:, None] & (offs_k < K)[None, :])
         for i_v in range(0, tl.cdiv(V, BV)):
             offs_v = i_v * BV + tl.arange(0, BV)
-            b_v = _load_heads(v, rows, row_ok, sv_t, i_hv, sv_h, offs_v, V)
+            b_v = _tile(v, rows, row_ok, sv_t, i_hv * sv_h, offs_v, V)
             b_u = _mm(inv, b_v * b_beta[:, None], DOT_T, EMULATE)
             tl.store(u + out_rows * V + offs_v[None, :], b_u.to(u.dtype.element_ty),
                      mask=row_ok[:, None] & (offs_v < V)[None, :])
 
     @triton.jit
-    def _chunk_state_output_kernel(q, k, w, u, g, o, h0, ht, cu_seqlens, scale,
-                                   sq_t, sq_h, sk_t, sk_h, sg_t, sg_h,
-                                   HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                                   BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                                   USE_L2NORM: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
-                                   DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+    def _chunk_states_kernel(k, w, u, b, starts, h0, ht, cu_seqlens, first_chunk, sk_t, sk_h,
+                             HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                             BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                             USE_L2NORM: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
+                             DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_v, i_nh = tl.program_id(0), tl.program_id(1)
         i_n, i_hv = i_nh // HV, i_nh % HV
         i_hk = i_hv // GROUP
         bos = tl.load(cu_seqlens + i_n)
         eos = tl.load(cu_seqlens + i_n + 1)
+        chunk = tl.load(first_chunk + i_n).to(tl.int64)
         offs_k = tl.arange(0, BK)
         offs_v = i_v * BV + tl.arange(0, BV)
         mask_k, mask_v = offs_k < K, offs_v < V
-        state_offs = i_nh.to(tl.int64) * K * V + offs_k[:, None] * V + offs_v[None, :]
+        mask_h = mask_k[:, None] & mask_v[None, :]
+        state_tile = offs_k[:, None] * V + offs_v[None, :]
         h = tl.zeros((BK, BV), dtype=tl.float32)
         if HAS_H0:
-            h = tl.load(h0 + state_offs, mask=mask_k[:, None] & mask_v[None, :], other=0.0).to(tl.float32)
+            h = tl.load(h0 + i_nh.to(tl.int64) * K * V + state_tile, mask=mask_h, other=0.0).to(tl.float32)
         r = tl.arange(0, BT)
-        causal = r[:, None] >= r[None, :]
         for start in range(bos, eos, BT):
+            tl.store(starts + (chunk * HV + i_hv) * K * V + state_tile, h.to(starts.dtype.element_ty), mask=mask_h)
             rows = start + r
             row_ok = rows < eos
-            b_q = _load_heads(q, rows, row_ok, sq_t, i_hk, sq_h, offs_k, K)
-            b_k = _load_heads(k, rows, row_ok, sk_t, i_hk, sk_h, offs_k, K)
-            if USE_L2NORM:
-                b_q = _l2_rows(b_q)
-                b_k = _l2_rows(b_k)
-            b_q = b_q * scale
-            b_g = tl.load(g + rows.to(tl.int64) * sg_t + i_hv * sg_h, mask=row_ok, other=0.0).to(tl.float32)
-            b_cum = tl.cumsum(b_g, 0)
-            b_last = tl.sum(b_g, 0)
             out_rows = rows.to(tl.int64)[:, None] * HV + i_hv
-            b_w = tl.load(w + out_rows * K + offs_k[None, :], mask=row_ok[:, None] & mask_k[None, :],
-                          other=0.0).to(tl.float32)
+            b_w = tl.load(w + out_rows * K + offs_k[None, :], mask=row_ok[:, None] & mask_k[None, :], other=0.0)
             b_u = tl.load(u + out_rows * V + offs_v[None, :], mask=row_ok[:, None] & mask_v[None, :],
                           other=0.0).to(tl.float32)
             v_new = b_u - _mm(b_w, h, DOT_T, EMULATE)  # the chunk's corrections V' = U - W S0
-            scores = _mm(b_q, tl.trans(b_k), DOT_T, EMULATE)
-            scores = tl.where(causal, scores * tl.exp(tl.where(causal, b_cum[:, None] - b_cum[None, :], 0.0)), 0.0)
-            b_o = _mm(b_q * tl.exp(b_cum)[:, None], h, DOT_T, EMULATE) + _mm(scores, v_new, DOT_T, EMULATE)
-            tl.store(o + out_rows * V + offs_v[None, :], b_o.to(o.dtype.element_ty),
+            tl.store(u + out_rows * V + offs_v[None, :], v_new.to(u.dtype.element_ty),
                      mask=row_ok[:, None] & mask_v[None, :])
-            k_decayed = b_k * tl.exp(b_last - b_cum)[:, None]
-            h = h * tl.exp(b_last) + _mm(tl.trans(k_decayed), v_new, DOT_T, EMULATE)
+            b_k = _key_tile(k, rows, row_ok, sk_t, sk_h, i_hk, offs_k, K, USE_L2NORM)
+            b_cum = tl.load(b + rows.to(tl.int64) * HV + i_hv, mask=row_ok, other=0.0)
+            last = tl.minimum(start + BT, eos) - 1
+            b_last = tl.load(b + last.to(tl.int64) * HV + i_hv)
+            # rows past the chunk have k = 0; their exponent b_last - 0 <= 0 cannot overflow
+            k_to_end = b_k * tl.exp(b_last - b_cum)[:, None]
+            h = h * tl.exp(b_last) + _mm(tl.trans(k_to_end), v_new, DOT_T, EMULATE)
+            chunk += 1
         if STORE_HT:
-            tl.store(ht + state_offs, h, mask=mask_k[:, None] & mask_v[None, :])
+            tl.store(ht + i_nh.to(tl.int64) * K * V + state_tile, h, mask=mask_h)
+
+    @triton.jit
+    def _chunk_output_kernel(q, k, v_new, b, starts, o, table, scale, sq_t, sq_h, sk_t, sk_h,
+                             HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                             BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
+                             DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+        i_v, i_c, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        i_hk = i_hv // GROUP
+        start = tl.load(table + 2 * i_c)
+        end = tl.load(table + 2 * i_c + 1)
+        r = tl.arange(0, BT)
+        rows = start + r
+        row_ok = rows < end
+        offs_k = tl.arange(0, BK)
+        offs_v = i_v * BV + tl.arange(0, BV)
+        mask_k, mask_v = offs_k < K, offs_v < V
+        b_q = _key_tile(q, rows, row_ok, sq_t, sq_h, i_hk, offs_k, K, USE_L2NORM) * scale
+        b_k = _key_tile(k, rows, row_ok, sk_t, sk_h, i_hk, offs_k, K, USE_L2NORM)
+        b_cum = tl.load(b + rows.to(tl.int64) * HV + i_hv, mask=row_ok, other=0.0)
+        # rows past the chunk's end read b = 0: kept out of the exponent, which would overflow
+        causal = (r[:, None] >= r[None, :]) & row_ok[:, None]
+        scores = _mm(b_q, tl.trans(b_k), DOT_T, EMULATE)
+        scores = tl.where(causal, scores * tl.exp(tl.where(causal, b_cum[:, None] - b_cum[None, :], 0.0)), 0.0)
+        b_h = tl.load(starts + (i_c.to(tl.int64) * HV + i_hv) * K * V + offs_k[:, None] * V + offs_v[None, :],
+                      mask=mask_k[:, None] & mask_v[None, :], other=0.0)
+        out_rows = rows.to(tl.int64)[:, None] * HV + i_hv
+        b_v = tl.load(v_new + out_rows * V + offs_v[None, :], mask=row_ok[:, None] & mask_v[None, :], other=0.0)
+        b_o = _mm(b_q * tl.exp(b_cum)[:, None], b_h, DOT_T, EMULATE) + _mm(scores, b_v, DOT_T, EMULATE)
+        tl.store(o + out_rows * V + offs_v[None, :], b_o.to(o.dtype.element_ty),
+                 mask=row_ok[:, None] & mask_v[None, :])

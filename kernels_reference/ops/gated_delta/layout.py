@@ -9,6 +9,12 @@ from typing import NamedTuple
 
 import torch
 
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
 
 class TokenHeads(NamedTuple):
     tensor: torch.Tensor  # [T, H, D] or [T, H]
@@ -37,6 +43,44 @@ def packed_batch(tensors, cu_seqlens):
     return tuple(x.reshape(1, b * t, *x.shape[2:]) for x in tensors), cu
 
 
+class ChunkLayout(NamedTuple):
+    table: torch.Tensor  # int32 [C, 2]: (first token, end token) of every chunk of every sequence
+    first_chunk: torch.Tensor  # int32 [N + 1]: index in ``table`` of each sequence's first chunk
+
+
+def chunk_layout(cu_seqlens: torch.Tensor, chunk: int) -> ChunkLayout:
+    """Every sequence cut into chunks from its own first token. Needs the lengths on the host (one
+    sync) to size the grids; prefill is not graph-captured."""
+    cu = cu_seqlens.to("cpu", torch.int64)
+    lengths = cu[1:] - cu[:-1]
+    per_seq = (lengths + chunk - 1) // chunk
+    seq = torch.repeat_interleave(torch.arange(len(lengths)), per_seq)
+    first = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    first[1:] = torch.cumsum(per_seq, 0)
+    start = cu[seq] + (torch.arange(int(first[-1])) - first[seq]) * chunk
+    end = torch.minimum(start + chunk, cu[seq + 1])
+    device = cu_seqlens.device
+    return ChunkLayout(torch.stack([start, end], 1).to(torch.int32).to(device), first.to(torch.int32).to(device))
+
+
 def interpreting() -> bool:
     from ...triton_rows import interpreting as _interpreting
     return _interpreting()
+
+
+if triton is not None:
+    @triton.jit
+    def mm(a, b, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+        """a @ b with both operands rounded to DOT_T and float32 accumulation (half operands: tensor
+        cores; float32 ones: full precision, no TF32). The interpreter reads half tiles' raw bits in
+        dot, so there the rounded operands are upcast again before multiplying."""
+        if EMULATE or DOT_T == tl.float32:
+            return tl.dot(a.to(DOT_T).to(tl.float32), b.to(DOT_T).to(tl.float32), input_precision="ieee")
+        else:
+            return tl.dot(a.to(DOT_T), b.to(DOT_T))
+
+    @triton.jit
+    def tile(ptr, rows, row_ok, token_stride, head_offset, cols, width):
+        """[rows, cols] of one head as float32; rows past the chunk and columns past width read 0."""
+        p = ptr + rows.to(tl.int64)[:, None] * token_stride + head_offset + cols[None, :]
+        return tl.load(p, mask=row_ok[:, None] & (cols < width)[None, :], other=0.0).to(tl.float32)

@@ -26,11 +26,11 @@ Matrix products take their operands in the input dtype (bf16: tensor cores) with
 accumulation, except the scores' sub-chunk products (float32 operands, TF32 on the GPU); decays,
 cumulative sums and the carried state stay float32.
 """
-from typing import NamedTuple, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
-from ..gated_delta.layout import TokenHeads, interpreting
+from ..gated_delta.layout import TokenHeads, chunk_layout, interpreting, mm as _mm, tile as _tile
 
 try:
     import triton
@@ -40,25 +40,6 @@ except ImportError:
 
 CHUNK = 64
 SUB_CHUNK = 16
-
-
-class ChunkLayout(NamedTuple):
-    table: torch.Tensor  # int32 [C, 2]: (first token, end token) of every chunk of every sequence
-    first_chunk: torch.Tensor  # int32 [N + 1]: index in ``table`` of each sequence's first chunk
-
-
-def chunk_layout(cu_seqlens: torch.Tensor, chunk: int = CHUNK) -> ChunkLayout:
-    """Needs the lengths on the host (one sync) to size the grids; prefill is not graph-captured."""
-    cu = cu_seqlens.to("cpu", torch.int64)
-    lengths = cu[1:] - cu[:-1]
-    per_seq = (lengths + chunk - 1) // chunk
-    seq = torch.repeat_interleave(torch.arange(len(lengths)), per_seq)
-    first = torch.zeros(len(lengths) + 1, dtype=torch.int64)
-    first[1:] = torch.cumsum(per_seq, 0)
-    start = cu[seq] + (torch.arange(int(first[-1])) - first[seq]) * chunk
-    end = torch.minimum(start + chunk, cu[seq + 1])
-    device = cu_seqlens.device
-    return ChunkLayout(torch.stack([start, end], 1).to(torch.int32).to(device), first.to(torch.int32).to(device))
 
 
 def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, scale: float,
@@ -74,7 +55,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
         if final is not None:
             final.copy_(initial_state if initial_state is not None else torch.zeros_like(final))
         return o, final
-    layout = chunk_layout(cu_seqlens)
+    layout = chunk_layout(cu_seqlens, CHUNK)
     chunks = layout.table.shape[0]
     interp = interpreting()
     emulate = interp or not v.tensor.is_cuda
@@ -111,22 +92,6 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
 
 if triton is not None:
     _DOT_TYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
-
-    @triton.jit
-    def _mm(a, b, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
-        """a @ b with both operands rounded to DOT_T and float32 accumulation (half operands: tensor
-        cores; float32 ones: full precision). The interpreter reads half tiles' raw bits in dot, so
-        there the rounded operands are upcast again before multiplying."""
-        if EMULATE or DOT_T == tl.float32:
-            return tl.dot(a.to(DOT_T).to(tl.float32), b.to(DOT_T).to(tl.float32), input_precision="ieee")
-        else:
-            return tl.dot(a.to(DOT_T), b.to(DOT_T))
-
-    @triton.jit
-    def _tile(ptr, rows, row_ok, token_stride, head_offset, cols, width):
-        """[rows, cols] of one head as float32; rows past the chunk and columns past width read 0."""
-        p = ptr + rows.to(tl.int64)[:, None] * token_stride + head_offset + cols[None, :]
-        return tl.load(p, mask=row_ok[:, None] & (cols < width)[None, :], other=0.0).to(tl.float32)
 
     @triton.jit
     def _local_cumsum_kernel(g, b, table, sg_t, sg_h, H: tl.constexpr, K: tl.constexpr,
