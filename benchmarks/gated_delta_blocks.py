@@ -53,7 +53,24 @@ def one_width(width: int, specs):
             end.synchronize()
             times.append(start.elapsed_time(end) * 1e3)
         row[spec] = sorted(times)[len(times) // 2]
+        row[spec + " kernels"] = _kernel_times(lambda: layer(**inputs))
     print(json.dumps(row), flush=True)
+
+
+def _kernel_times(call, calls: int = 3):
+    """us per call of each GPU kernel the call launches (torch.profiler), largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    totals = {}
+    for event in prof.key_averages():
+        us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if us:
+            totals[event.key[:60]] = us / calls
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1])[:6])
 
 
 def main():
@@ -76,6 +93,8 @@ def main():
         row = json.loads(rows[-1])
         print(f"{width:5d}  {row['check_rel_o']:8.4f}  {row['check_rel_state']:9.4f}  "
               + "  ".join(f"{row[s]:12.1f}" for s in specs))
+        for s in specs:
+            print(f"       {s}: " + ", ".join(f"{k} {v:.0f} us" for k, v in row[s + " kernels"].items()))
 
 
 if __name__ == "__main__":

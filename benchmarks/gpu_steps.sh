@@ -108,6 +108,9 @@ step_cmd() {
     # 6fd3718): its tasks' correctness and fuzz at full shapes, then the state pass's block width.
     gdr-check) echo "$PYTEST tasks/L1/test_gated_delta_rule.py tasks/L2/test_qwen3_next_gated_delta_net.py -k 'correctness or fuzz' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-candidate=examples/candidates/triton --fk-report=$OUT/gdr-check.json" ;;
     gdr-blocks) echo "python3 -m benchmarks gated_delta_blocks" ;;
+    # The reference's kernels and their times on some tasks' cases (BREAKDOWN names the tasks and
+    # the case filter, e.g. "global_response_norm --case B32").
+    breakdown) echo "python3 -m benchmarks kernel_breakdown ${BREAKDOWN:-global_response_norm}" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
     *) echo "false unknown-step-$1" ;;
   esac

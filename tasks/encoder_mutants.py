@@ -120,7 +120,7 @@ class LayerScaleIgnoresGain(LayerScale):
 class PositionTableNotResampled(Dinov2PositionEmbedding):
     """The native table's first rows used as they are for a smaller grid (no bicubic resampling)."""
 
-    def position_table(self, grid_height, grid_width, dtype):
+    def position_table(self, grid_height, grid_width, dtype, by_matrix=False):
         return self.position_embeddings.to(dtype)[:, :1 + grid_height * grid_width]
 
 

@@ -164,7 +164,7 @@ def _position_rows_truncated(runs):
     """The table not resampled to the 16 x 16 grid: its first 1 + 256 rows added as they are."""
     model = copy.deepcopy(runs.ours)
     positions = model.embeddings.position_embedding
-    positions.position_table = lambda h, w, dtype: positions.position_embeddings[:, :1 + h * w].to(dtype)
+    positions.position_table = lambda h, w, dtype, by_matrix=False: positions.position_embeddings[:, :1 + h * w].to(dtype)
     return model
 
 

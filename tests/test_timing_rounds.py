@@ -81,3 +81,14 @@ def test_slow_rounds_need_fewer_than_the_minimum_but_never_fewer_than_one_interv
     assert min_rounds_for(0.01, QUICK_MIN_ROUNDS, QUICK_MIN_SECONDS) == QUICK_MIN_ROUNDS  # 0.5 s in all
     assert min_rounds_for(0.1, QUICK_MIN_ROUNDS, QUICK_MIN_SECONDS) == 20
     assert min_rounds_for(3.2, QUICK_MIN_ROUNDS, QUICK_MIN_SECONDS) == SLOW_MIN_ROUNDS >= CI_CHECK_EVERY
+
+
+def test_end_to_end_rounds_grow_for_short_scenarios():
+    """A scenario of milliseconds is timed for about a second per side; a long one keeps the
+    spec's rounds; never more than the cap; always odd (the median is one sample)."""
+    from fk_pytest.e2e_run import MAX_TIMED_ROUNDS, MIN_TIMED_S, timed_rounds
+
+    assert timed_rounds(3, 5.0) == 3
+    assert timed_rounds(3, MIN_TIMED_S / 10) == 11
+    assert timed_rounds(3, 1e-5) == MAX_TIMED_ROUNDS
+    assert all(timed_rounds(r, s) % 2 == 1 for r in (2, 3, 4) for s in (1e-4, 0.07, 0.3, 9.0))

@@ -72,7 +72,7 @@ class Dinov2PositionEmbedding(RecordsInit, nn.Module):
         """The table resampled in float32 and rounded to the activation dtype, as Hugging Face
         does; the patch rows and the class row each summed into the output (no concatenation)."""
         self._check(embeddings, grid_height, grid_width)
-        table = self.position_table(grid_height, grid_width, torch.float32).to(embeddings.dtype)
+        table = self.position_table(grid_height, grid_width, torch.float32, by_matrix=True).to(embeddings.dtype)
         cls = self.cls_token.to(embeddings.dtype) + table[:, :1]
         if torch.is_grad_enabled():  # out= takes no part in autograd: the concatenation then
             return torch.cat((cls.expand(embeddings.shape[0], 1, -1), embeddings + table[:, 1:]), dim=1)
@@ -82,16 +82,18 @@ class Dinov2PositionEmbedding(RecordsInit, nn.Module):
         out[:, :1] = cls
         return out
 
-    def position_table(self, grid_height: int, grid_width: int, dtype: torch.dtype) -> torch.Tensor:
+    def position_table(self, grid_height: int, grid_width: int, dtype: torch.dtype,
+                       by_matrix: bool = False) -> torch.Tensor:
         """[1, 1 + h * w, D] in ``dtype``: the class row, then the native table resampled bicubically
-        to h x w (row-major), computed in ``dtype``: ``F.interpolate`` on the CPU (the definition),
-        its matrix form on CUDA (the same weights; see the module's docstring)."""
+        to h x w (row-major), computed in ``dtype``: ``F.interpolate`` (the definition, and the
+        float64 truth on any device), or with ``by_matrix`` its matrix form in float32 (the same
+        weights; the fast path's, see the module's docstring)."""
         pos = self.position_embeddings.to(dtype)
         g = self.native_grid
         if (grid_height, grid_width) == (g, g):
             return pos
-        if pos.is_cuda:
-            return resample_on_device(pos, g, grid_height, grid_width)
+        if by_matrix:
+            return resample_on_device(pos.float(), g, grid_height, grid_width).to(dtype)
         grid = pos[:, 1:].reshape(1, g, g, self.hidden_size).permute(0, 3, 1, 2)
         grid = F.interpolate(grid, size=(grid_height, grid_width), mode="bicubic", align_corners=False)
         patches = grid.permute(0, 2, 3, 1).reshape(1, grid_height * grid_width, self.hidden_size)

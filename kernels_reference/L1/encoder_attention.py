@@ -26,18 +26,22 @@ GQA read directly) for the packed batch, ``F.scaled_dot_product_attention`` (Fla
 cuDNN or memory-efficient, with the mask as a boolean ``[B, 1, 1, Skv]`` attn_mask) for the padded
 one; per-sequence SDPA where the varlen kernel does not apply (float32, odd head sizes, older GPUs).
 
-Two shapes have a second candidate, and the first call of each shape times both and keeps the
-faster (``_fastest``; as Triton's autotuner does, outside CUDA-graph capture). The second kernel
+Some shapes have more than one candidate kernel, and the first call of each shape times them and keeps
+the fastest (``_fastest``; as Triton's autotuner does, outside CUDA-graph capture). Every other kernel
 must first give the first one's output (within ``AGREE_L2``), else it is not used:
 
 * a packed batch that is one sequence: SDPA with cuDNN preferred. On the H200 cuDNN took 580 us on
   an 8192-token BGE-M3 document where the varlen kernel took 880 us (2026-12-05, ``python3 -m
   fk_pytest.peers --device cuda --profile full --ops encoder_only_attention``);
-* a padded batch with a key mask: the valid keys of each entry moved to its front (attention does
-  not depend on the order of the keys) and FlashAttention's varlen kernel told how many there are
-  (``seqused_k``), so padded keys cost nothing. SDPA reads the mask as a bias over the whole padded
-  square: 37 us for 8 documents padded to 512 tokens, where flex_attention, which skips masked
-  blocks, took 22 us (the same run, ``--ops multi_head_attention``).
+* a padded batch (half types): SDPA with cuDNN preferred. On an H100 (2026-12-05, the same
+  command with ``--ops multi_head_attention``) cuDNN took 287 us on 32 SigLIP-2 images where
+  torch's default pick (FlashAttention) took 423 us, and 37 us on 8 documents padded to 512 tokens
+  with their key mask where the default (memory-efficient attention, the mask read as a bias over
+  the whole padded square) took 92 us;
+* with a key mask also the valid keys of each entry moved to its front (attention does not depend
+  on the order of the keys) and FlashAttention's varlen kernel told how many there are
+  (``seqused_k``), so padded keys cost nothing; flex_attention, which skips masked blocks, took
+  22 us on those 8 documents.
 On the CPU ``forward`` runs ``forward_native``. Under ``torch.compile`` the packed layer is one
 opaque op, ``fk::encoder_only_attention``, whose implementation picks the path when it runs (its
 per-sequence lengths are host values); the padded layer's SDPA is traced as it is.
@@ -392,12 +396,18 @@ class MultiHeadAttention(RecordsInit, nn.Module):
         """The CUDA path: one SDPA call over the batch; with a key mask, that or FlashAttention over
         the valid keys, whichever is faster for the shape."""
         q, k, v = self._heads(query, key, value)
-        if attention_mask is None or torch.compiler.is_compiling() or not _flash_varlen_applies(q[0], k[0]):
+        if torch.compiler.is_compiling() or q.dtype not in _FLASH_DTYPES:
             out = _sdpa(q, k, v, self.scale, attention_mask)
+        elif attention_mask is None:
+            out = _fastest(("padded",) + _shape_key(q, k),
+                           {"sdpa": lambda: _sdpa(q, k, v, self.scale),
+                            "sdpa-cudnn-first": lambda: _sdpa(q, k, v, self.scale, prefer_cudnn=True)})
         else:
-            out = _fastest(("padded-masked",) + _shape_key(q, k),
-                           {"sdpa-mask": lambda: _sdpa(q, k, v, self.scale, attention_mask),
-                            "flash-valid-keys": lambda: masked_flash_attention(q, k, v, self.scale, attention_mask)})
+            options = {"sdpa-mask": lambda: _sdpa(q, k, v, self.scale, attention_mask),
+                       "sdpa-cudnn-first-mask": lambda: _sdpa(q, k, v, self.scale, attention_mask, prefer_cudnn=True)}
+            if _flash_varlen_applies(q[0], k[0]):
+                options["flash-valid-keys"] = lambda: masked_flash_attention(q, k, v, self.scale, attention_mask)
+            out = _fastest(("padded-masked",) + _shape_key(q, k), options)
         return out.reshape(*query.shape[:2], -1)
 
     def forward_native(self, query, key, value, attention_mask=None):

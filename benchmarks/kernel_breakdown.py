@@ -1,0 +1,61 @@
+"""Which GPU kernels a reference module launches on a task's cases, and how long each takes.
+
+For each named task and each of its full-profile cases whose id contains ``--case`` (all by
+default), the reference module is built as the task builds it, called three times to warm up
+(compilation, autotuning, lazy tables), then five times under ``torch.profiler``; the kernels' mean
+time per call comes out largest first, with the wall time per call beside it:
+
+    python3 -m benchmarks kernel_breakdown global_response_norm --case B32
+"""
+import argparse
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from fk_pytest.registry import get_task
+
+WARMUP_CALLS, PROFILED_CALLS, TOP = 3, 5, 6
+
+
+def breakdown(task, case, device):
+    module = task.reference(**task.init_args(case)).to(device=device, dtype=case.dtype).eval()
+    inputs = task.make_inputs(case, torch.Generator(device=device).manual_seed(0), device)
+    with torch.no_grad():
+        for _ in range(WARMUP_CALLS):
+            task.call(module, inputs)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(PROFILED_CALLS):
+                task.call(module, inputs)
+            torch.cuda.synchronize()
+        wall_us = (time.perf_counter() - start) / PROFILED_CALLS * 1e6
+    kernels = {}
+    for event in prof.key_averages():
+        us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if us:
+            kernels[event.key] = us / PROFILED_CALLS
+    return wall_us, sorted(kernels.items(), key=lambda kv: -kv[1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tasks", nargs="+")
+    parser.add_argument("--case", default="", help="only cases whose id contains this")
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    for name in args.tasks:
+        task = get_task(name)
+        for case in task.cases("full"):
+            if args.case not in case.id:
+                continue
+            wall_us, kernels = breakdown(task, case, device)
+            total = sum(us for _, us in kernels)
+            print(f"{name} {case.id}: {total:.1f} us of kernels, {wall_us:.1f} us wall per call")
+            for key, us in kernels[:TOP]:
+                print(f"    {us:9.1f} us  {key[:90]}")
+
+
+if __name__ == "__main__":
+    main()
