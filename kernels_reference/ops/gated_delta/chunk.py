@@ -16,7 +16,8 @@ Every exponent is <= 0 (g <= 0), so nothing overflows.
 
 Three kernels; only the middle one walks a sequence's chunks in order:
 * ``_chunk_wy_kernel``, one program per (chunk, value head), all chunks in parallel: b, A, the
-  inverse of I + A by forward substitution in float32, then W and U.
+  inverse of I + A in float32 by blocks of 16 tokens (substitution inside the diagonal blocks,
+  block products below them), then W and U.
 * ``_chunk_states_kernel``, one program per (sequence, value head, V block): carries the state in
   float32 registers from chunk to chunk, storing the state each chunk starts from and the chunk's
   V' (over U, which nothing reads after it). Per chunk it does the two products the recurrence
@@ -104,16 +105,20 @@ if triton is not None:
     _DOT_TYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
     @triton.jit
-    def _unit_lower_inverse(a, BT: tl.constexpr, rows_used):
-        """(I + a)^-1 for a strictly lower triangular [BT, BT] float32 tile, row by row:
-        row i of the inverse is e_i minus a[i, :j<i] times the rows above it (already final)."""
-        r = tl.arange(0, BT)
+    def _unit_lower_inverse(a, BC: tl.constexpr):
+        """(I + a)^-1 for a strictly lower triangular [BC, BC] float32 tile, row by row: row i of
+        the inverse is e_i minus a[i, :j<i] times the rows above it (already final)."""
+        r = tl.arange(0, BC)
         inv = (r[:, None] == r[None, :]).to(tl.float32)
-        for i in range(1, rows_used):  # rows past the chunk's end stay identity rows
+        for i in tl.static_range(1, BC):
             a_row = tl.sum(tl.where(r[:, None] == i, a, 0.0), 0)
             correction = tl.sum(a_row[:, None] * inv, 0)
             inv = tl.where(r[:, None] == i, inv - correction[None, :], inv)
         return inv
+
+    @triton.jit
+    def _f32_mm(a, b):
+        return tl.dot(a, b, input_precision="ieee")
 
     @triton.jit
     def _l2_rows(x):
@@ -127,40 +132,105 @@ if triton is not None:
         return b_k
 
     @triton.jit
+    def _sub_chunk(k, g, beta, start, end, i: tl.constexpr, i_hk, i_hv, offset, sk_t, sk_h, sg_t, sg_h, sb_t, sb_h,
+                   K: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr):
+        """Sub-chunk i's rows: its keys [BC, BK] (normalised), the chunk's cumulative log decay at
+        each row (``offset``: the decay summed over the sub-chunks before it) and beta."""
+        rows = start + i * BC + tl.arange(0, BC)
+        ok = rows < end
+        b_k = _key_tile(k, rows, ok, sk_t, sk_h, i_hk, tl.arange(0, BK), K, USE_L2NORM)
+        b_g = tl.load(g + rows.to(tl.int64) * sg_t + i_hv * sg_h, mask=ok, other=0.0).to(tl.float32)
+        b_beta = tl.load(beta + rows.to(tl.int64) * sb_t + i_hv * sb_h, mask=ok, other=0.0).to(tl.float32)
+        return rows, ok, b_k, offset + tl.cumsum(b_g, 0), offset + tl.sum(b_g, 0), b_beta
+
+    @triton.jit
+    def _a_block(k_i, cum_i, beta_i, k_j, cum_j, DIAGONAL: tl.constexpr, BC: tl.constexpr,
+                 DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+        """A's block of sub-chunk rows i and columns j <= i: beta_t exp(b_t - b_s) k_t.k_s, strictly
+        below the diagonal (every exponent <= 0: s comes before t)."""
+        kk = _mm(k_i, tl.trans(k_j), DOT_T, EMULATE)
+        gap = cum_i[:, None] - cum_j[None, :]
+        if DIAGONAL:
+            r = tl.arange(0, BC)
+            below = r[:, None] > r[None, :]
+            return tl.where(below, kk * tl.exp(tl.where(below, gap, 0.0)) * beta_i[:, None], 0.0)
+        return kk * tl.exp(gap) * beta_i[:, None]
+
+    @triton.jit
+    def _store_rows(ptr, rows, ok, HV: tl.constexpr, i_hv, cols, width, value):
+        out_rows = rows.to(tl.int64)[:, None] * HV + i_hv
+        tl.store(ptr + out_rows * width + cols[None, :], value.to(ptr.dtype.element_ty),
+                 mask=ok[:, None] & (cols < width)[None, :])
+
+    @triton.jit
     def _chunk_wy_kernel(k, v, g, beta, w, u, b, table,
                          sk_t, sk_h, sv_t, sv_h, sg_t, sg_h, sb_t, sb_h,
                          HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                          BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
                          DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+        """(I + A)^-1 by blocks of 16 tokens: the four diagonal blocks inverted by substitution
+        (16 steps on 16 x 16 tiles, where the whole 64 x 64 tile took 63 steps of reductions over
+        4096 entries), the blocks below them by block forward substitution,
+        T_ij = -T_ii sum_{j <= m < i} A_im T_mj. Then W and U by row block, W_i = sum_j T_ij X_j."""
+        tl.static_assert(BT == 64)
+        BC: tl.constexpr = 16
         i_c, i_hv = tl.program_id(0), tl.program_id(1)
         i_hk = i_hv // GROUP
         start = tl.load(table + 2 * i_c)
         end = tl.load(table + 2 * i_c + 1)
-        rows = start + tl.arange(0, BT)
-        row_ok = rows < end
-        offs_k = tl.arange(0, BK)
-        b_k = _key_tile(k, rows, row_ok, sk_t, sk_h, i_hk, offs_k, K, USE_L2NORM)
-        b_g = tl.load(g + rows.to(tl.int64) * sg_t + i_hv * sg_h, mask=row_ok, other=0.0).to(tl.float32)
-        b_beta = tl.load(beta + rows.to(tl.int64) * sb_t + i_hv * sb_h, mask=row_ok, other=0.0).to(tl.float32)
-        b_cum = tl.cumsum(b_g, 0)
-        tl.store(b + rows.to(tl.int64) * HV + i_hv, b_cum, mask=row_ok)
-        r = tl.arange(0, BT)
-        below = r[:, None] > r[None, :]
-        kk = _mm(b_k, tl.trans(b_k), DOT_T, EMULATE)
-        decay = tl.exp(tl.where(below, b_cum[:, None] - b_cum[None, :], 0.0))
-        a = tl.where(below, kk * decay * b_beta[:, None], 0.0)
-        inv = _unit_lower_inverse(a, BT, end - start)
+        r0, ok0, k0, c0, s0, be0 = _sub_chunk(k, g, beta, start, end, 0, i_hk, i_hv, 0.0, sk_t, sk_h, sg_t, sg_h,
+                                              sb_t, sb_h, K, BC, BK, USE_L2NORM)
+        r1, ok1, k1, c1, s1, be1 = _sub_chunk(k, g, beta, start, end, 1, i_hk, i_hv, s0, sk_t, sk_h, sg_t, sg_h,
+                                              sb_t, sb_h, K, BC, BK, USE_L2NORM)
+        r2, ok2, k2, c2, s2, be2 = _sub_chunk(k, g, beta, start, end, 2, i_hk, i_hv, s1, sk_t, sk_h, sg_t, sg_h,
+                                              sb_t, sb_h, K, BC, BK, USE_L2NORM)
+        r3, ok3, k3, c3, s3, be3 = _sub_chunk(k, g, beta, start, end, 3, i_hk, i_hv, s2, sk_t, sk_h, sg_t, sg_h,
+                                              sb_t, sb_h, K, BC, BK, USE_L2NORM)
+        tl.store(b + r0.to(tl.int64) * HV + i_hv, c0, mask=ok0)
+        tl.store(b + r1.to(tl.int64) * HV + i_hv, c1, mask=ok1)
+        tl.store(b + r2.to(tl.int64) * HV + i_hv, c2, mask=ok2)
+        tl.store(b + r3.to(tl.int64) * HV + i_hv, c3, mask=ok3)
 
-        out_rows = rows.to(tl.int64)[:, None] * HV + i_hv
-        b_w = _mm(inv, b_k * (b_beta * tl.exp(b_cum))[:, None], DOT_T, EMULATE)
-        tl.store(w + out_rows * K + offs_k[None, :], b_w.to(w.dtype.element_ty),
-                 mask=row_ok[:, None] & (offs_k < K)[None, :])
+        t00 = _unit_lower_inverse(_a_block(k0, c0, be0, k0, c0, True, BC, DOT_T, EMULATE), BC)
+        t11 = _unit_lower_inverse(_a_block(k1, c1, be1, k1, c1, True, BC, DOT_T, EMULATE), BC)
+        t22 = _unit_lower_inverse(_a_block(k2, c2, be2, k2, c2, True, BC, DOT_T, EMULATE), BC)
+        t33 = _unit_lower_inverse(_a_block(k3, c3, be3, k3, c3, True, BC, DOT_T, EMULATE), BC)
+        a10 = _a_block(k1, c1, be1, k0, c0, False, BC, DOT_T, EMULATE)
+        a20 = _a_block(k2, c2, be2, k0, c0, False, BC, DOT_T, EMULATE)
+        a21 = _a_block(k2, c2, be2, k1, c1, False, BC, DOT_T, EMULATE)
+        a30 = _a_block(k3, c3, be3, k0, c0, False, BC, DOT_T, EMULATE)
+        a31 = _a_block(k3, c3, be3, k1, c1, False, BC, DOT_T, EMULATE)
+        a32 = _a_block(k3, c3, be3, k2, c2, False, BC, DOT_T, EMULATE)
+        t10 = -_f32_mm(t11, _f32_mm(a10, t00))
+        t21 = -_f32_mm(t22, _f32_mm(a21, t11))
+        t20 = -_f32_mm(t22, _f32_mm(a20, t00) + _f32_mm(a21, t10))
+        t32 = -_f32_mm(t33, _f32_mm(a32, t22))
+        t31 = -_f32_mm(t33, _f32_mm(a31, t11) + _f32_mm(a32, t21))
+        t30 = -_f32_mm(t33, _f32_mm(a30, t00) + _f32_mm(a31, t10) + _f32_mm(a32, t20))
+
+        offs_k = tl.arange(0, BK)
+        x0 = k0 * (be0 * tl.exp(c0))[:, None]
+        x1 = k1 * (be1 * tl.exp(c1))[:, None]
+        x2 = k2 * (be2 * tl.exp(c2))[:, None]
+        x3 = k3 * (be3 * tl.exp(c3))[:, None]
+        _store_rows(w, r0, ok0, HV, i_hv, offs_k, K, _mm(t00, x0, DOT_T, EMULATE))
+        _store_rows(w, r1, ok1, HV, i_hv, offs_k, K, _mm(t10, x0, DOT_T, EMULATE) + _mm(t11, x1, DOT_T, EMULATE))
+        _store_rows(w, r2, ok2, HV, i_hv, offs_k, K, _mm(t20, x0, DOT_T, EMULATE) + _mm(t21, x1, DOT_T, EMULATE)
+                    + _mm(t22, x2, DOT_T, EMULATE))
+        _store_rows(w, r3, ok3, HV, i_hv, offs_k, K, _mm(t30, x0, DOT_T, EMULATE) + _mm(t31, x1, DOT_T, EMULATE)
+                    + _mm(t32, x2, DOT_T, EMULATE) + _mm(t33, x3, DOT_T, EMULATE))
         for i_v in range(0, tl.cdiv(V, BV)):
             offs_v = i_v * BV + tl.arange(0, BV)
-            b_v = _tile(v, rows, row_ok, sv_t, i_hv * sv_h, offs_v, V)
-            b_u = _mm(inv, b_v * b_beta[:, None], DOT_T, EMULATE)
-            tl.store(u + out_rows * V + offs_v[None, :], b_u.to(u.dtype.element_ty),
-                     mask=row_ok[:, None] & (offs_v < V)[None, :])
+            y0 = _tile(v, r0, ok0, sv_t, i_hv * sv_h, offs_v, V) * be0[:, None]
+            y1 = _tile(v, r1, ok1, sv_t, i_hv * sv_h, offs_v, V) * be1[:, None]
+            y2 = _tile(v, r2, ok2, sv_t, i_hv * sv_h, offs_v, V) * be2[:, None]
+            y3 = _tile(v, r3, ok3, sv_t, i_hv * sv_h, offs_v, V) * be3[:, None]
+            _store_rows(u, r0, ok0, HV, i_hv, offs_v, V, _mm(t00, y0, DOT_T, EMULATE))
+            _store_rows(u, r1, ok1, HV, i_hv, offs_v, V, _mm(t10, y0, DOT_T, EMULATE) + _mm(t11, y1, DOT_T, EMULATE))
+            _store_rows(u, r2, ok2, HV, i_hv, offs_v, V, _mm(t20, y0, DOT_T, EMULATE)
+                        + _mm(t21, y1, DOT_T, EMULATE) + _mm(t22, y2, DOT_T, EMULATE))
+            _store_rows(u, r3, ok3, HV, i_hv, offs_v, V, _mm(t30, y0, DOT_T, EMULATE) + _mm(t31, y1, DOT_T, EMULATE)
+                        + _mm(t32, y2, DOT_T, EMULATE) + _mm(t33, y3, DOT_T, EMULATE))
 
     @triton.jit
     def _chunk_states_kernel(k, w, u, b, starts, h0, ht, cu_seqlens, first_chunk, sk_t, sk_h,
