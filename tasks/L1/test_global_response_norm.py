@@ -98,7 +98,11 @@ def gelu_features(batch, height, width, channels, gen, device) -> torch.Tensor:
     coarse = torch.randn((batch, channels, 3, 3), generator=gen, device=device)
     pattern = F.interpolate(coarse, size=(height, width), mode="bilinear", align_corners=False).permute(0, 2, 3, 1)
     noise = torch.randn((batch, height, width, channels), generator=gen, device=device)
-    return F.gelu(scale * (0.6 * pattern + 0.8 * noise) + shift)
+    # Contiguous [B, H, W, C], as the MLP's fc1 (a Linear) writes them. The sum above takes the
+    # permuted pattern's memory order, and the reference then spent 291 of its 382 us copying a
+    # batch-32 stage-1 map into order before its two kernels (92 us; H100, 2026-12-05,
+    # `python3 -m benchmarks kernel_breakdown global_response_norm --case stage1-56x56x384-B32`).
+    return F.gelu(scale * (0.6 * pattern + 0.8 * noise) + shift).contiguous()
 
 
 TASK = GlobalResponseNormTask()
