@@ -313,3 +313,36 @@ def test_ranks_end_themselves_when_the_process_that_started_them_is_killed(tmp_p
     while any(alive(p) for p in ranks) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(alive(p) for p in ranks)
+
+
+@pytest.mark.parametrize("task_name", ["llama_decoder_layer", "mixtral_decoder_layer"])
+def test_a_copy_of_the_reference_tree_shards_on_the_ranks(task_name):
+    """A tree that is the reference's files (relative imports and all) reads the degree and rank
+    the ranks set, not a private copy of the parallel state that says degree 1: its layers shard
+    and pass. Mixtral's also splits every expert over the ranks and all-reduces their outputs."""
+    from conftest import ROOT
+    from fk_pytest.candidates import CandidateSource
+    from fk_pytest.correctness import evaluate_case
+    from fk_pytest.registry import get_task
+
+    task = get_task(task_name)
+    (case,) = [c for c in task.cases("cpu") if c.params.get("tp") == 2]
+    result = evaluate_case(task, case, 7, CandidateSource(ROOT / "kernels_reference").load_class(task), "cpu")
+    assert result.status == "PASSED", result.message
+
+
+def test_mixtral_layer_at_tp_2_without_the_expert_reduction_fails():
+    """The Mixtral layer's TP case sees a FusedMoE that never sums the ranks' partial outputs."""
+    from conftest import CANDIDATES
+    from fk_pytest.candidates import CandidateSource
+    from fk_pytest.correctness import evaluate_case
+    from fk_pytest.registry import get_task
+
+    from fk_pytest.compose import candidate_lookup
+
+    task = get_task("mixtral_decoder_layer")
+    (case,) = [c for c in task.cases("cpu") if c.params.get("tp") == 2]
+    wrong = evaluate_case(task, case, 7, task.reference, "cpu",
+                          compose=candidate_lookup(CandidateSource(CANDIDATES / "tp_moe_no_all_reduce")))
+    assert wrong.status == "WRONG_RESULT" and wrong.swapped == ["FusedMoE"], (wrong.status, wrong.swapped)
+    assert "rank 1 differs from rank 0's" in wrong.message, wrong.message

@@ -21,7 +21,7 @@ from .signatures import check_class
 from .task import Task
 
 # kernels_reference modules a candidate tree always shares with the framework (see _import_tree_module)
-FRAMEWORK_MODULES = ("forward_context", "model_config")
+FRAMEWORK_MODULES = ("forward_context", "model_config", "parallel_state")
 
 
 def tree_hash(path: Path, suffixes=(".py",)) -> str:
@@ -91,9 +91,11 @@ class CandidateSource:
             sys.modules[self._package] = package
             # The serving contract is the framework's, not the tree's: a tree that copies the
             # reference's files (relative imports included) must read the step's metadata from the
-            # forward context the engine sets, and take the configs the models are built with, not
-            # private copies of those two modules (whose context would always be empty and whose
-            # config classes would be other types).
+            # forward context the engine sets, take the configs the models are built with, and read
+            # the tensor-parallel degree and rank the ranks set, not private copies of those modules
+            # (whose context would always be empty, whose config classes would be other types, and
+            # whose degree would always be 1: a copy of the reference then built unsharded layers
+            # on every rank and failed every tensor-parallel case).
             for name in FRAMEWORK_MODULES:
                 sys.modules[f"{self._package}.{name}"] = importlib.import_module(f"kernels_reference.{name}")
         dotted = ".".join(Path(rel).with_suffix("").parts)

@@ -1,7 +1,8 @@
 """MixtralDecoderLayer (L3): Llama attention over the paged cache + the 8-expert MoE block.
 
 CPU profile: Mixtral's E = 8, k = 2 and its GQA ratio at hidden 256, 8 heads of 32, expert
-width 64 (``tasks/moe.py`` cut_config); full profile: the real config on the captured steps. Routing-aware correctness:
+width 64 (``tasks/moe.py`` cut_config), and its first decode batch again at tensor-parallel degree
+2; full profile: the real config on the captured steps. Routing-aware correctness:
 tokens whose 2nd and 3rd router logits are within rounding leave their output row out.
 """
 from fk_pytest import standard_tests
@@ -18,8 +19,12 @@ class MixtralDecoderLayerTask(MoELayerTask, DecoderLayerTask):
     models = {"cpu": ("mixtral-8x7b",), "full": ("mixtral-8x7b",)}
     undetermined_rows = token_rule(("hidden_states",))
 
+    # On the CPU also at degree 2 (gloo ranks): attention heads and KV heads split, each rank every
+    # expert's slice of the intermediate features, the expert outputs all-reduced (vLLM's sharding).
+    tp_degrees = (2,)
+
     def cases(self, profile):
-        return self.captured_batch_cases(profile, lambda model: {"profile": profile})
+        return self.with_tp_cases(self.captured_batch_cases(profile, lambda model: {"profile": profile}), profile)
 
 
 TASK = MixtralDecoderLayerTask()
