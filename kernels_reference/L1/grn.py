@@ -28,11 +28,13 @@ every program costs less than a launch between the two, and no float atomics mea
 on every run of one configuration. Tile shapes are autotuned per (channels, pixel-count bucket).
 Channels-first inputs take the native path.
 
-Why two launches: the earlier design (atomics into ``[B, C]``, a factor launch, an apply launch)
-reached 0.48 TB/s where a copy moves 4.1, 0.22-0.29 of ``torch.compile(forward_native)``'s speed
-on ConvNeXt-V2-Tiny's batch-32 stages (stage 1, 56x56x384 bf16: 319 us against 69 us, 154 MB
-moved) and 0.70 on stage 4 of one image (H200, torch 2.11, triton 3.6, 2026-12-05,
-``python3 -m fk_pytest.peers --device cuda --profile full --ops pooler,global_response_norm``).
+What the timings so far say: the earlier design (atomics into ``[B, C]``, a factor launch, an apply launch)
+timed at 0.22-0.29 of ``torch.compile(forward_native)``'s speed on ConvNeXt-V2-Tiny's batch-32
+stages (H200, 2026-12-05), and so did this one (stage 1, B32: 382 us against 85 us on an H100 the
+same day). Both numbers were mostly a copy: the task handed the op features in NCHW memory order,
+which ``x.contiguous()`` rewrote on every call (291 of the 382 us; the two kernels took 55 + 37 us,
+``python3 -m benchmarks kernel_breakdown global_response_norm``). An MLP's fc1 writes them
+contiguous, and the task now does too; the two designs have not been compared since.
 """
 import functools
 from typing import NamedTuple, Optional
