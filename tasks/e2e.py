@@ -44,6 +44,7 @@ from typing import List, Optional
 import torch
 
 from fk_pytest import Case
+from fk_pytest.task import at_degree
 from fk_pytest.e2e import GRADED, MIN_COMPARED_TOKENS, E2ESpec, Request
 from kernels_reference.engine.scenarios import SCENARIOS
 from kernels_reference.gguf import SMOLLM2_MISSING, smollm2_gguf_path
@@ -69,6 +70,9 @@ SCENARIO_NAMES = {
              **{m: ("chat", "long-context", "batch-1", "batch-32") for m in LLAMA_FAMILY},
              **{m: ("chat", "batch-32") for m in MOE_MODELS + STATE_MODELS}},
 }
+# (model, scenario, degree): the cases also served at tensor-parallel degree > 1, where a tree's
+# all-reduces (attention's output projection, the expert block) run inside the served model.
+TP_CASES = {"cpu": (("mixtral-8x7b", "chat", 2),), "full": ()}
 # Depth on CUDA where two copies of the whole model, with a candidate's CUDA-graph pools beside them,
 # would not fit one H200 (see the docstring). Mixtral at 16 layers (2 x 47 GB) left no room for the
 # example tree's 36 GB of graph pools; DeepSeek-V2-Lite's 27 layers fit but its calibration alone
@@ -158,10 +162,15 @@ class LlmE2E(E2ESpec):
                 out.append(Case(f"{model}-{scenario}", dtype, model=model,
                                 params={"model": model, "scenario": scenario, "scale": scale,
                                         "profile": profile, "weights": "gguf" if trained else "random"}))
+        # Cases served at tensor-parallel degree > 1 (fk_pytest.e2e_tp), judged on their degree-1
+        # case's calibration; a GPU profile's would need a GPU per rank.
+        for model, scenario, tp in TP_CASES[profile]:
+            out.append(at_degree(next(c for c in out if c.id == f"{model}-{scenario}"), tp))
         return out
 
     def model_cases(self, case) -> List[Case]:
-        return [c for c in self.cases(case["profile"], case["scale"]) if c["model"] == case["model"]]
+        return [c for c in self.cases(case["profile"], case["scale"])
+                if c["model"] == case["model"] and c.params.get("tp", 1) == 1]
 
     def unavailable(self, case) -> Optional[str]:
         if case["weights"] == "gguf" and _smollm2_path() is None:
@@ -177,6 +186,12 @@ class LlmE2E(E2ESpec):
         with torch.device(device):
             model = model_for(model_config(case["model"], case["profile"]))
         return local_heads(init_random_weights(model, gen)).to(case.dtype).eval()
+
+    def build_architecture(self, case, device) -> torch.nn.Module:
+        if case["weights"] == "gguf":
+            raise NotImplementedError(f"{case.id}: the trained model's cases run at degree 1 only")
+        with torch.device(device):
+            return model_for(model_config(case["model"], case["profile"]))
 
     def requests(self, case) -> List[Request]:
         scenario = SCENARIOS[case["scenario"]]

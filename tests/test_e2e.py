@@ -275,7 +275,7 @@ def test_a_case_too_short_to_decide_is_a_task_error():
 
 # ---- through the plugin -------------------------------------------------------------------------
 # The Mixtral CPU cut (seconds) rather than SmolLM2 (a minute of calibration): the same path.
-MIXTRAL_RUN = ["-k", "(e2e and mixtral) or (rms and llama-3.1-8b-decode-T1-bf16 and correctness)",
+MIXTRAL_RUN = ["-k", "(e2e and mixtral and not tp2) or (rms and llama-3.1-8b-decode-T1-bf16 and correctness)",
                f"--fk-candidate={CANDIDATES / 'minimal_signatures'}"]
 
 

@@ -253,6 +253,13 @@ class E2ESpec:
         cases: the evaluator builds it once per model)."""
         raise NotImplementedError
 
+    def build_architecture(self, case, device: torch.device) -> torch.nn.Module:
+        """The reference model's modules without their weights (any values), on ``device``. A case
+        at tensor-parallel degree > 1 builds it on each rank, inside the rank's parallel state, and
+        loads the rank's cut of ``build_reference``'s weights (fk_pytest.e2e_tp)."""
+        raise NotImplementedError(f"{type(self).__name__} has no build_architecture: its cases cannot run at "
+                                  "tensor-parallel degree > 1")
+
     def requests(self, case) -> List[Request]:
         raise NotImplementedError
 

@@ -21,6 +21,7 @@ from .compose import Composition, swap_children
 from .e2e import (DECODE, FAIL_AT, MIN_STABLE_TOKENS, PATHS, PREFILL, VALID_CREDIT, E2EResult, E2ESpec,
                   MutantResult, Predictions, Request, as_mutant, blend, catch_at, credit, noise_floor,
                   noise_tallies, sampling_allowance, stable_positions, tally)
+from .e2e_tp import candidate_at_degree, degree, degree_one_id
 from .errors import CandidateError, short_traceback
 
 Progress = Callable[[str], None]
@@ -57,13 +58,13 @@ class EngineModel(torch.nn.Module):
         layers = [m for m in self.root.modules() if hasattr(m, "kv_cache")]
         if not layers:
             raise RuntimeError("no module of the model exposes a kv_cache attribute (attention contract)")
-        for m in layers:
-            m.kv_cache = self._cache(num_blocks, block_size, param.dtype, param.device)
+        for m in layers:  # each layer's own KV heads: this rank's under tensor parallelism
+            m.kv_cache = self._cache(num_blocks, block_size, param.dtype, param.device, getattr(m, "num_kv_heads", None))
 
-    def _cache(self, num_blocks, block_size, dtype, device):
+    def _cache(self, num_blocks, block_size, dtype, device, kv_heads=None):
         if self._new_cache is not None:
-            return self._new_cache(num_blocks, block_size, dtype, device)
-        shape = (num_blocks, block_size, self.config.num_key_value_heads, self.config.head_dim)
+            return self._new_cache(num_blocks, block_size, dtype, device, kv_heads)
+        shape = (num_blocks, block_size, kv_heads or self.config.num_key_value_heads, self.config.head_dim)
         return torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
 
 
@@ -345,17 +346,25 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
         return result
 
     calibration = cache.scenarios(spec, case, device, progress)
-    run = calibration.scenarios[case.id]
-    progress(f"{case.id}: candidate, prefill-forced and decode-forced ({', '.join(result.swapped)})")
-    candidate_top1, steps, path = {}, {}, "engine start-up"
+    tp, scenario_id = degree(case), degree_one_id(case)  # a case at TP > 1 is judged on degree 1's calibration
+    run = calibration.scenarios[scenario_id]
+    at = f" at tensor-parallel degree {tp}" if tp > 1 else ""
+    progress(f"{case.id}: candidate, prefill-forced and decode-forced{at} ({', '.join(result.swapped)})")
+    candidate_top1, steps, path, cand_llm = {}, {}, "engine start-up", None
     try:
-        with interpreted_launches(candidate) as launches:
-            cand_llm = _engine(candidate, reference, args)  # CUDA graphs are captured here
-            for path in PATHS:
-                before = dict(cand_llm.runner.steps)
-                candidate_top1[path] = forced(cand_llm, run, path)
-                steps[path] = {k: n - before.get(k, 0) for k, n in cand_llm.runner.steps.items()
-                               if n - before.get(k, 0)}
+        if tp > 1:  # the engine on tp rank processes (fk_pytest.e2e_tp)
+            tree = str(lookup.source.path) if lookup is not None else None
+            out = candidate_at_degree(spec, case, reference, tree, run, args)
+            candidate_top1, steps = out["top1"], out["steps"]
+            launches = {"n": len(out["interpreted_classes"]), "by_class": dict.fromkeys(out["interpreted_classes"], 1)}
+        else:
+            with interpreted_launches(candidate) as launches:
+                cand_llm = _engine(candidate, reference, args)  # CUDA graphs are captured here
+                for path in PATHS:
+                    before = dict(cand_llm.runner.steps)
+                    candidate_top1[path] = forced(cand_llm, run, path)
+                    steps[path] = {k: n - before.get(k, 0) for k, n in cand_llm.runner.steps.items()
+                                   if n - before.get(k, 0)}
     except CandidateError as exc:  # a call into a candidate class that cannot bind
         result.status, result.message = exc.status, exc.message
         return result
@@ -383,9 +392,10 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
         extra = both_paths(_engine(triton_ref, reference, args), run, "reference-triton-interpreted/")
         del triton_ref
         release_memory()
-    _judge(result, calibration.scenarios, case.id, candidate_top1, steps, extra)
+    _judge(result, calibration.scenarios, scenario_id, candidate_top1, steps, extra)
 
-    if device.type == "cuda" and result.status not in (status.TASK_ERROR,):
+    # Timed at degree 1 only: at TP the ranks need a GPU each, and the engines are timed in-process.
+    if device.type == "cuda" and cand_llm is not None and result.status not in (status.TASK_ERROR,):
         progress(f"{case.id}: timing candidate and reference engines")
         try:
             _measure(result, cand_llm, _engine(reference, reference, args), requests, device, spec.timing_rounds)
