@@ -349,7 +349,7 @@ class MoELayerTask:
     """Mixin for the MoE decoder-layer (L3) and model (L4) tasks over the paged cache: cases per
     MoE model at its (cut) config; heads and costs from that config."""
 
-    tp_degrees = ()  # per task: Mixtral's layer has a TP-2 case on the CPU (every expert's slice per rank)
+    tp_degrees = ()  # FusedMoE shards (every expert's slice per rank); the MoE tasks' TP checks live in tests
 
     models = {"cpu": LAYER_MODELS, "full": LAYER_MODELS}
     depth = 1

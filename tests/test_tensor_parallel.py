@@ -319,9 +319,9 @@ def test_ranks_end_themselves_when_the_process_that_started_them_is_killed(tmp_p
 def test_a_copy_of_the_reference_tree_shards_on_the_ranks(task_name):
     """A tree that is the reference's files (relative imports and all) reads the degree and rank
     the ranks set, not a private copy of the parallel state that says degree 1: its layers shard
-    and pass. Mixtral's also splits every expert over the ranks and all-reduces their outputs;
-    the whole Mixtral cut (no TP case in its task, for the main job's time) at degree 2 as well:
-    vocabulary-parallel embedding and LM head, per-rank KV caches."""
+    and pass. Mixtral's layer also splits every expert over the ranks and all-reduces their
+    outputs; the whole Mixtral cut at degree 2 as well: vocabulary-parallel embedding and LM head,
+    per-rank KV caches. (Neither Mixtral task has a TP case of its own, for the main job's time.)"""
     from conftest import ROOT
     from fk_pytest.candidates import CandidateSource
     from fk_pytest.correctness import evaluate_case
@@ -337,7 +337,8 @@ def test_a_copy_of_the_reference_tree_shards_on_the_ranks(task_name):
 
 
 def test_mixtral_layer_at_tp_2_without_the_expert_reduction_fails():
-    """The Mixtral layer's TP case sees a FusedMoE that never sums the ranks' partial outputs."""
+    """The Mixtral layer's first decode batch at TP 2 sees a FusedMoE that never sums the ranks'
+    partial outputs."""
     from conftest import CANDIDATES
     from fk_pytest.candidates import CandidateSource
     from fk_pytest.correctness import evaluate_case
@@ -345,8 +346,10 @@ def test_mixtral_layer_at_tp_2_without_the_expert_reduction_fails():
 
     from fk_pytest.compose import candidate_lookup
 
+    from fk_pytest.task import at_degree
+
     task = get_task("mixtral_decoder_layer")
-    (case,) = [c for c in task.cases("cpu") if c.params.get("tp") == 2]
+    case = at_degree(next(c for c in task.cases("cpu") if "-decode-" in c.id), 2)
     wrong = evaluate_case(task, case, 7, task.reference, "cpu",
                           compose=candidate_lookup(CandidateSource(CANDIDATES / "tp_moe_no_all_reduce")))
     assert wrong.status == "WRONG_RESULT" and wrong.swapped == ["FusedMoE"], (wrong.status, wrong.swapped)
