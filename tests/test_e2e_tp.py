@@ -45,3 +45,13 @@ def test_a_spec_without_an_architecture_builder_is_refused_with_its_name():
 
     with pytest.raises(NotImplementedError, match="has no build_architecture"):
         E2ESpec().build_architecture(None, "cpu")
+
+
+def test_a_tp_case_on_a_gpu_device_is_not_run_and_says_why():
+    """Its ranks run on the CPU only: on CUDA the case is reported NOT_RUN with the reason, before
+    anything is built (no GPU needed to check it)."""
+    from tasks.e2e import E2E as SPEC
+
+    case = next(c for c in SPEC.cases("cpu") if c.params.get("tp") == 2)
+    r = run_e2e(SPEC, case, "cuda", None, False)
+    assert r.status == status.NOT_RUN and "2 ranks" in r.message and "gloo only" in r.message, r.message

@@ -328,6 +328,10 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
     if why:
         result.message = why
         return result
+    if degree(case) > 1 and device.type != "cpu":
+        result.message = (f"not run: {case.id} serves the model on {degree(case)} ranks, which run on the CPU "
+                          "over gloo only (one GPU per rank over NCCL is not wired)")
+        return result
     requests = spec.requests(case)
     result.requests, result.output_tokens = len(requests), sum(n for _, n in requests)
     if result.output_tokens < spec.min_compared_tokens:
