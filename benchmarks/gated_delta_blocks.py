@@ -26,6 +26,7 @@ def _batch(spec: str):
 
 
 def one_width(width: int, specs):
+    from benchmarks.kernel_breakdown import kernel_times
     from kernels_reference.L1.gated_delta_rule import GatedDeltaRule
     from kernels_reference.ops.gated_delta import chunk
     from tasks.gated_delta_inputs import gated_delta_inputs
@@ -53,24 +54,8 @@ def one_width(width: int, specs):
             end.synchronize()
             times.append(start.elapsed_time(end) * 1e3)
         row[spec] = sorted(times)[len(times) // 2]
-        row[spec + " kernels"] = _kernel_times(lambda: layer(**inputs))
+        row[spec + " kernels"] = {k[:60]: us for k, us in kernel_times(lambda: layer(**inputs))[:6]}
     print(json.dumps(row), flush=True)
-
-
-def _kernel_times(call, calls: int = 3):
-    """us per call of each GPU kernel the call launches (torch.profiler), largest first."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            call()
-        torch.cuda.synchronize()
-    totals = {}
-    for event in prof.key_averages():
-        us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
-        if us:
-            totals[event.key[:60]] = us / calls
-    return dict(sorted(totals.items(), key=lambda kv: -kv[1])[:6])
 
 
 def main():

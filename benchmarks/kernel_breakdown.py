@@ -18,6 +18,21 @@ from fk_pytest.registry import get_task
 WARMUP_CALLS, PROFILED_CALLS, TOP = 3, 5, 6
 
 
+def kernel_times(call, calls: int = PROFILED_CALLS):
+    """[(kernel, us per call)] of the GPU kernels ``call()`` launches (torch.profiler over ``calls``
+    calls), largest first."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    kernels = {}
+    for event in prof.key_averages():
+        us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if us:
+            kernels[event.key] = us / calls
+    return sorted(kernels.items(), key=lambda kv: -kv[1])
+
+
 def breakdown(task, case, device):
     module = task.reference(**task.init_args(case)).to(device=device, dtype=case.dtype).eval()
     inputs = task.make_inputs(case, torch.Generator(device=device).manual_seed(0), device)
@@ -26,17 +41,9 @@ def breakdown(task, case, device):
             task.call(module, inputs)
         torch.cuda.synchronize()
         start = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(PROFILED_CALLS):
-                task.call(module, inputs)
-            torch.cuda.synchronize()
+        kernels = kernel_times(lambda: task.call(module, inputs))
         wall_us = (time.perf_counter() - start) / PROFILED_CALLS * 1e6
-    kernels = {}
-    for event in prof.key_averages():
-        us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
-        if us:
-            kernels[event.key] = us / PROFILED_CALLS
-    return wall_us, sorted(kernels.items(), key=lambda kv: -kv[1])
+    return wall_us, kernels
 
 
 def main():

@@ -44,7 +44,7 @@ from typing import List, Optional
 import torch
 
 from fk_pytest import Case
-from fk_pytest.task import at_degree
+from fk_pytest.task import at_degree, tp_degree
 from fk_pytest.e2e import GRADED, MIN_COMPARED_TOKENS, E2ESpec, Request
 from kernels_reference.engine.scenarios import SCENARIOS
 from kernels_reference.gguf import SMOLLM2_MISSING, smollm2_gguf_path
@@ -170,7 +170,7 @@ class LlmE2E(E2ESpec):
 
     def model_cases(self, case) -> List[Case]:
         return [c for c in self.cases(case["profile"], case["scale"])
-                if c["model"] == case["model"] and c.params.get("tp", 1) == 1]
+                if c["model"] == case["model"] and tp_degree(c) == 1]
 
     def unavailable(self, case) -> Optional[str]:
         if case["weights"] == "gguf" and _smollm2_path() is None:

@@ -21,8 +21,9 @@ from .compose import Composition, swap_children
 from .e2e import (DECODE, FAIL_AT, MIN_STABLE_TOKENS, PATHS, PREFILL, VALID_CREDIT, E2EResult, E2ESpec,
                   MutantResult, Predictions, Request, as_mutant, blend, catch_at, credit, noise_floor,
                   noise_tallies, sampling_allowance, stable_positions, tally)
-from .e2e_tp import candidate_at_degree, degree, degree_one_id
+from .e2e_tp import candidate_at_degree
 from .errors import CandidateError, short_traceback
+from .task import degree_one_id, tp_degree
 
 Progress = Callable[[str], None]
 
@@ -103,12 +104,16 @@ def unbind_kv_caches(model: torch.nn.Module) -> None:
             m.state_cache = None
 
 
-def _engine(model: torch.nn.Module, reference: torch.nn.Module, args: dict):
-    """An engine serving ``model`` (the reference, a mutant or a composed candidate) with the
+def engine_model(model: torch.nn.Module, reference: torch.nn.Module) -> EngineModel:
+    """``model`` (the reference, a mutant or a composed candidate) as the engine serves it, with the
     reference's config and cache layout."""
-    from kernels_reference.engine import LLM
     wrapper = StateEngineModel if hasattr(reference, "allocate_state_pools") else EngineModel
-    return LLM(wrapper(model, reference), **args)
+    return wrapper(model, reference)
+
+
+def _engine(model: torch.nn.Module, reference: torch.nn.Module, args: dict):
+    from kernels_reference.engine import LLM
+    return LLM(engine_model(model, reference), **args)
 
 
 def _params(requests: Sequence[Request]):
@@ -121,6 +126,13 @@ def forced(llm, run: "ScenarioRun", path: str) -> Predictions:
     (``PREFILL``: teacher-forced through prefill; ``DECODE``: one decode step per target token)."""
     score = llm.score if path == PREFILL else llm.score_decode
     return [list(map(int, p)) for p in score(run.sequences, run.prompt_lens)]
+
+
+def forced_counting_steps(llm, run: "ScenarioRun", path: str) -> Tuple[Predictions, Dict[str, int]]:
+    """``forced`` on ``path``, and the engine steps of each kind that scoring took."""
+    before = dict(llm.runner.steps)
+    predictions = forced(llm, run, path)
+    return predictions, {k: n - before.get(k, 0) for k, n in llm.runner.steps.items() if n - before.get(k, 0)}
 
 
 def both_paths(llm, run: "ScenarioRun", prefix: str = "") -> Dict[str, Predictions]:
@@ -328,8 +340,8 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
     if why:
         result.message = why
         return result
-    if degree(case) > 1 and device.type != "cpu":
-        result.message = (f"not run: {case.id} serves the model on {degree(case)} ranks, which run on the CPU "
+    if tp_degree(case) > 1 and device.type != "cpu":
+        result.message = (f"not run: {case.id} serves the model on {tp_degree(case)} ranks, which run on the CPU "
                           "over gloo only (one GPU per rank over NCCL is not wired)")
         return result
     requests = spec.requests(case)
@@ -350,7 +362,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
         return result
 
     calibration = cache.scenarios(spec, case, device, progress)
-    tp, scenario_id = degree(case), degree_one_id(case)  # a case at TP > 1 is judged on degree 1's calibration
+    tp, scenario_id = tp_degree(case), degree_one_id(case)  # a case at TP > 1 is judged on degree 1's calibration
     run = calibration.scenarios[scenario_id]
     at = f" at tensor-parallel degree {tp}" if tp > 1 else ""
     progress(f"{case.id}: candidate, prefill-forced and decode-forced{at} ({', '.join(result.swapped)})")
@@ -365,10 +377,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
             with interpreted_launches(candidate) as launches:
                 cand_llm = _engine(candidate, reference, args)  # CUDA graphs are captured here
                 for path in PATHS:
-                    before = dict(cand_llm.runner.steps)
-                    candidate_top1[path] = forced(cand_llm, run, path)
-                    steps[path] = {k: n - before.get(k, 0) for k, n in cand_llm.runner.steps.items()
-                                   if n - before.get(k, 0)}
+                    candidate_top1[path], steps[path] = forced_counting_steps(cand_llm, run, path)
     except CandidateError as exc:  # a call into a candidate class that cannot bind
         result.status, result.message = exc.status, exc.message
         return result

@@ -21,20 +21,10 @@ from typing import Dict, Optional
 import torch
 
 from .errors import CandidateError
+from .task import tp_degree
 from .tp_ranks import RankFailure, run_ranks
 
 RANK_TIMEOUT_S = 600.0  # one group run: start, build, both scoring paths of the scenario
-
-
-def degree(case) -> int:
-    return int(case.params.get("tp", 1))
-
-
-def degree_one_id(case) -> str:
-    """The id of ``case`` at degree 1, which its calibration (scenarios, floors, mutants) is under."""
-    tp = degree(case)
-    suffix = f"-tp{tp}"
-    return case.id[: -len(suffix)] if tp > 1 and case.id.endswith(suffix) else case.id
 
 
 def candidate_at_degree(spec, case, reference: torch.nn.Module, tree: Optional[str], run, args: dict) -> dict:
@@ -42,7 +32,7 @@ def candidate_at_degree(spec, case, reference: torch.nn.Module, tree: Optional[s
     "interpreted_classes": [...]}`` of the tree composed into the model at the case's degree
     (``tree`` None: the reference itself). A rank that fails ends the case as the candidate's
     failure, naming the rank."""
-    tp = degree(case)
+    tp = tp_degree(case)
     payload = {"spec": spec, "case": case, "tree": tree, "run": run, "args": args,
                "state": {k: v.detach().cpu() for k, v in reference.state_dict().items()}}
     try:
@@ -57,8 +47,8 @@ def _rank_job(rank: int, tp: int, payload: dict):
     from .candidates import CandidateSource
     from .compose import candidate_lookup, swap_children
     from .correctness import interpreted_launches
-    from .e2e_run import EngineModel, StateEngineModel, forced
     from .e2e import PATHS
+    from .e2e_run import engine_model, forced_counting_steps
     from .tp_eval import shard_state
 
     spec, case = payload["spec"], payload["case"]
@@ -75,16 +65,13 @@ def _rank_job(rank: int, tp: int, payload: dict):
             composition.raise_if_failed()
             swapped = list(composition.swapped)
         built.update(model=holder.model, swapped=swapped)
-        wrapper = StateEngineModel if hasattr(arch, "allocate_state_pools") else EngineModel
-        return wrapper(holder.model, arch)
+        return engine_model(holder.model, arch)
 
     def work(llm):
         top1, steps = {}, {}
         with interpreted_launches(built["model"]) as launches:
             for path in PATHS:
-                before = dict(llm.runner.steps)
-                top1[path] = forced(llm, payload["run"], path)
-                steps[path] = {k: n - before.get(k, 0) for k, n in llm.runner.steps.items() if n - before.get(k, 0)}
+                top1[path], steps[path] = forced_counting_steps(llm, payload["run"], path)
         return {"top1": top1, "steps": steps, "swapped": built["swapped"],
                 "interpreted_classes": sorted(launches["by_class"])}
 

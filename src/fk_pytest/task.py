@@ -47,6 +47,12 @@ def at_degree(case: "Case", tp: int) -> "Case":
     return Case(f"{case.id}-tp{tp}", case.dtype, model=case.model, weight=case.weight, params=dict(case.params, tp=tp))
 
 
+def degree_one_id(case: "Case") -> str:
+    """The id of ``case`` at degree 1 (``at_degree``'s suffix taken off again)."""
+    suffix = f"-tp{tp_degree(case)}"
+    return case.id[: -len(suffix)] if tp_degree(case) > 1 and case.id.endswith(suffix) else case.id
+
+
 class RanksDisagree(Exception):
     """Tensor-parallel ranks hold different results where each must hold the whole one."""
 
