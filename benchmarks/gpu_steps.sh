@@ -88,7 +88,13 @@ step_cmd() {
     # flash-linear-attention as the scan ops' peer: its wheels under .whl/ (fetched on the CPU machine
     # with `pip download --no-deps fla-core==0.6.0 einops -d .whl`; git-ignored, so the device call
     # must name .whl in carry), installed apart from the machine's packages.
-    peers-fla) echo "pip install -q --no-deps --no-index --target /tmp/pylib .whl/*.whl && PYTHONPATH=/tmp/pylib:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops gated_delta_rule,gated_linear_attention,rwkv7 --max-cases-per-op 6 --time-budget 150 --json $OUT/peers-fla.json --md $OUT/peers-fla.md" ;;
+    peers-fla) echo "pip install -q --no-deps --no-index --target /tmp/pylib .whl/fla_core-*.whl .whl/einops-*.whl && PYTHONPATH=/tmp/pylib:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops gated_delta_rule,gated_linear_attention,rwkv7 --max-cases-per-op 6 --time-budget 150 --json $OUT/peers-fla.json --md $OUT/peers-fla.md" ;;
+    # The attention kernels serving stacks run, as the paged-attention op's peers (issue 30): FlashInfer
+    # from its wheels under .whl/ (fetched on the CPU machine with `pip download --no-deps
+    # flashinfer-python==0.6.0 -d .whl` and, for the GPU machine's Python 3.12, apache-tvm-ffi's cp312
+    # manylinux wheel; carry those two), its kernels compiled just in time by the machine's nvcc on
+    # first use; torch's varlen FlashAttention; SDPA's flash and cuDNN kernels.
+    peers-attn-prod) echo "pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws python3 -m fk_pytest.peers --device cuda --profile full --ops attention --peers \${ATTN_PEERS:-sdpa-flash,sdpa-cudnn,varlen_attn,flashinfer,flashinfer-decode,flashinfer-decode-tc} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-attn-prod.json --md $OUT/peers-attn-prod.md" ;;
     # The encoder, vision and conv ops against their peers (tasks/peers.py), in two halves so that
     # the compiles of each fit one step.
     peers-enc-a) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops layer_norm,gelu,pooler,dinov2_position_embedding,global_response_norm --json $OUT/peers-enc-a.json --md $OUT/peers-enc-a.md --time-budget 200" ;;

@@ -30,6 +30,7 @@ plain PyTorch. The report gives the ratio against each kind apart.
 import functools
 import importlib
 import inspect
+import itertools
 import math
 import re
 import warnings
@@ -183,6 +184,8 @@ class PackedLayout:
             self.q_start.append(self.q_start[-1] + q)
             self.kv_start.append(self.kv_start[-1] + n)
         seq = lambda lens: torch.cat([torch.full((n,), i) for i, n in enumerate(lens)])  # noqa: E731
+        self.cu_q = torch.tensor(self.q_start, dtype=torch.int32, device=device)  # varlen kernels' cu_seqlens
+        self.cu_k = torch.tensor(self.kv_start, dtype=torch.int32, device=device)
         self.q_seq = seq(self.q_lens).to(device)
         self.kv_seq = seq(self.seq_lens).to(device)
         self.q_pos = torch.cat([torch.arange(n - q, n) for q, n in zip(self.q_lens, self.seq_lens)]).to(device)
@@ -212,21 +215,36 @@ class PackedLayout:
         return self._masks[i]
 
 
-def _paged_layer(ctx: PeerContext, attend):
-    """The layer's whole job around ``attend``: store the step's K/V at the slot mapping, gather each
-    sequence's K/V through its block table, attend causally (bottom-right aligned)."""
+def _paged_store(ctx: PeerContext):
+    """``store(inputs) -> (q [T, nq, d], k_cache, v_cache, metadata)``: the step's K/V written at the
+    slot mapping (the store every paged-attention peer does before attending, as serving stacks run a
+    cache-write kernel before theirs); the caches keep their [blocks, block_size, nk, d] layout."""
     ref, task = ctx.reference, ctx.task
     nq, nk, hs = ref.num_heads, ref.num_kv_heads, ref.head_size
     k_name, v_name = task.cache_names()[:2]
+
+    def store(inputs):
+        meta, k_cache, v_cache = inputs["metadata"], inputs[k_name], inputs[v_name]
+        t = inputs["query"].shape[0]
+        k_cache.view(-1, nk, hs).index_copy_(0, meta.slot_mapping, inputs["key"].reshape(t, nk, hs))
+        v_cache.view(-1, nk, hs).index_copy_(0, meta.slot_mapping, inputs["value"].reshape(t, nk, hs))
+        return inputs["query"].view(t, nq, hs), k_cache, v_cache, meta
+
+    return store
+
+
+def _paged_layer(ctx: PeerContext, attend):
+    """The layer's whole job around ``attend``: store the step's K/V at the slot mapping, gather each
+    sequence's K/V through its block table, attend causally (bottom-right aligned)."""
+    ref = ctx.reference
+    nq, nk, hs = ref.num_heads, ref.num_kv_heads, ref.head_size
+    store = _paged_store(ctx)
     layouts: Dict[tuple, PackedLayout] = {}
 
     def layer(inputs):
-        meta, k_cache, v_cache = inputs["metadata"], inputs[k_name], inputs[v_name]
-        t = inputs["query"].shape[0]
-        q = inputs["query"].view(t, nq, hs)
+        q, k_cache, v_cache, meta = store(inputs)
+        t = q.shape[0]
         k_slots, v_slots = k_cache.view(-1, nk, hs), v_cache.view(-1, nk, hs)
-        k_slots.index_copy_(0, meta.slot_mapping, inputs["key"].reshape(t, nk, hs))
-        v_slots.index_copy_(0, meta.slot_mapping, inputs["value"].reshape(t, nk, hs))
         key = PackedLayout.key(meta)
         if key not in layouts:  # the first call (the correctness check) plans; timed calls reuse it
             layouts[key] = PackedLayout(meta, q.device)
@@ -359,6 +377,163 @@ def _flex(ctx: PeerContext):
     return _paged_layer(ctx, attend)
 
 
+def _varlen_function(ctx: PeerContext, causal: bool):
+    """torch's public varlen attention (``torch.nn.attention.varlen.varlen_attn``, torch 2.9 and
+    newer: FlashAttention's varlen kernel) and the keyword arguments this case needs from it, read off
+    the installed signature (its keywords grew over releases); Skipped / Unsupported with the reason
+    where this torch cannot run the case."""
+    if ctx.device.type != "cuda":
+        raise Skipped("varlen_attn runs FlashAttention's CUDA kernel (no CPU path)")
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        raise Skipped(f"this torch ({torch.__version__}) has no torch.nn.attention.varlen") from None
+    if ctx.case.dtype not in (torch.float16, torch.bfloat16):
+        raise Unsupported("FlashAttention runs half types only")
+    ref = ctx.reference
+    accepts = inspect.signature(varlen_attn).parameters
+    options = {}
+    if "scale" in accepts:
+        options["scale"] = ref.scale
+    elif not math.isclose(ref.scale, ref.head_size ** -0.5):
+        raise Unsupported("this torch's varlen_attn takes no scale; the layer's is not 1/sqrt(head_size)")
+    if ref.num_kv_heads != ref.num_heads:
+        if "enable_gqa" not in accepts:
+            raise Unsupported("this torch's varlen_attn has no GQA (enable_gqa)")
+        options["enable_gqa"] = True
+    if causal:
+        if "window_size" in accepts:
+            options["window_size"] = (-1, 0)  # its spelling of causal
+        elif "is_causal" in accepts:
+            options["is_causal"] = True
+        else:
+            raise Unsupported("this torch's varlen_attn has no causal mask")
+    return varlen_attn, options, accepts
+
+
+def _paged_varlen(ctx: PeerContext):
+    """varlen_attn over the packed batch, causal (FlashAttention aligns a chunk's queries to the end
+    of its keys): on the paged cache itself through ``block_table`` / ``seqused_k`` where this torch
+    has them (vLLM's FlashAttention path), else on K/V gathered through the block tables; the first
+    call decides, and a refusal either way is Unsupported with both reasons."""
+    varlen_attn, options, accepts = _varlen_function(ctx, causal=True)
+    ref = ctx.reference
+    nq, nk, hs = ref.num_heads, ref.num_kv_heads, ref.head_size
+    store = _paged_store(ctx)
+    mode = {"paged": "block_table" in accepts and "seqused_k" in accepts, "decided": False}
+
+    def gathered(q, k_all, v_all, layout, scale):
+        return varlen_attn(q, k_all, v_all, layout.cu_q, layout.cu_k, max(layout.q_lens), max(layout.seq_lens),
+                           **options)
+
+    gathered_layer = _paged_layer(ctx, gathered)
+
+    def paged_layer(inputs):
+        q, k_cache, v_cache, meta = store(inputs)
+        cu_kv = torch.nn.functional.pad(torch.cumsum(meta.seq_lens, 0, dtype=torch.int32), (1, 0))
+        out = varlen_attn(q, k_cache, v_cache, meta.query_start_loc, cu_kv, meta.max_query_len, meta.max_seq_len,
+                          seqused_k=meta.seq_lens, block_table=meta.block_tables, **options)
+        return out.reshape(q.shape[0], nq * hs)
+
+    def layer(inputs):
+        if mode["decided"]:
+            return (paged_layer if mode["paged"] else gathered_layer)(inputs)
+        refusals = []
+        if mode["paged"]:
+            try:
+                out = paged_layer(inputs)
+                mode["decided"] = True
+                return out
+            except (RuntimeError, ValueError) as exc:
+                refusals.append(f"on the paged cache: {str(exc).splitlines()[0]}")
+                mode["paged"] = False
+        try:
+            out = gathered_layer(inputs)
+        except (RuntimeError, ValueError) as exc:
+            refusals.append(f"on gathered K/V: {str(exc).splitlines()[0]}")
+            raise Unsupported("varlen_attn cannot run this case: " + " | ".join(refusals)) from None
+        mode["decided"] = True
+        if refusals:
+            ctx.note("K/V gathered through the block tables (" + refusals[0] + ")")
+        return out
+
+    return layer
+
+
+# FlashInfer (``flashinfer-python``, the kernels SGLang's and vLLM's FlashInfer backends call) on
+# the task's own cache: its paged layout is ours ([blocks, block_size, kv_heads, d] for K and V,
+# "NHD"), the page table is the block tables' used entries. Its kernels are compiled just in time
+# (nvcc) on first use; ``plan`` is the per-step host scheduling a serving stack does once for all
+# layers, so it runs once per step's metadata, before timing, and only ``run`` is timed.
+FLASHINFER_WORKSPACE_BYTES = 256 << 20  # the float workspace (split-KV partial results), shared
+FLASHINFER = dict(kind=PRODUCTION, version=package_version("flashinfer-python"))
+
+
+def page_table(meta):
+    """FlashInfer's page table of a step: (indptr [B + 1], indices, last_page_len [B]), int32 on the
+    metadata's device: each sequence's used pages (its block table's first ceil(len / block_size)
+    entries, in order) back to back, and how many slots of its last page hold tokens."""
+    device, block = meta.block_tables.device, meta.block_size
+    pages = [-(-n // block) for n in meta.seq_lens_cpu]
+    used = torch.arange(meta.block_tables.shape[1], device=device)[None, :] < torch.tensor(pages, device=device)[:, None]
+    indices = meta.block_tables[used].to(torch.int32)  # boolean indexing keeps row-major order
+    indptr = torch.tensor([0] + list(itertools.accumulate(pages)), dtype=torch.int32, device=device)
+    last = torch.tensor([n - (p - 1) * block for n, p in zip(meta.seq_lens_cpu, pages)], dtype=torch.int32,
+                        device=device)
+    return indptr, indices, last
+
+
+def _flashinfer_peer(wrapper_kind: str):
+    """``wrapper_kind``: "prefill" (BatchPrefillWithPagedKVCacheWrapper over the whole batch, causal,
+    decode rows as one-token queries: SGLang's extend path for mixed batches), "decode" or
+    "decode-tc" (BatchDecodeWithPagedKVCacheWrapper on CUDA cores / tensor cores, the decode kernel
+    vLLM's backend runs for one-token steps; steps where every sequence decodes only)."""
+
+    def build(ctx: PeerContext):
+        if ctx.device.type != "cuda":
+            raise Skipped("FlashInfer's kernels need a GPU")
+        try:
+            import flashinfer
+        except ImportError as exc:
+            raise Skipped(f"flashinfer-python is not installed ({exc})") from None
+        if ctx.case.dtype not in (torch.float16, torch.bfloat16):
+            raise Unsupported("FlashInfer's attention runs half types only")
+        decode = all(n == 1 for n in ctx.case["query"])
+        if wrapper_kind != "prefill" and not decode:
+            raise Unsupported("the decode wrapper takes one query token per sequence; this step prefills "
+                              "(mixed steps run in the prefill wrapper, peer 'flashinfer')")
+        ref, dtype = ctx.reference, ctx.case.dtype
+        nq, nk, hs = ref.num_heads, ref.num_kv_heads, ref.head_size
+        store = _paged_store(ctx)
+        workspace = torch.empty(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=ctx.device)
+        plans: Dict[int, tuple] = {}  # id(metadata) -> (metadata, planned wrapper); the entry keeps it alive
+
+        def planned(meta):
+            entry = plans.get(id(meta))
+            if entry is not None and entry[0] is meta:
+                return entry[1]
+            indptr, indices, last = page_table(meta)
+            if wrapper_kind == "prefill":
+                wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+                wrapper.plan(meta.query_start_loc, indptr, indices, last, nq, nk, hs, meta.block_size,
+                             causal=True, sm_scale=ref.scale, q_data_type=dtype, kv_data_type=dtype)
+            else:
+                wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+                    workspace, "NHD", use_tensor_cores=wrapper_kind == "decode-tc")
+                wrapper.plan(indptr, indices, last, nq, nk, hs, meta.block_size, sm_scale=ref.scale,
+                             q_data_type=dtype, kv_data_type=dtype)
+            plans[id(meta)] = (meta, wrapper)
+            return wrapper
+
+        def layer(inputs):
+            q, k_cache, v_cache, meta = store(inputs)
+            return planned(meta).run(q, (k_cache, v_cache)).reshape(q.shape[0], nq * hs)
+
+        return layer
+
+    return build
+
+
 def _compile_sequence_loop(sequences_of):
     """COMPILE for a forward_native that loops over the batch's sequences in Python, skipped where
     ``sequences_of(case)`` is above MAX_COMPILED_SEQUENCES."""
@@ -386,6 +561,15 @@ ATTENTION_PEERS = (
          _sdpa_peer("EFFICIENT_ATTENTION"), kind=PRODUCTION),
     Peer("flex", "flex_attention (compiled) over the packed batch with a per-sequence causal block mask, "
          "+ cache store/gather", _flex),
+    Peer("varlen_attn", "torch.nn.attention.varlen.varlen_attn (FlashAttention varlen), causal, on the paged "
+         "cache through block_table where this torch has it, else on gathered K/V; + cache store",
+         _paged_varlen, kind=PRODUCTION),
+    Peer("flashinfer", "FlashInfer BatchPrefillWithPagedKVCacheWrapper (backend auto), causal, the whole step "
+         "(decode rows as one-token queries) + cache store", _flashinfer_peer("prefill"), **FLASHINFER),
+    Peer("flashinfer-decode", "FlashInfer BatchDecodeWithPagedKVCacheWrapper (CUDA cores), decode steps "
+         "+ cache store", _flashinfer_peer("decode"), **FLASHINFER),
+    Peer("flashinfer-decode-tc", "FlashInfer BatchDecodeWithPagedKVCacheWrapper (use_tensor_cores), decode "
+         "steps + cache store", _flashinfer_peer("decode-tc"), **FLASHINFER),
 )
 
 
@@ -697,28 +881,9 @@ def _packed_flex(ctx: PeerContext):
 
 
 def _torch_varlen(ctx: PeerContext):
-    """torch's public varlen attention (``torch.nn.attention.varlen.varlen_attn``, torch 2.9 and
-    newer): FlashAttention's varlen kernel on the packed batch, cu_seqlens for queries and keys alike,
-    full (not causal) attention by its defaults."""
-    if ctx.device.type != "cuda":
-        raise Skipped("varlen_attn runs FlashAttention's CUDA kernel (no CPU path)")
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
-        raise Skipped(f"this torch ({torch.__version__}) has no torch.nn.attention.varlen") from None
-    if ctx.case.dtype not in (torch.float16, torch.bfloat16):
-        raise Unsupported("FlashAttention runs half types only")
-    ref = ctx.reference
-    accepts = inspect.signature(varlen_attn).parameters  # its keywords grew over releases
-    options = {}
-    if "scale" in accepts:
-        options["scale"] = ref.scale
-    elif not math.isclose(ref.scale, ref.head_size ** -0.5):
-        raise Unsupported("this torch's varlen_attn takes no scale; the layer's is not 1/sqrt(head_size)")
-    if ref.num_kv_heads != ref.num_heads:
-        if "enable_gqa" not in accepts:
-            raise Unsupported("this torch's varlen_attn has no GQA (enable_gqa)")
-        options["enable_gqa"] = True
+    """torch's varlen FlashAttention on the packed batch, cu_seqlens for queries and keys alike, full
+    (not causal) attention."""
+    varlen_attn, options, _ = _varlen_function(ctx, causal=False)
 
     def layer(inputs):
         q, k, v = _packed_heads(ctx, inputs)

@@ -186,6 +186,24 @@ def test_bottom_right_mask_of_a_continued_chunk():
     assert layout.slots(meta.block_tables).tolist() == [0, 1, 4, 5, 6, 7, 8]
 
 
+def test_flashinfer_page_table_addresses_the_same_slots_as_the_block_tables():
+    """The page table handed to FlashInfer's plan reproduces every cached token's slot: sequences with
+    scattered blocks, a full last page, a one-token sequence, block tables padded past their used pages."""
+    from kernels_reference.forward_context import AttentionMetadata
+    peers = suite_peers_module()
+    tables = [[7, 2, 9], [4], [0, 5, 8, 1]]
+    meta = AttentionMetadata.build([5, 0, 9], [3, 1, 7], block_size=4, block_tables=tables)
+    indptr, indices, last = peers.page_table(meta)
+    assert indptr.tolist() == [0, 2, 3, 7] and indices.tolist() == [7, 2, 4, 0, 5, 8, 1]
+    assert last.tolist() == [4, 1, 4] and indptr.dtype == indices.dtype == last.dtype == torch.int32
+    slots = []
+    for i, n in enumerate(meta.seq_lens_cpu):
+        pages = indices[indptr[i]:indptr[i + 1]].tolist()
+        assert (len(pages) - 1) * 4 + last[i] == n
+        slots += [pages[p // 4] * 4 + p % 4 for p in range(n)]
+    assert slots == peers.PackedLayout(meta, torch.device("cpu")).slots(meta.block_tables).tolist()
+
+
 def test_command_line(tmp_path, capsys):
     js, md = tmp_path / "p.json", tmp_path / "p.md"
     rc = main(["--device", "cpu", "--ops", "silu_and_mul", "-k", "qwen3 and decode-T1-", "--max-cases-per-op", "1",
@@ -198,6 +216,11 @@ def test_command_line(tmp_path, capsys):
 
     assert main(["--device", "cpu", "--ops", "no_such_op", "--no-compile"]) == 2
     assert "no peer definitions for no_such_op" in capsys.readouterr().err
+    # --peers keeps the named peers only, and refuses a name no selected op has.
+    assert main(["--list", "--ops", "attention", "--peers", "flex,flashinfer", "--max-cases-per-op", "1"]) == 0
+    assert "attention: peers flex, flashinfer\n" in capsys.readouterr().out
+    assert main(["--list", "--ops", "rms_norm", "--peers", "flashinfer"]) == 2
+    assert "--peers names no peer of the selected ops: flashinfer" in capsys.readouterr().err
     assert main(["--list", "--profile", "full", "--ops", "attention", "--max-cases-per-op", "2"]) == 0
     assert "decode-B32-C2048" in capsys.readouterr().out
 

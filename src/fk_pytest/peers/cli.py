@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -30,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="stop starting new cases after this many seconds (default 280 on cuda, none on cpu; 0: none)")
     p.add_argument("--no-compile", action="store_true",
                    help="skip the torch.compile peers (flex_attention then runs uncompiled)")
+    p.add_argument("--peers", help="comma-separated peer names to run (default: every peer of each op); the "
+                   "reference always runs")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write the JSON document here (rewritten after every case)")
     p.add_argument("--md", help="write the markdown tables here")
@@ -48,6 +51,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     budget = args.time_budget if args.time_budget is not None else (280.0 if device.type == "cuda" else 0.0)
     op_names = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
     ops = suite_ops()
+    if args.peers:
+        ops, unknown = only_peers(ops, op_names, [n.strip() for n in args.peers.split(",") if n.strip()])
+        if unknown:
+            print(f"fk-peers: --peers names no peer of the selected ops: {', '.join(unknown)}", file=sys.stderr)
+            return 2
     if args.list:
         return _list(ops, op_names, profile, args.keyword, args.max_cases_per_op)
     opts = Options(device=device, profile=profile, compile=not args.no_compile, case_budget_s=args.case_budget,
@@ -64,6 +72,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         Path(args.md).write_text(to_markdown(doc, command))
     print(format_summary(doc))
     return 0
+
+
+def only_peers(ops, op_names, wanted):
+    """``ops`` with each op's peers cut to ``wanted`` (a re-measurement of some peers spends no device
+    time on the rest), and the wanted names that no selected op has."""
+    selected = op_names or list(ops)
+    cut = {name: dataclasses.replace(spec, peers=tuple(p for p in spec.peers if p.name in wanted))
+           for name, spec in ops.items()}
+    known = {p.name for name in selected if name in ops for p in ops[name].peers}
+    return cut, [n for n in wanted if n not in known]
 
 
 def _list(ops, op_names, profile, keyword, max_cases) -> int:
