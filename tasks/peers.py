@@ -2,9 +2,10 @@
 
 A peer is what a user could run instead of the reference, doing the op's whole job on the task's own
 inputs and returning the task's outputs: torch eager (the reference's ``forward_native``),
-torch.compile of it, Liger-Kernel where it has the op, and for attention the SDPA backends and
-flex_attention around a paged cache. Liger is imported lazily: absent, its peers are ``skipped``
-with the reason. The cases are the bf16 workload cases of the Llama-family models (on the CPU
+torch.compile of it, Liger-Kernel where it has the op, and for attention the kernels serving stacks
+call on the paged cache (FlashInfer's paged prefill and decode wrappers, torch's varlen
+FlashAttention) besides the SDPA backends and flex_attention around a cache gather. Liger and
+FlashInfer are imported lazily: absent, their peers are ``skipped`` with the reason. The cases are the bf16 workload cases of the Llama-family models (on the CPU
 profile the dense tasks' small stand-ins of the same architecture; the router's Mixtral).
 
 Targets (the reference's fraction of the measured copy bandwidth): memory-bound ops >= 85% at
