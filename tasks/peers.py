@@ -380,9 +380,10 @@ def _flex(ctx: PeerContext):
 
 def _varlen_function(ctx: PeerContext, causal: bool):
     """torch's public varlen attention (``torch.nn.attention.varlen.varlen_attn``, torch 2.9 and
-    newer: FlashAttention's varlen kernel) and the keyword arguments this case needs from it, read off
-    the installed signature (its keywords grew over releases); Skipped / Unsupported with the reason
-    where this torch cannot run the case."""
+    newer: FlashAttention's varlen kernel), the keyword arguments this case needs from it, read off
+    the installed signature (its keywords grew over releases), and the signature; Skipped /
+    Unsupported with the reason where this torch cannot run the case. Without ``enable_gqa`` the
+    caller repeats K/V heads (:func:`_repeat_kv_heads`)."""
     if ctx.device.type != "cuda":
         raise Skipped("varlen_attn runs FlashAttention's CUDA kernel (no CPU path)")
     try:
@@ -398,9 +399,7 @@ def _varlen_function(ctx: PeerContext, causal: bool):
         options["scale"] = ref.scale
     elif not math.isclose(ref.scale, ref.head_size ** -0.5):
         raise Unsupported("this torch's varlen_attn takes no scale; the layer's is not 1/sqrt(head_size)")
-    if ref.num_kv_heads != ref.num_heads:
-        if "enable_gqa" not in accepts:
-            raise Unsupported("this torch's varlen_attn has no GQA (enable_gqa)")
+    if ref.num_kv_heads != ref.num_heads and "enable_gqa" in accepts:
         options["enable_gqa"] = True
     if causal:
         if "window_size" in accepts:
@@ -412,6 +411,16 @@ def _varlen_function(ctx: PeerContext, causal: bool):
     return varlen_attn, options, accepts
 
 
+def _repeat_kv_heads(ctx: PeerContext, options, k: torch.Tensor, v: torch.Tensor):
+    """K/V [T, nk, d] as varlen_attn can take them: as they are with native GQA (or none needed),
+    else each head repeated for its query heads (torch before varlen_attn's enable_gqa; the copy
+    is part of the peer's time, as it would be for a user of that torch)."""
+    group = ctx.reference.num_heads // ctx.reference.num_kv_heads
+    if group == 1 or options.get("enable_gqa"):
+        return k, v
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
 def _paged_varlen(ctx: PeerContext):
     """varlen_attn over the packed batch, causal (FlashAttention aligns a chunk's queries to the end
     of its keys): on the paged cache itself through ``block_table`` / ``seqused_k`` where this torch
@@ -421,9 +430,13 @@ def _paged_varlen(ctx: PeerContext):
     ref = ctx.reference
     nq, nk, hs = ref.num_heads, ref.num_kv_heads, ref.head_size
     store = _paged_store(ctx)
-    mode = {"paged": "block_table" in accepts and "seqused_k" in accepts, "decided": False}
+    native_gqa = nq == nk or "enable_gqa" in options
+    mode = {"paged": "block_table" in accepts and "seqused_k" in accepts and native_gqa, "decided": False}
+    if not native_gqa:
+        ctx.note("this torch's varlen_attn has no enable_gqa: K/V heads repeated after the gather")
 
     def gathered(q, k_all, v_all, layout, scale):
+        k_all, v_all = _repeat_kv_heads(ctx, options, k_all, v_all)
         return varlen_attn(q, k_all, v_all, layout.cu_q, layout.cu_k, max(layout.q_lens), max(layout.seq_lens),
                            **options)
 
@@ -888,6 +901,7 @@ def _torch_varlen(ctx: PeerContext):
 
     def layer(inputs):
         q, k, v = _packed_heads(ctx, inputs)
+        k, v = _repeat_kv_heads(ctx, options, k, v)
         meta = inputs["metadata"]
         cu, longest = meta.query_start_loc, meta.max_query_len
         return varlen_attn(q, k, v, cu, cu, longest, longest, **options).reshape(q.shape[0], -1)
