@@ -9,8 +9,9 @@ from conftest import CANDIDATES
 from fk_pytest import status
 from fk_pytest.candidates import CandidateSource
 from fk_pytest.compose import candidate_lookup
-from fk_pytest.e2e import GRADED, E2EResult
-from fk_pytest.e2e_embed import COSINE, RANK, EmbeddingRun, cosine_discrepancies, judge, neighbours, run_embedding_e2e
+from fk_pytest.e2e import GRADED, GROSS, E2EResult
+from fk_pytest.e2e_embed import (CENTRED, COSINE, RANK, EmbeddingRun, cosine_discrepancies, judge, neighbours,
+                                 run_embedding_e2e)
 from fk_pytest.e2e_run import CalibrationCache
 from fk_pytest.report import _by_path, _tokens_cell
 from kernels_reference.bert_config import BertArchConfig
@@ -84,7 +85,7 @@ def score(cache, tree=None, spec=EMBEDDING_E2E):
 def test_the_reference_scores_itself_with_full_credit_and_catches_every_mutant(cache):
     result = score(cache)
     assert result.status == status.PASSED, result.message
-    assert result.credit == 1.0 and set(result.paths) == {COSINE, RANK}
+    assert result.credit == 1.0 and set(result.paths) == {COSINE, CENTRED, RANK}
     assert result.compared_tokens >= 100 and result.unit == "ranks"
     assert len(result.mutants) == 6 and all(m.caught for m in result.mutants.values())
     # the pooler that skips normalising is invisible to the cosine and plain in the ranking
@@ -136,6 +137,33 @@ def test_a_bug_the_case_cannot_resolve_makes_it_insensitive(shift, verdict):
     assert result.credit == 1.0 and result.mutants["subtle"].caught == (verdict == status.PASSED)
     if verdict == status.INSENSITIVE:
         assert "subtle (graded" in result.message
+
+
+def test_a_tower_broken_under_a_common_direction_is_caught_by_the_centred_cosine():
+    """Embeddings sharing one large direction (trained encoders' anisotropy), and a mutant that keeps
+    it and rotates what tells requests apart: every inner product, so every ranking, is unchanged
+    and the plain cosine d stays far under FAIL_AT; only the centred cosine sees the bug, and it is
+    what keeps the case from being INSENSITIVE."""
+    g = torch.Generator().manual_seed(1)
+    own = torch.randn(40, 32, generator=g, dtype=torch.float64)
+    own[:, 0] = 0.0  # the common direction is coordinate 0; each request's own part lives in the rest
+    rotation = torch.eye(32, dtype=torch.float64)
+    rotation[1:, 1:] = torch.linalg.qr(torch.randn(31, 31, generator=g, dtype=torch.float64))[0]
+    common = torch.zeros(1, 32, dtype=torch.float64)
+    common[0, 0] = 3.0
+
+    def embed(parts):
+        return torch.nn.functional.normalize(common + parts / parts.norm(dim=-1, keepdim=True), dim=-1)
+
+    expected, broken = embed(own), embed(own @ rotation.T)
+    near = lambda: expected + 1e-9 * torch.randn(expected.shape, generator=g, dtype=torch.float64)  # noqa: E731
+    runs = {"m-s": EmbeddingRun("m-s", [[1]] * 40, expected, {"rebatched": near(), "float64": near()},
+                                {"broken": (GROSS, broken, ["Attention"])})}
+    result = E2EResult("m-s", "spec", "embedding", "m", "s", unit="ranks")
+    judge(result, runs, "m-s", expected.clone())
+    mutant = result.mutants["broken"]
+    assert mutant.paths[RANK] == 0.0 and mutant.paths[COSINE] < 0.2 and mutant.paths[CENTRED] > 0.8
+    assert mutant.caught and result.status == status.PASSED, result.message
 
 
 def test_a_missing_model_is_not_run_and_says_what_to_install(monkeypatch):

@@ -3,14 +3,21 @@ serves them, candidate against reference (the rules of :mod:`fk_pytest.e2e`, on 
 
 One case is a (model, scenario) pair: a list of real texts sent as ``embed`` requests to the
 engine's :class:`~kernels_reference.engine.embedder.Embedder` (packed variable-length steps under a
-token budget). Two statistics, each with its own noise floor, and the case's credit is the lower
-of the two (``E2EResult.paths`` holds both):
+token budget). Three statistics, each with its own noise floor, and the case's credit is the lowest
+(``E2EResult.paths`` holds them all):
 
 * ``cosine``: ``d`` = the mean over requests of 1 - cos(candidate embedding, reference embedding)
   (DESIGN "MacroEval": the anchor's metric). It sees a model that is wrong everywhere (a cosine of
   0.6 is d = 0.4) and nothing subtle: its credit runs linearly to 0 at ``FAIL_AT`` like every end-
   to-end credit. The floor is twice the largest noise run's mean (:data:`COSINE_ALLOWANCE`): a
   second correct implementation's rounding adds to the reference's own about as much again.
+* ``centred-cosine``: the same mean of 1 - cos after subtracting, from candidate and reference
+  alike, the mean of the reference's embeddings over the scenario's requests. Trained encoders'
+  embeddings share a large common direction (anisotropy), and every request keeps it however
+  broken the tower: the trained DINOv2-S's CLS embeddings of 448 px photos kept a plain cosine d of
+  0.48 under attention scores scaled by 1/d instead of 1/sqrt(d), short of ``FAIL_AT``, and the
+  case could not count. What tells requests apart is what is left after the common direction;
+  there the same mutant reads 0.95 (measured on the CPU in float32, 2026-12-05).
 * ``retrieval-rank``: every text is a query against all the others; its top-``top_k`` neighbours by
   inner product (how a vector index searches normalised embeddings) are what is compared, position
   by position, like the decoder cases' tokens: ``d`` = the share of stable (query, rank) positions
@@ -48,8 +55,9 @@ from .e2e_run import (CalibrationCache, Progress, _credit, _quiet, _time_pair, c
                       decide, score_mutant)
 from .errors import CandidateError, short_traceback
 
-COSINE, RANK = "cosine", "retrieval-rank"
-METRICS = (COSINE, RANK)
+COSINE, CENTRED, RANK = "cosine", "centred-cosine", "retrieval-rank"
+METRICS = (COSINE, CENTRED, RANK)
+COSINES = (COSINE, CENTRED)
 # The cosine floor is the largest noise run's mean times this (see the module docstring).
 COSINE_ALLOWANCE = 1.0
 TOP_K = 5  # neighbours compared per query
@@ -80,9 +88,16 @@ class EmbeddingE2ESpec(E2ESpec):
 
 
 # ---- the statistics -----------------------------------------------------------------------------
-def cosine_discrepancies(embeddings: torch.Tensor, expected: torch.Tensor) -> List[float]:
-    """Per request, 1 - cos(embedding, expected), in float64 (clamped at 0: a rounding below it)."""
-    cos = torch.nn.functional.cosine_similarity(embeddings.double(), expected.double(), dim=-1)
+def cosine_discrepancies(embeddings: torch.Tensor, expected: torch.Tensor, centred: bool = False) -> List[float]:
+    """Per request, 1 - cos(embedding, expected), in float64 (clamped at 0: a rounding below it);
+    ``centred``: both first less the mean of ``expected`` over the requests (see ``centred-cosine``)."""
+    e, x = embeddings.double(), expected.double()
+    if centred:
+        if x.shape[0] < 2:
+            raise ValueError("a centred cosine needs at least two requests (one request is its own mean)")
+        centre = x.mean(0, keepdim=True)
+        e, x = e - centre, x - centre
+    cos = torch.nn.functional.cosine_similarity(e, x, dim=-1)
     return (1.0 - cos).clamp_min(0.0).tolist()
 
 
@@ -156,18 +171,19 @@ def calibrate(spec: EmbeddingE2ESpec, case, reference: torch.nn.Module, device: 
 
 # ---- judging --------------------------------------------------------------------------------------
 def judge(result: E2EResult, runs: Dict[str, EmbeddingRun], case_id: str, embeddings: torch.Tensor) -> None:
-    """Both statistics against their floors pooled over the model's scenarios; the case's credit
-    is the lower; the mutants, scored the same way, decide whether the case counts."""
+    """Every statistic against its floor pooled over the model's scenarios; the case's credit is
+    the lowest; the mutants, scored the same way, decide whether the case counts."""
     run = runs[case_id]
-    # cosine: per kind of noise run, the mean over every request of the model's scenarios
-    pooled: Dict[str, List[float]] = {}
-    for sid, r in runs.items():
-        for name, e in r.noise.items():
-            per_request = cosine_discrepancies(e, r.expected)
-            pooled.setdefault(name, []).extend(per_request)
-            result.noise[f"{sid}/{name}/{COSINE}"] = per_request
-    g_cos_run = max(pooled, key=lambda n: sum(pooled[n]) / len(pooled[n]))
-    g_cos = sum(pooled[g_cos_run]) / len(pooled[g_cos_run])
+    g: Dict[str, Tuple[float, str]] = {}
+    for m in COSINES:  # per kind of noise run, the mean over every request of the model's scenarios
+        pooled: Dict[str, List[float]] = {}
+        for sid, r in runs.items():
+            for name, e in r.noise.items():
+                per_request = cosine_discrepancies(e, r.expected, centred=m == CENTRED)
+                pooled.setdefault(name, []).extend(per_request)
+                result.noise[f"{sid}/{name}/{m}"] = per_request
+        worst_run = max(pooled, key=lambda n: sum(pooled[n]) / len(pooled[n]))
+        g[m] = (sum(pooled[worst_run]) / len(pooled[worst_run]), worst_run)
     # retrieval rank: the token rule on neighbour lists
     tallies = noise_tallies({sid: (r.expected_neighbours, r.noise_neighbours()) for sid, r in runs.items()})
     for key, t in tallies.items():
@@ -177,17 +193,18 @@ def judge(result: E2EResult, runs: Dict[str, EmbeddingRun], case_id: str, embedd
     stable = stable_positions(run.noise_neighbours(), expected)
     result.compared_tokens = sum(map(sum, stable))
     result.output_tokens = sum(map(len, expected))
-    floors = {COSINE: g_cos * (1.0 + COSINE_ALLOWANCE),
-              RANK: g_rank + sampling_allowance(g_rank, result.compared_tokens)}
-    g = {COSINE: (g_cos, g_cos_run), RANK: (g_rank, g_rank_run)}
+    g[RANK] = (g_rank, g_rank_run)
+    floors = {m: g[m][0] * (1.0 + COSINE_ALLOWANCE) for m in COSINES}
+    floors[RANK] = g_rank + sampling_allowance(g_rank, result.compared_tokens)
 
-    def discrepancies(e: torch.Tensor) -> Dict[str, float]:
-        cos = cosine_discrepancies(e, run.expected)
-        return {COSINE: sum(cos) / len(cos), RANK: tally(neighbours(e, run.top_k), expected, stable).d}
+    def measured(e: torch.Tensor) -> Tuple[Dict[str, float], Dict[str, List[float]]]:
+        """(d per statistic, its per-request values) of embeddings ``e``."""
+        per_request = {m: cosine_discrepancies(e, run.expected, centred=m == CENTRED) for m in COSINES}
+        ranks = tally(neighbours(e, run.top_k), expected, stable)
+        per_request[RANK] = ranks.per_request
+        return {**{m: sum(per_request[m]) / len(per_request[m]) for m in COSINES}, RANK: ranks.d}, per_request
 
-    scored = discrepancies(embeddings)
-    per_request = {COSINE: cosine_discrepancies(embeddings, run.expected),
-                   RANK: tally(neighbours(embeddings, run.top_k), expected, stable).per_request}
+    scored, per_request = measured(embeddings)
     for m in METRICS:
         result.paths[m] = {"d": scored[m], "g": g[m][0], "g_run": g[m][1], "allowance": floors[m] - g[m][0],
                            "credit": _credit(scored[m], floors[m]), "d_requests": per_request[m], "steps": {}}
@@ -196,7 +213,7 @@ def judge(result: E2EResult, runs: Dict[str, EmbeddingRun], case_id: str, embedd
     result.d, result.g, result.allowance = decided["d"], decided["g"], decided["allowance"]
     result.credit, result.d_requests = decided["credit"], list(decided["d_requests"])
     for name, (kind, embedded, swapped) in run.mutants.items():
-        result.mutants[name] = score_mutant(kind, None if embedded is None else discrepancies(embedded), floors,
+        result.mutants[name] = score_mutant(kind, None if embedded is None else measured(embedded)[0], floors,
                                             swapped)
     decide(result, floors)
 

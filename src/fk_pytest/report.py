@@ -182,7 +182,8 @@ def _tokens_cell(c: dict) -> str:
 
 def _by_path(c: dict, key: str) -> str:
     """One field per scoring path, "/"-separated in the case's own order: prefill/decode for a
-    decoder, cosine/rank for an embedding model (older reports have the deciding path's only)."""
+    decoder, cosine/centred-cosine/rank for an embedding model (older reports have the deciding path's
+    only)."""
     paths = c.get("paths") or {}
     if not paths:
         return _fmt(c.get(key))
@@ -202,7 +203,7 @@ def _e2e_lines(report: dict) -> list:
         return []
     lines = [f"END TO END: {len(e2e['cases'])} (model, scenario) cases on {_where(report)}; "
              "d and g per scoring path (decoders prefill-forced/decode-forced, embedding models "
-             "cosine/retrieval-rank), credit the lowest against each path's pooled noise floor; mutants "
+             "cosine/centred-cosine/retrieval-rank), credit the lowest against each path's pooled noise floor; mutants "
              "caught/run and the smallest margin past where each counts as caught"]
     rows = [("e2e case", "status", "tokens", "d by path", "g by path", "credit", "mutants", "thr x", "lat x", "S")]
     for c in e2e["cases"]:
@@ -299,7 +300,7 @@ def write_html(report: dict, path: str | Path) -> None:
 <th>C_t</th><th>S_t</th><th>message</th></tr>{rows}</table>
 <h2>Speed</h2><table><tr><th>task</th><th>case</th><th>candidate us</th><th>reference us</th>
 <th>speedup</th><th>TB/s</th><th>roofline</th><th>mode</th></tr>{speed_rows}</table>
-<h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d by path (prefill/decode or cosine/rank)</th><th>g by path</th><th>credit</th><th>built-in mutants (d, credit)</th>
+<h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d by path (prefill/decode or cosine/centred/rank)</th><th>g by path</th><th>credit</th><th>built-in mutants (d, credit)</th>
 <th>throughput x</th><th>latency x</th><th>S</th><th>message</th></tr>{e2e_rows}</table>""", _VERDICT_CSS)
     Path(path).write_text(page)
 
