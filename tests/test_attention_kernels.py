@@ -536,15 +536,19 @@ def test_resident_programs_from_the_compiled_footprint(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("batch", ["prefill", "chunked", "mixed"])
+@pytest.mark.parametrize("batch", ["prefill", "chunked", "mixed", "equal-prompts"])
 def test_prefill_chunked_and_mixed_batches_match_native(dtype, batch):
+    # equal-prompts: runs of fresh prompts of one length (attended as one batch each), split by a
+    # chunk with context, a prompt of another length and a decode row
     context, query = {"prefill": ([0, 0], [12, 5]), "chunked": ([33], [17]),
-                      "mixed": ([0, 21, 30, 7], [9, 6, 1, 1])}[batch]
+                      "mixed": ([0, 21, 30, 7], [9, 6, 1, 1]),
+                      "equal-prompts": ([0, 0, 0, 5, 0, 0, 0, 40], [8, 8, 8, 3, 8, 8, 4, 1])}[batch]
     _check_fast_path(8, 2, 64, context, query, dtype)
 
 
 def test_packed_prefill_without_a_cache():
     _check_fast_path(4, 2, 32, [0, 0], [7, 3], torch.float32, with_cache=False)
+    _check_fast_path(4, 2, 32, [0, 0, 0], [7, 7, 7], torch.float32, with_cache=False)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -42,17 +42,36 @@ def paged_attention_fast(query: torch.Tensor, key: torch.Tensor, value: torch.Te
             _decode_rows_of_mixed_batch(q, out, key_cache, value_cache, meta, scale)
     else:
         batched_decode = False
-    start = 0
-    for i, (q_len, n) in enumerate(zip(query_lens, seq_lens)):
-        a, start = start, start + q_len
+    starts = [0]
+    for q_len in query_lens:
+        starts.append(starts[-1] + q_len)
+    i = 0
+    while i < len(query_lens):
+        q_len, n = query_lens[i], seq_lens[i]
+        context, a = n - q_len, starts[i]
         if q_len == 0 or (q_len == 1 and batched_decode):
-            continue
-        context = n - q_len
-        # Without cached context the step's own rows are the whole history: no gather.
-        ks, vs = sequence_kv(kv_cache if context > 0 else None, meta.block_tables[i], n, context,
-                             k[a:start], v[a:start])
-        out[a:start] = sdpa_causal(q[a:start], ks, vs, context, scale)
+            i += 1
+        elif context == 0 and q_len > 1:
+            # Adjacent fresh prompts of one length (a batch of new requests) attend in one launch;
+            # the step's own rows are their whole history: no gather.
+            run = _equal_fresh_prompts(query_lens, seq_lens, i)
+            b = starts[i + run]
+            out[a:b] = sdpa_causal(q[a:b], k[a:b], v[a:b], 0, scale, sequences=run)
+            i += run
+        else:
+            b = starts[i + 1]
+            ks, vs = sequence_kv(kv_cache if context > 0 else None, meta.block_tables[i], n, context, k[a:b], v[a:b])
+            out[a:b] = sdpa_causal(q[a:b], ks, vs, context, scale)
+            i += 1
     return out.view(t, num_heads * head_size)
+
+
+def _equal_fresh_prompts(query_lens, seq_lens, first: int) -> int:
+    """How many sequences from ``first`` on are fresh prompts (no context) of ``first``'s length."""
+    length, run = query_lens[first], 1
+    while first + run < len(query_lens) and query_lens[first + run] == length and seq_lens[first + run] == length:
+        run += 1
+    return run
 
 
 def _decode_rows_of_mixed_batch(q, out, key_cache, value_cache, meta: AttentionMetadata, scale: float) -> None:

@@ -59,17 +59,23 @@ def backend_scope(backend: str):
 
 
 def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: int, scale: float,
-                config: PrefillConfig = PREFILL_CONFIG) -> torch.Tensor:
-    """q [L, nq, d] at positions context..context+L-1 over k/v [context + L, nk, d]; returns [L, nq, d]."""
+                config: PrefillConfig = PREFILL_CONFIG, sequences: int = 1) -> torch.Tensor:
+    """q [L, nq, d] at positions context..context+L-1 over k/v [context + L, nk, d]; returns [L, nq, d].
+
+    ``sequences`` > 1: q, k and v hold that many fresh prompts of equal length back to back (no
+    context), attended as one batch: a single launch instead of one per prompt, which fills the GPU
+    where one short prompt's (heads x query tiles) do not."""
     length, num_heads, _ = q.shape
     if k.shape[0] != context + length:
         raise ValueError(f"{k.shape[0]} keys for {length} queries after {context} cached tokens")
+    if sequences > 1 and (context != 0 or length % sequences):
+        raise ValueError(f"{sequences} batched prompts need no context and {length} rows divisible among them")
     group = num_heads // k.shape[1]
     if config.expand_kv and group > 1:
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-    # [1, heads, tokens, d] views of the packed [tokens, heads, d] rows: no copy.
-    qh, kh, vh = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+    # [sequences, heads, tokens, d] views of the packed [tokens, heads, d] rows: no copy.
+    qh, kh, vh = (x.view(sequences, x.shape[0] // sequences, *x.shape[1:]).transpose(1, 2) for x in (q, k, v))
     gqa = k.shape[1] != num_heads
     with backend_scope(config.backend):
         if context == 0:
@@ -77,4 +83,4 @@ def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: int,
         else:
             mask = causal_lower_right(length, k.shape[0])
             out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=gqa)
-    return out.squeeze(0).transpose(0, 1)
+    return out.transpose(1, 2).reshape(length, num_heads, -1)
