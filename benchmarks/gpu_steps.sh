@@ -95,6 +95,11 @@ step_cmd() {
     # manylinux wheel; carry those two), its kernels compiled just in time by the machine's nvcc on
     # first use; torch's varlen FlashAttention; SDPA's flash and cuDNN kernels.
     peers-attn-prod) echo "pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws python3 -m fk_pytest.peers --device cuda --profile full --ops attention --peers \${ATTN_PEERS:-sdpa-flash,sdpa-cudnn,varlen_attn,flashinfer,flashinfer-decode,flashinfer-decode-tc} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-attn-prod.json --md $OUT/peers-attn-prod.md" ;;
+    # Mamba-2's scan and decode step against mamba-ssm's Triton kernels (the ones vLLM ported): its
+    # sdist (`pip download --no-deps --no-binary :all: mamba-ssm==2.3.2.post1` fails building, so the
+    # file from PyPI's simple index) under .whl/, unpacked and put on PYTHONPATH as source: its
+    # compiled CUDA extension is never built or needed (tasks/peers.py says how it imports).
+    peers-mamba) echo "mkdir -p /tmp/mamba-src && tar xzf .whl/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba-src && PYTHONPATH=/tmp/mamba-src/mamba_ssm-2.3.2.post1:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops mamba_chunk_scan,selective_state_update --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-150} --json $OUT/peers-mamba.json --md $OUT/peers-mamba.md" ;;
     # The encoder, vision and conv ops against their peers (tasks/peers.py), in two halves so that
     # the compiles of each fit one step.
     peers-enc-a) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops layer_norm,gelu,pooler,dinov2_position_embedding,global_response_norm --json $OUT/peers-enc-a.json --md $OUT/peers-enc-a.md --time-budget 200" ;;

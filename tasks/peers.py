@@ -30,10 +30,12 @@ plain PyTorch. The report gives the ratio against each kind apart.
 """
 import functools
 import importlib
+import importlib.util
 import inspect
 import itertools
 import math
 import re
+import sys
 import warnings
 from typing import Dict, Optional, Tuple
 
@@ -747,6 +749,105 @@ FLA_RWKV7 = Peer("fla", "flash-linear-attention chunk_rwkv7 / fused_recurrent_rw
                  _fla_peer("rwkv7", "chunk_rwkv7", "fused_recurrent_rwkv7"), **FLA)
 
 
+# ---- Mamba-2: mamba-ssm's Triton kernels ------------------------------------------------------------
+# vLLM's MambaMixer2 runs ports of mamba-ssm's Triton kernels (``mamba_chunk_scan_combined``,
+# ``selective_state_update``); mamba-ssm itself is their origin and the peer. Its package __init__
+# imports its compiled CUDA extension (selective_scan_cuda), which the Triton kernels never use and
+# which a pip install built without CUDA (MAMBA_SKIP_CUDA_BUILD=TRUE, or the sdist's source tree on
+# PYTHONPATH as the GPU step carries it) lacks: the package is then registered without running that
+# __init__, and only its Triton modules are imported.
+def _mamba_triton(ctx: PeerContext, module: str):
+    if ctx.device.type != "cuda" and not triton_interpreter_active():
+        raise Skipped("mamba-ssm's Triton kernels need a GPU (or TRITON_INTERPRET=1 to interpret them on the CPU)")
+    name = f"mamba_ssm.ops.triton.{module}"
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        spec = importlib.util.find_spec("mamba_ssm")
+        if spec is None or spec.submodule_search_locations is None:
+            raise Skipped(f"mamba-ssm is not installed ({exc})") from None
+        if "mamba_ssm" not in sys.modules:
+            sys.modules["mamba_ssm"] = importlib.util.module_from_spec(spec)  # its __init__ not run
+        try:
+            return importlib.import_module(name)
+        except ImportError as again:
+            raise Skipped(f"mamba-ssm's {name} does not import ({again})") from None
+
+
+def _on_interpreter(ctx: PeerContext, fn):
+    """``fn`` as is on a GPU. On the CPU (Triton's interpreter, where the peer is checked, never
+    timed for a verdict) two things of mamba-ssm's that assume a GPU are no-ops: the
+    ``torch.cuda.device`` context it enters with the tensors' device index (a CPU tensor has none),
+    and its autotuners' benchmarking (no driver to time with: every config ties, the first runs)."""
+    if ctx.device.type == "cuda":
+        return fn
+    import contextlib
+    from unittest import mock
+
+    from triton.runtime.autotuner import Autotuner
+
+    def interpreted(inputs):
+        with mock.patch.object(torch.cuda, "device", lambda index: contextlib.nullcontext()), \
+                mock.patch.object(Autotuner, "do_bench", lambda self, call, quantiles=None: [0.0, 0.0, 0.0]):
+            return fn(inputs)
+
+    return interpreted
+
+
+def _mamba_chunk_scan(ctx: PeerContext):
+    """``mamba_chunk_scan_combined`` on the packed batch as one row (batch 1, ``seq_idx`` marking
+    the sequences, ``cu_seqlens`` and ``return_varlen_states`` for each sequence's final state).
+    Upstream takes one initial state per batch row, so only the first packed sequence can carry
+    one: a case where a later sequence continues a state is Unsupported (vLLM's port takes one per
+    sequence)."""
+    ops = _mamba_triton(ctx, "ssd_combined")
+    if ctx.device.type != "cuda" and ctx.case.dtype != torch.float32:
+        raise Skipped("under Triton's CPU interpreter mamba-ssm's chunk scan returns garbage in half types "
+                      "(relative error ~1e10 with bfloat16 x or B/C, Triton 3.9, 2026-12-05; float32 agreed "
+                      "with the reference to 1e-6): checked on a GPU")
+    from .mamba_ssd import carried_states
+    if ctx.case["with_state"] and any(carried_states(ctx.case["lengths"])[1:]):
+        raise Unsupported("mamba-ssm's varlen scan takes one initial state for the whole packed batch "
+                          "(its batch row); here later sequences continue states too")
+    ref = ctx.reference
+    lengths = ctx.case["lengths"]
+
+    def run(inputs):
+        x, cu = inputs["x"], inputs["cu_seqlens"]
+        seq_idx = torch.repeat_interleave(torch.arange(len(lengths), device=x.device, dtype=torch.int32),
+                                          torch.tensor(lengths, device=x.device))[None]
+        init = inputs.get("initial_states")
+        z = inputs.get("z")
+        out, states = ops.mamba_chunk_scan_combined(
+            x[None], inputs["dt"][None], inputs["A"], inputs["B"][None], inputs["C"][None], ref.chunk_size,
+            D=inputs.get("D"), z=None if z is None else z[None], dt_bias=inputs.get("dt_bias"),
+            initial_states=None if init is None else init[:1], seq_idx=seq_idx, cu_seqlens=cu,
+            dt_softplus=ref.dt_softplus, dt_limit=ref.dt_limit, return_varlen_states=True)
+        return out[0], states
+
+    return _on_interpreter(ctx, run)
+
+
+def _mamba_state_update(ctx: PeerContext):
+    """``selective_state_update``: the task's own arguments (the pool, per-head values broadcast over
+    head_dim, ``state_batch_indices``), the state written in place."""
+    ops = _mamba_triton(ctx, "selective_state_update")
+    softplus = ctx.reference.dt_softplus
+
+    def run(inputs):
+        args = {k: v for k, v in inputs.items()}
+        return ops.selective_state_update(**args, dt_softplus=softplus)
+
+    return _on_interpreter(ctx, run)
+
+
+MAMBA_SSM = dict(kind=PRODUCTION, version=package_version("mamba-ssm"))
+MAMBA_CHUNK_SCAN = Peer("mamba-ssm", "mamba-ssm mamba_chunk_scan_combined (Triton), the packed batch as one row "
+                        "with seq_idx, varlen states", _mamba_chunk_scan, **MAMBA_SSM)
+MAMBA_STATE_UPDATE = Peer("mamba-ssm", "mamba-ssm selective_state_update (Triton), state_batch_indices",
+                          _mamba_state_update, **MAMBA_SSM)
+
+
 # ---- encoders and vision towers --------------------------------------------------------------------
 # The L1 ops of embedding and vision serving (issue 29): peers are what Hugging Face transformers
 # (SDPA), timm and torch.compile run for them. The ops call torch modules directly in those stacks
@@ -1094,6 +1195,8 @@ OPS: Dict[str, OpPeers] = {
     "fused_moe": _op((EAGER, MOE_COMPILE, GROUPED_MM), (MOE_PREFILL, MOE_DECODE), moe_bf16),
     "topk_softmax": _op((EAGER, COMPILE), (), moe_bf16),
     # No eager peer: forward_native is the float64-exact token-by-token recurrence, minutes a case.
+    "mamba_chunk_scan": _op((MAMBA_CHUNK_SCAN,), (), _bf16),
+    "selective_state_update": _op((MAMBA_STATE_UPDATE,), (), _bf16),
     "gated_delta_rule": _op((FLA_GATED_DELTA,), (), _bf16),
     "gated_linear_attention": _op((FLA_GLA,), (), _bf16),
     "rwkv7": _op((FLA_RWKV7,), (), _bf16),
