@@ -93,8 +93,9 @@ step_cmd() {
     # from its wheels under .whl/ (fetched on the CPU machine with `pip download --no-deps
     # flashinfer-python==0.6.0 -d .whl` and, for the GPU machine's Python 3.12, apache-tvm-ffi's cp312
     # manylinux wheel; carry those two), its kernels compiled just in time by the machine's nvcc on
-    # first use; torch's varlen FlashAttention; SDPA's flash and cuDNN kernels.
-    peers-attn-prod) echo "pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws python3 -m fk_pytest.peers --device cuda --profile full --ops attention --peers \${ATTN_PEERS:-sdpa-flash,sdpa-cudnn,varlen_attn,flashinfer,flashinfer-decode,flashinfer-decode-tc} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-attn-prod.json --md $OUT/peers-attn-prod.md" ;;
+    # first use; torch's varlen FlashAttention; SDPA's flash and cuDNN kernels; for MLA, FlashInfer's
+    # MLA decode against SDPA over the expanded cache.
+    peers-attn-prod) echo "pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws python3 -m fk_pytest.peers --device cuda --profile full --ops \${ATTN_OPS:-attention,mla_attention} --peers \${ATTN_PEERS:-sdpa-flash,sdpa-cudnn,varlen_attn,flashinfer,flashinfer-decode,flashinfer-decode-tc,sdpa-expanded,flashinfer-mla} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-attn-prod.json --md $OUT/peers-attn-prod.md" ;;
     # Mamba-2's scan and decode step against mamba-ssm's Triton kernels (the ones vLLM ported): its
     # sdist (`pip download --no-deps --no-binary :all: mamba-ssm==2.3.2.post1` fails building, so the
     # file from PyPI's simple index) under .whl/, unpacked and put on PYTHONPATH as source: its

@@ -700,12 +700,60 @@ def _bf16(case) -> bool:
     return case.dtype == torch.bfloat16
 
 
+def _flashinfer_mla(ctx: PeerContext):
+    """FlashInfer's BatchMLAPagedAttentionWrapper on the task's own latent cache (its ckv and kpe
+    parts as views of each cached row, as vLLM's FlashInfer MLA backend passes them), in the absorbed
+    form a serving stack decodes with: each head's q_nope moved into latent space through W_UK (one
+    batched GEMM), attention over the cached latent + rope rows, the latent output lifted through W_UV
+    (a second one); + the latent store. Decode steps only (vLLM runs it for decode)."""
+    if ctx.device.type != "cuda":
+        raise Skipped("FlashInfer's kernels need a GPU")
+    try:
+        import flashinfer
+    except ImportError as exc:
+        raise Skipped(f"flashinfer-python is not installed ({exc})") from None
+    if not all(n == 1 for n in ctx.case["query"]):
+        raise Unsupported("the MLA decode peer takes one query token per sequence; this step prefills")
+    ref, dtype = ctx.reference, ctx.case.dtype
+    h, nope, rope, v, rank = (ref.num_heads, ref.qk_nope_head_dim, ref.qk_rope_head_dim, ref.v_head_dim,
+                              ref.kv_lora_rank)
+    weight = ref.kv_b_proj.weight.view(h, nope + v, rank)
+    w_uk, w_uv = weight[:, :nope, :], weight[:, nope:, :]  # [H, nope, R], [H, v, R]
+    cache_name = ctx.task.cache_names()[0]
+    workspace = torch.empty(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=ctx.device)
+    plans: Dict[int, tuple] = {}
+
+    def planned(meta):
+        entry = plans.get(id(meta))
+        if entry is None or entry[0] is not meta:
+            indptr, indices, _ = page_table(meta)
+            wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(workspace)
+            wrapper.plan(meta.query_start_loc, indptr, indices, meta.seq_lens, h, rank, rope, meta.block_size,
+                         False, ref.scale, dtype, dtype)
+            plans[id(meta)] = entry = (meta, wrapper)
+        return entry[1]
+
+    def layer(inputs):
+        meta, cache, q = inputs["metadata"], inputs[cache_name], inputs["q"]
+        t = q.shape[0]
+        rows = torch.cat([inputs["kv_c_normed"].reshape(t, rank), inputs["k_pe"].reshape(t, rope)], -1)
+        cache.view(-1, rank + rope).index_copy_(0, meta.slot_mapping, rows.to(cache.dtype))
+        qh = q.view(t, h, nope + rope)
+        q_latent = torch.bmm(qh[..., :nope].transpose(0, 1), w_uk).transpose(0, 1)  # [T, H, R]
+        latent = planned(meta).run(q_latent, qh[..., nope:], cache[..., :rank], cache[..., rank:])
+        return torch.bmm(latent.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1).reshape(t, h * v)
+
+    return layer
+
+
 MLA_PEERS = (
     EAGER,
     Peer("compile", COMPILE.description + f" (batches of up to {MAX_COMPILED_SEQUENCES} sequences)",
          _compile_attention),
     Peer("sdpa-expanded", "latent store/gather, kv_b_proj expansion, SDPA per sequence (no MLA kernel)",
          _mla_sdpa_expanded, kind=PRODUCTION),
+    Peer("flashinfer-mla", "FlashInfer BatchMLAPagedAttentionWrapper (backend auto) on the latent cache, absorbed "
+         "(W_UK before, W_UV after), decode steps + latent store", _flashinfer_mla, **FLASHINFER),
 )
 
 
