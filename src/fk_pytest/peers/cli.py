@@ -20,7 +20,8 @@ from .text import format_summary, to_markdown
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fk-peers", description=(
         "Time the reference kernels against the peers a user could pick (torch eager, torch.compile, "
-        "Liger-Kernel, SDPA backends, flex_attention) on the suite's workload cases."))
+        "Liger-Kernel, FlashInfer, flash-linear-attention, mamba-ssm, SDPA backends, flex_attention) "
+        "on the suite's workload cases."))
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--profile", choices=["cpu", "full"], help="workload profile (default: full on cuda, cpu on cpu)")
     p.add_argument("--ops", help="comma-separated ops (default: every op with peer definitions)")
