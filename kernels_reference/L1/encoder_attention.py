@@ -30,10 +30,10 @@ Some shapes have more than one candidate kernel, and the first call of each shap
 the fastest (``_fastest``; as Triton's autotuner does, outside CUDA-graph capture). Every other kernel
 must first give the first one's output (within ``AGREE_L2``), else it is not used:
 
-* a packed batch that is one sequence: SDPA with cuDNN preferred. On the H200 cuDNN took 580 us on
-  an 8192-token BGE-M3 document where the varlen kernel took 880 us (2026-12-05, ``python3 -m
+* a packed batch that is one sequence: SDPA forced to cuDNN (an option that cannot run is
+  dropped). On the H200 cuDNN took 580 us on an 8192-token BGE-M3 document where the varlen kernel took 880 us (2026-12-05, ``python3 -m
   fk_pytest.peers --device cuda --profile full --ops encoder_only_attention``);
-* a padded batch (half types): SDPA with cuDNN preferred. On an H100 (2026-12-05, the same
+* a padded batch (half types): SDPA forced to cuDNN. On an H100 (2026-12-05, the same
   command with ``--ops multi_head_attention``) cuDNN took 287 us on 32 SigLIP-2 images where
   torch's default pick (FlashAttention) took 423 us, and 37 us on 8 documents padded to 512 tokens
   with their key mask where the default (memory-efficient attention, the mask read as a bias over
@@ -46,6 +46,7 @@ On the CPU ``forward`` runs ``forward_native``. Under ``torch.compile`` the pack
 opaque op, ``fk::encoder_only_attention``, whose implementation picks the path when it runs (its
 per-sequence lengths are host values); the padded layer's SDPA is traced as it is.
 """
+import contextlib
 import warnings
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
@@ -122,15 +123,20 @@ def _flash_varlen_applies(q: torch.Tensor, k: torch.Tensor) -> bool:
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-          key_mask: Optional[torch.Tensor] = None, prefer_cudnn: bool = False) -> torch.Tensor:
+          key_mask: Optional[torch.Tensor] = None, only_cudnn: bool = False) -> torch.Tensor:
     """[B, L, heads, d] through SDPA ([B, heads, L, d] views, no copy), no causal mask; with
-    ``prefer_cudnn`` cuDNN first and torch's other kernels as fallbacks."""
+    ``only_cudnn`` cuDNN's kernel or a RuntimeError, never a silent fallback. The option used to
+    prefer cuDNN with torch's other kernels behind it, and on MiniLM's padded B8 S512 batch (H100,
+    2026-12-05) the layer then timed like the memory-efficient kernel (91.8 us against 92.0) where
+    SDPA allowed cuDNN alone took 37.5 us: a preference torch may serve with another kernel, which
+    is then timed twice."""
     qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
     mask = None if key_mask is None else key_mask[:, None, None, :]
-    # imported here: sdpa_prefill pulls in torch.nn.attention.bias (and with it Dynamo, 1.2 s of
-    # imports), which every process that imports this module would otherwise pay
-    from ..ops.attention.sdpa_prefill import backend_scope
-    with backend_scope("cudnn" if prefer_cudnn else "auto"):
+    scope = contextlib.nullcontext()
+    if only_cudnn:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        scope = sdpa_kernel([SDPBackend.CUDNN_ATTENTION])
+    with scope:
         out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale,
                                              enable_gqa=k.shape[2] != q.shape[2])
     return out.transpose(1, 2)
@@ -266,7 +272,7 @@ def varlen_attention_fast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
             return varlen()
         return _fastest(("one-sequence",) + _shape_key(q, k),
                         {"flash-varlen": varlen,
-                         "sdpa-cudnn-first": lambda: _sdpa(q[None], k[None], v[None], scale, prefer_cudnn=True)[0]})
+                         "sdpa-cudnn": lambda: _sdpa(q[None], k[None], v[None], scale, only_cudnn=True)[0]})
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     first = 0
     for n in query_lens:
@@ -401,10 +407,10 @@ class MultiHeadAttention(RecordsInit, nn.Module):
         elif attention_mask is None:
             out = _fastest(("padded",) + _shape_key(q, k),
                            {"sdpa": lambda: _sdpa(q, k, v, self.scale),
-                            "sdpa-cudnn-first": lambda: _sdpa(q, k, v, self.scale, prefer_cudnn=True)})
+                            "sdpa-cudnn": lambda: _sdpa(q, k, v, self.scale, only_cudnn=True)})
         else:
             options = {"sdpa-mask": lambda: _sdpa(q, k, v, self.scale, attention_mask),
-                       "sdpa-cudnn-first-mask": lambda: _sdpa(q, k, v, self.scale, attention_mask, prefer_cudnn=True)}
+                       "sdpa-cudnn-mask": lambda: _sdpa(q, k, v, self.scale, attention_mask, only_cudnn=True)}
             if _flash_varlen_applies(q[0], k[0]):
                 options["flash-valid-keys"] = lambda: masked_flash_attention(q, k, v, self.scale, attention_mask)
             out = _fastest(("padded-masked",) + _shape_key(q, k), options)
