@@ -485,6 +485,16 @@ FLASHINFER_WORKSPACE_BYTES = 256 << 20  # the float workspace (split-KV partial 
 FLASHINFER = dict(kind=PRODUCTION, version=package_version("flashinfer-python"))
 
 
+def flashinfer_module(ctx: PeerContext):
+    """The installed ``flashinfer`` package, or Skipped with the reason (no GPU, not installed)."""
+    if ctx.device.type != "cuda":
+        raise Skipped("FlashInfer's kernels need a GPU")
+    try:
+        return importlib.import_module("flashinfer")
+    except ImportError as exc:
+        raise Skipped(f"flashinfer-python is not installed ({exc})") from None
+
+
 def page_table(meta):
     """FlashInfer's page table of a step: (indptr [B + 1], indices, last_page_len [B]), int32 on the
     metadata's device: each sequence's used pages (its block table's first ceil(len / block_size)
@@ -506,12 +516,7 @@ def _flashinfer_peer(wrapper_kind: str):
     vLLM's backend runs for one-token steps; steps where every sequence decodes only)."""
 
     def build(ctx: PeerContext):
-        if ctx.device.type != "cuda":
-            raise Skipped("FlashInfer's kernels need a GPU")
-        try:
-            import flashinfer
-        except ImportError as exc:
-            raise Skipped(f"flashinfer-python is not installed ({exc})") from None
+        flashinfer = flashinfer_module(ctx)
         if ctx.case.dtype not in (torch.float16, torch.bfloat16):
             raise Unsupported("FlashInfer's attention runs half types only")
         decode = all(n == 1 for n in ctx.case["query"])
@@ -706,12 +711,7 @@ def _flashinfer_mla(ctx: PeerContext):
     form a serving stack decodes with: each head's q_nope moved into latent space through W_UK (one
     batched GEMM), attention over the cached latent + rope rows, the latent output lifted through W_UV
     (a second one); + the latent store. Decode steps only (vLLM runs it for decode)."""
-    if ctx.device.type != "cuda":
-        raise Skipped("FlashInfer's kernels need a GPU")
-    try:
-        import flashinfer
-    except ImportError as exc:
-        raise Skipped(f"flashinfer-python is not installed ({exc})") from None
+    flashinfer = flashinfer_module(ctx)
     if not all(n == 1 for n in ctx.case["query"]):
         raise Unsupported("the MLA decode peer takes one query token per sequence; this step prefills")
     ref, dtype = ctx.reference, ctx.case.dtype
