@@ -509,6 +509,20 @@ def page_table(meta):
     return indptr, indices, last
 
 
+def planned_per_step(plan):
+    """``planned(meta)``: ``plan(meta)``'s result, made once per step's metadata object (each input
+    set brings its own) and kept with it, so an id is never reused by another step's metadata."""
+    plans: Dict[int, tuple] = {}
+
+    def planned(meta):
+        entry = plans.get(id(meta))
+        if entry is None or entry[0] is not meta:
+            plans[id(meta)] = entry = (meta, plan(meta))
+        return entry[1]
+
+    return planned
+
+
 def _flashinfer_peer(wrapper_kind: str):
     """``wrapper_kind``: "prefill" (BatchPrefillWithPagedKVCacheWrapper over the whole batch, causal,
     decode rows as one-token queries: SGLang's extend path for mixed batches), "decode" or
@@ -527,12 +541,9 @@ def _flashinfer_peer(wrapper_kind: str):
         nq, nk, hs = ref.num_heads, ref.num_kv_heads, ref.head_size
         store = _paged_store(ctx)
         workspace = torch.empty(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=ctx.device)
-        plans: Dict[int, tuple] = {}  # id(metadata) -> (metadata, planned wrapper); the entry keeps it alive
 
+        @planned_per_step
         def planned(meta):
-            entry = plans.get(id(meta))
-            if entry is not None and entry[0] is meta:
-                return entry[1]
             indptr, indices, last = page_table(meta)
             if wrapper_kind == "prefill":
                 wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
@@ -543,7 +554,6 @@ def _flashinfer_peer(wrapper_kind: str):
                     workspace, "NHD", use_tensor_cores=wrapper_kind == "decode-tc")
                 wrapper.plan(indptr, indices, last, nq, nk, hs, meta.block_size, sm_scale=ref.scale,
                              q_data_type=dtype, kv_data_type=dtype)
-            plans[id(meta)] = (meta, wrapper)
             return wrapper
 
         def layer(inputs):
@@ -660,6 +670,16 @@ GROUPED_MM = Peer("grouped_mm", "torch._grouped_mm: sort by expert, grouped GEMM
 
 
 # ---- multi-head latent attention (DeepSeek-V2) -------------------------------------------------------
+def _store_latent(inputs, cache: torch.Tensor, rank: int, rope: int) -> torch.Tensor:
+    """The step's [latent | rope key] rows written into the latent cache at the slot mapping;
+    returns the cache as rows [slots, rank + rope]."""
+    t = inputs["q"].shape[0]
+    rows = torch.cat([inputs["kv_c_normed"].reshape(t, rank), inputs["k_pe"].reshape(t, rope)], -1)
+    flat = cache.view(-1, rank + rope)
+    flat.index_copy_(0, inputs["metadata"].slot_mapping, rows.to(cache.dtype))
+    return flat
+
+
 def _mla_sdpa_expanded(ctx: PeerContext):
     """What a user without an MLA kernel runs: store the latent rows, gather every sequence's history,
     expand it through kv_b_proj (one GEMM for the batch) into per-head K [k_nope | k_pe] and V, then
@@ -673,9 +693,7 @@ def _mla_sdpa_expanded(ctx: PeerContext):
     def layer(inputs):
         meta, cache, q = inputs["metadata"], inputs[cache_name], inputs["q"]
         t = q.shape[0]
-        rows = torch.cat([inputs["kv_c_normed"].reshape(t, rank), inputs["k_pe"].reshape(t, rope)], -1)
-        flat = cache.view(-1, rank + rope)
-        flat.index_copy_(0, meta.slot_mapping, rows.to(cache.dtype))
+        flat = _store_latent(inputs, cache, rank, rope)
         key = PackedLayout.key(meta)
         if key not in layouts:
             layouts[key] = PackedLayout(meta, q.device)
@@ -721,23 +739,19 @@ def _flashinfer_mla(ctx: PeerContext):
     w_uk, w_uv = weight[:, :nope, :], weight[:, nope:, :]  # [H, nope, R], [H, v, R]
     cache_name = ctx.task.cache_names()[0]
     workspace = torch.empty(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=ctx.device)
-    plans: Dict[int, tuple] = {}
 
+    @planned_per_step
     def planned(meta):
-        entry = plans.get(id(meta))
-        if entry is None or entry[0] is not meta:
-            indptr, indices, _ = page_table(meta)
-            wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(workspace)
-            wrapper.plan(meta.query_start_loc, indptr, indices, meta.seq_lens, h, rank, rope, meta.block_size,
-                         False, ref.scale, dtype, dtype)
-            plans[id(meta)] = entry = (meta, wrapper)
-        return entry[1]
+        indptr, indices, _ = page_table(meta)
+        wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(workspace)
+        wrapper.plan(meta.query_start_loc, indptr, indices, meta.seq_lens, h, rank, rope, meta.block_size,
+                     False, ref.scale, dtype, dtype)
+        return wrapper
 
     def layer(inputs):
         meta, cache, q = inputs["metadata"], inputs[cache_name], inputs["q"]
         t = q.shape[0]
-        rows = torch.cat([inputs["kv_c_normed"].reshape(t, rank), inputs["k_pe"].reshape(t, rope)], -1)
-        cache.view(-1, rank + rope).index_copy_(0, meta.slot_mapping, rows.to(cache.dtype))
+        _store_latent(inputs, cache, rank, rope)
         qh = q.view(t, h, nope + rope)
         q_latent = torch.bmm(qh[..., :nope].transpose(0, 1), w_uk).transpose(0, 1)  # [T, H, R]
         latent = planned(meta).run(q_latent, qh[..., nope:], cache[..., :rank], cache[..., rank:])
@@ -883,8 +897,7 @@ def _mamba_state_update(ctx: PeerContext):
     softplus = ctx.reference.dt_softplus
 
     def run(inputs):
-        args = {k: v for k, v in inputs.items()}
-        return ops.selective_state_update(**args, dt_softplus=softplus)
+        return ops.selective_state_update(**inputs, dt_softplus=softplus)
 
     return _on_interpreter(ctx, run)
 
