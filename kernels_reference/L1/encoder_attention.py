@@ -31,7 +31,8 @@ the fastest (``_fastest``; as Triton's autotuner does, outside CUDA-graph captur
 must first give the first one's output (within ``AGREE_L2``), else it is not used:
 
 * a packed batch that is one sequence: SDPA forced to cuDNN (an option that cannot run is
-  dropped). On the H200 cuDNN took 580 us on an 8192-token BGE-M3 document where the varlen kernel took 880 us (2026-12-05, ``python3 -m
+  dropped). On the H200 cuDNN took 580 us on an 8192-token BGE-M3 document where the varlen
+  kernel took 880 us (2026-12-05, ``python3 -m
   fk_pytest.peers --device cuda --profile full --ops encoder_only_attention``);
 * a padded batch (half types): SDPA forced to cuDNN. On an H100 (2026-12-05, the same
   command with ``--ops multi_head_attention``) cuDNN took 287 us on 32 SigLIP-2 images where
