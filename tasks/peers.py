@@ -5,8 +5,9 @@ inputs and returning the task's outputs: torch eager (the reference's ``forward_
 torch.compile of it, Liger-Kernel where it has the op, and for attention the kernels serving stacks
 call on the paged cache (FlashInfer's paged prefill and decode wrappers, torch's varlen
 FlashAttention) besides the SDPA backends and flex_attention around a cache gather. Liger and
-FlashInfer are imported lazily: absent, their peers are ``skipped`` with the reason. The cases are the bf16 workload cases of the Llama-family models (on the CPU
-profile the dense tasks' small stand-ins of the same architecture; the router's Mixtral).
+FlashInfer are imported lazily: absent, their peers are ``skipped`` with the reason. The cases are
+the bf16 workload cases of the Llama-family models (on the CPU profile the dense tasks' small
+stand-ins of the same architecture; the router's Mixtral).
 
 Targets (the reference's fraction of the measured copy bandwidth): memory-bound ops >= 85% at
 >= 16384 tokens; paged decode >= 80% at B >= 32, C >= 2048 and >= 70% at B1 C8192. The MoE ops run
@@ -501,7 +502,8 @@ def page_table(meta):
     entries, in order) back to back, and how many slots of its last page hold tokens."""
     device, block = meta.block_tables.device, meta.block_size
     pages = [-(-n // block) for n in meta.seq_lens_cpu]
-    used = torch.arange(meta.block_tables.shape[1], device=device)[None, :] < torch.tensor(pages, device=device)[:, None]
+    columns = torch.arange(meta.block_tables.shape[1], device=device)
+    used = columns[None, :] < torch.tensor(pages, device=device)[:, None]
     indices = meta.block_tables[used].to(torch.int32)  # boolean indexing keeps row-major order
     indptr = torch.tensor([0] + list(itertools.accumulate(pages)), dtype=torch.int32, device=device)
     last = torch.tensor([n - (p - 1) * block for n, p in zip(meta.seq_lens_cpu, pages)], dtype=torch.int32,
