@@ -113,9 +113,9 @@ step_cmd() {
     # (44 MB, one call; carry .whl/dinov2bf16), what the bf16 model holds anyway.
     e2e-image) echo "for t in examples/candidates/triton:example kernels_reference:reference \${IMAGE_TREES:-}; do FK_DINOV2_ONNX=\$PWD/.whl/dinov2bf16/dinov2s-bf16.safetensors $PYTEST tasks/L4/test_image_embedding_e2e.py --fk-device=cuda --fk-profile=full --fk-timeout=590 --fk-candidate=\${t%%:*} --fk-report=$OUT/e2e-image-\${t##*:}.json; done" ;;
     # The encoder references changed after the peers run of 2026-12-05 (docs/perf/h200-encoders.md):
-    # their workload cases' correctness on the GPU, then the same peers again.
+    # their workload cases' correctness on the GPU, then the same peers again (PEER_OPS narrows the ops).
     enc-fixed-corr) echo "$PYTEST tasks/L1/test_{pooler,dinov2_position_embedding,global_response_norm,encoder_only_attention,multi_head_attention,convnext_dwconv_norm}.py -k correctness --fk-device=cuda --fk-profile=full --fk-candidate=examples/candidates/triton --fk-report=$OUT/enc-fixed-corr.json" ;;
-    peers-enc-fixed) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops pooler,dinov2_position_embedding,global_response_norm,encoder_only_attention,multi_head_attention,convnext_dwconv_norm --json $OUT/peers-enc-fixed.json --md $OUT/peers-enc-fixed.md --time-budget ${PEERS_BUDGET:-170}" ;;
+    peers-enc-fixed) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops \${PEER_OPS:-pooler,dinov2_position_embedding,global_response_norm,encoder_only_attention,multi_head_attention,convnext_dwconv_norm} --json $OUT/peers-enc-fixed.json --md $OUT/peers-enc-fixed.md --time-budget ${PEERS_BUDGET:-170}" ;;
     # The gated delta rule's prefill split into a state pass and a parallel output kernel (after
     # 6fd3718): its tasks' correctness and fuzz at full shapes, then the state pass's block width.
     gdr-check) echo "$PYTEST tasks/L1/test_gated_delta_rule.py tasks/L2/test_qwen3_next_gated_delta_net.py -k 'correctness or fuzz' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-candidate=examples/candidates/triton --fk-report=$OUT/gdr-check.json" ;;
