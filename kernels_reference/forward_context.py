@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -141,6 +141,34 @@ def state_phases(meta: AttentionMetadata, tokens: int) -> List[StatePhase]:
         phases.append(StatePhase(slice(decodes, tokens), qsl[decodes:] - decodes, slots[decodes:],
                                  meta.has_initial_state[decodes:], continuing, False))
     return phases
+
+
+# ---- per-step planning ------------------------------------------------------------------------------
+# Kernel libraries such as FlashInfer split attention into a host-side ``plan`` (work partition,
+# page-table indices, written into buffers the kernel reads) done once per step, and a ``run`` per
+# layer; vLLM's FlashInfer backend plans in its metadata builder, before the step's forward and
+# outside any CUDA graph. A module takes part by defining ``plan_step(metadata)``: the engine calls it
+# once per step before the forward (eager steps, each padded decode step, before a decode bucket is
+# captured and again before each replay of it, with that step's metadata), and kernel-level tasks
+# call it before each call outside graph capture. A plan read by a captured graph must live in
+# buffers whose addresses stay fixed: the replay reads them where capture found them.
+
+def step_planners(model) -> List[Callable[[AttentionMetadata], None]]:
+    """The ``plan_step`` methods of ``model``'s modules (none for the reference's modules)."""
+    modules = model.modules() if hasattr(model, "modules") else [model]
+    return [m.plan_step for m in modules if callable(getattr(m, "plan_step", None))]
+
+
+def plan_step(planners: Sequence[Callable[[AttentionMetadata], None]], metadata: AttentionMetadata) -> None:
+    """Each planner on the step's metadata; a failure names the module whose plan raised."""
+    for planner in planners:
+        try:
+            planner(metadata)
+        except Exception as e:
+            owner = type(getattr(planner, "__self__", planner)).__name__
+            raise RuntimeError(f"{owner}.plan_step failed on the step's metadata "
+                               f"({metadata.num_seqs} sequences, {len(metadata.slot_mapping)} tokens): "
+                               f"{type(e).__name__}: {e}") from e
 
 
 _CONTEXT: List[AttentionMetadata] = []

@@ -9,6 +9,7 @@ both weighted ``HAND_PICKED_WEIGHT`` so they are scored and timed but barely mov
 The CPU profile keeps a few small hand-picked shapes (Triton kernels run interpreted there).
 """
 import math
+import weakref
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -95,11 +96,31 @@ def fuzz_cap(tokens: int, width: int, profile: str) -> int:
     return max(1, min(tokens, CPU_MAX_ELEMENTS // max(width, 1)))
 
 
+_PLANNERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # module -> its plan_step methods
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def call_with_metadata(module, inputs: Dict, method: Optional[str] = None, exclude=()):
     """``module`` (or its ``method``) on ``inputs`` with ``inputs["metadata"]`` as the forward
     context, as the model runner sets it for a step; ``exclude``: other inputs that are not
-    arguments (KV caches bound to the layers)."""
-    from kernels_reference.forward_context import set_forward_context
+    arguments (KV caches bound to the layers).
+
+    Modules that plan per step (``plan_step``, see :mod:`kernels_reference.forward_context`) plan on
+    the metadata first, as the engine has them do before each step, except inside graph capture
+    (the plan of the warm-up call before it stands, as before a replay). A plan's time is not in a
+    kernel-level time, as the per-step metadata work of the reference is not; it is in every
+    end-to-end time.
+    """
+    from kernels_reference.forward_context import plan_step, set_forward_context, step_planners
+    meta = inputs["metadata"]
+    if not _capturing():
+        planners = _PLANNERS.get(module)
+        if planners is None:
+            planners = _PLANNERS.setdefault(module, step_planners(module))
+        plan_step(planners, meta)
     args = {k: v for k, v in inputs.items() if k != "metadata" and k not in exclude}
-    with set_forward_context(inputs["metadata"]):
+    with set_forward_context(meta):
         return (getattr(module, method) if method else module)(**args)

@@ -204,70 +204,6 @@ def test_flashinfer_page_table_addresses_the_same_slots_as_the_block_tables():
     assert slots == peers.PackedLayout(meta, torch.device("cpu")).slots(meta.block_tables).tolist()
 
 
-class _PagedStandIn:
-    """A torch stand-in for FlashInfer's paged wrappers, as their documentation states them: ``plan``
-    takes the page table (indptr, indices, last-page lengths or whole lengths), ``run`` attends each
-    query row causally, bottom-right aligned, to its sequence's cached rows. It checks the peers'
-    plumbing (page table, absorption, head layout), not FlashInfer."""
-
-    def __init__(self, workspace, *layout, **options):
-        self.plan_args = None
-
-    def plan(self, *args, **kw):
-        self.plan_args = args
-
-    def _rows(self, cache, b, indptr, indices, length):
-        pages = indices[indptr[b]:indptr[b + 1]].long()
-        return cache[pages].reshape(-1, *cache.shape[2:])[:length].double()
-
-    def _attend(self, q, keys, values, scale):  # q [L, H, d], keys/values [N, Hk, d]
-        group = q.shape[1] // keys.shape[1]
-        keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
-        scores = torch.einsum("qhd,khd->hqk", q.double(), keys) * scale
-        allowed = torch.arange(keys.shape[0])[None, :] <= torch.arange(q.shape[0])[:, None] + keys.shape[0] - q.shape[0]
-        return torch.einsum("hqk,khd->qhd", torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1), values)
-
-
-class _PrefillStandIn(_PagedStandIn):
-    def run(self, q, kv):
-        qo, indptr, indices, last, _, _, _, page = self.plan_args[:8]
-        out = torch.empty_like(q)
-        for b in range(qo.numel() - 1):
-            n = int((indptr[b + 1] - indptr[b] - 1) * page + last[b])
-            rows = [self._rows(c, b, indptr, indices, n) for c in kv]
-            out[qo[b]:qo[b + 1]] = self._attend(q[qo[b]:qo[b + 1]], *rows, self.scale).to(q.dtype)
-        return out
-
-    def plan(self, *args, sm_scale, **kw):
-        self.plan_args, self.scale = args, sm_scale
-
-
-class _DecodeStandIn(_PagedStandIn):
-    def run(self, q, kv):
-        indptr, indices, last, _, _, _, page = self.plan_args[:7]
-        out = torch.empty_like(q)
-        for b in range(q.shape[0]):
-            n = int((indptr[b + 1] - indptr[b] - 1) * page + last[b])
-            out[b:b + 1] = self._attend(q[b:b + 1], *[self._rows(c, b, indptr, indices, n) for c in kv],
-                                        self.scale).to(q.dtype)
-        return out
-
-    def plan(self, *args, sm_scale, **kw):
-        self.plan_args, self.scale = args, sm_scale
-
-
-class _MlaStandIn(_PagedStandIn):
-    def run(self, q_nope, q_pe, ckv, kpe):
-        _, indptr, indices, lens, _, _, _, _, _, scale = self.plan_args[:10]
-        out = torch.empty_like(q_nope)
-        for b in range(q_nope.shape[0]):
-            c = self._rows(ckv, b, indptr, indices, int(lens[b]))
-            k = self._rows(kpe, b, indptr, indices, int(lens[b]))
-            scores = (q_nope[b].double() @ c.T + q_pe[b].double() @ k.T) * scale
-            out[b] = (torch.softmax(scores, -1) @ c).to(out.dtype)
-        return out
-
-
 @pytest.mark.parametrize("op, peer, keyword", [
     ("attention", "flashinfer", "llama and prefill"),
     ("attention", "flashinfer-decode-tc", "llama and decode"),
@@ -277,11 +213,8 @@ def test_flashinfer_peers_hand_it_the_task_cache_and_page_table(monkeypatch, op,
     """Each FlashInfer peer, with torch stand-ins for its wrappers, gives the reference's answer on
     the task's own cache: the page table, the head layout and (MLA) the absorption are right; a
     wrong page table is caught by the same check."""
-    import types
+    from fakes import flashinfer as fake  # torch stand-ins for FlashInfer's wrappers
     peers = suite_peers_module()
-    fake = types.SimpleNamespace(BatchPrefillWithPagedKVCacheWrapper=_PrefillStandIn,
-                                 BatchDecodeWithPagedKVCacheWrapper=_DecodeStandIn,
-                                 mla=types.SimpleNamespace(BatchMLAPagedAttentionWrapper=_MlaStandIn))
     monkeypatch.setattr(peers, "flashinfer_module", lambda ctx: fake)
     spec = suite_ops()[op]
     chosen = [p for p in spec.peers if p.name == peer]

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..cuda_graphs import capture
-from ..forward_context import AttentionMetadata, set_forward_context
+from ..forward_context import AttentionMetadata, plan_step, set_forward_context
 
 
 def graph_batch_sizes(max_num_seqs: int) -> List[int]:
@@ -52,15 +52,18 @@ class PaddedDecoder:
     ``spare_slot``: for a model with state layers, the state-pool slot padding rows use;
     ``state_pools``: those layers' pools (tensors indexed by slot), which the first replay of each
     bucket puts back before it re-runs the step eagerly to check it (a decode step advances a
-    state, so running it twice on the same pools is not a repeat of it).
+    state, so running it twice on the same pools is not a repeat of it). ``planners``: the model's
+    ``plan_step`` methods (:func:`kernels_reference.forward_context.step_planners`), run on every
+    step's metadata before its forward or replay, and before each bucket's capture.
     """
 
     def __init__(self, forward: Callable, logits: Callable, sizes: Sequence[int], block_size: int,
                  max_blocks: int, vocab_size: int, device: torch.device, spare_slot: Optional[int] = None,
-                 state_pools: Sequence[torch.Tensor] = ()):
+                 state_pools: Sequence[torch.Tensor] = (), planners: Sequence[Callable] = ()):
         if not sizes or min(sizes) < 1:
             raise ValueError(f"decode bucket sizes must be positive, got {list(sizes)}")
         self.forward, self.logits = forward, logits
+        self.planners = list(planners)
         self.sizes = sorted(set(sizes))
         self.block_size, self.max_blocks = block_size, max_blocks
         self.device = torch.device(device)
@@ -114,13 +117,17 @@ class PaddedDecoder:
             return self._run_eager(size, seq_lens)[:n]
         first = size not in self._checked
         before = self._state_rows(size) if first else None
+        if self.planners:  # the plan's buffers are where the graph reads them
+            plan_step(self.planners, self._metadata(size, seq_lens))
         self.graphs[size].replay()
         if first:
             self._check_replay(size, n, seq_lens, before)
         return self.out_logits[:n]
 
     def _run_eager(self, size: int, seq_lens: Sequence[int]) -> torch.Tensor:
-        with set_forward_context(self._metadata(size, seq_lens)):
+        meta = self._metadata(size, seq_lens)
+        plan_step(self.planners, meta)
+        with set_forward_context(meta):
             hidden = self.forward(self.tokens[0, :size], self.tokens[1, :size])
             return self.logits(hidden).float()  # the head on all rows: the graphs' GEMM shape
 
@@ -210,6 +217,7 @@ class PaddedDecoder:
         self._pool = torch.cuda.graph_pool_handle()
         for size in reversed(self.sizes):
             meta = self._metadata(size, (0,) * size)
+            plan_step(self.planners, meta)  # outside the graph, as before every replay
             with set_forward_context(meta):
                 # Warm-up outside the graph: Triton JIT/autotuning, torch.compile, lazy tables.
                 self.out_logits[:size] = self.logits(self.forward(self.tokens[0, :size], self.tokens[1, :size])).float()

@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence as Seq, Tuple, Union
 
 import torch
 
-from ..forward_context import AttentionMetadata, set_forward_context
+from ..forward_context import AttentionMetadata, plan_step, set_forward_context, step_planners
 from .decode_graphs import PaddedDecoder, graph_batch_sizes
 from .fused_decode import FusedDecode, FusedDecodeConfig
 from .sequence import Sequence
@@ -52,6 +52,8 @@ class ModelRunner:
         self.spare_slot = max_num_seqs if self.has_states else None
         pools = model.allocate_state_pools(max_num_seqs + 1) if self.has_states else []
         self.forward = _compiled(model.forward, compile) if compile else model.forward
+        # Modules that plan each step on the host (``plan_step``, e.g. a FlashInfer candidate).
+        self.planners = step_planners(model)
         self.decoder = None
         if padded:
             sizes = list(graph_sizes) if graph_sizes else graph_batch_sizes(max_num_seqs)
@@ -62,7 +64,7 @@ class ModelRunner:
             self.decoder = PaddedDecoder(decode_forward, model.compute_logits, sizes, block_size,
                                          -(-self.max_model_len // block_size), model.config.vocab_size, self.device,
                                          spare_slot=self.spare_slot,
-                                         state_pools=[t for pair in pools for t in pair])
+                                         state_pools=[t for pair in pools for t in pair], planners=self.planners)
             if cuda_graphs:
                 self.decoder.capture()
 
@@ -117,6 +119,7 @@ class ModelRunner:
                                "(the block manager was built with num_state_slots=0)")
         meta = AttentionMetadata.build(ctx, lens, self.block_size, device=self.device,
                                        block_tables=[seq.block_table for seq, _ in batch], state_slots=slots)
+        plan_step(self.planners, meta)
         with set_forward_context(meta):
             hidden = self.forward(torch.tensor(ids, device=self.device), meta.positions())
         for seq, n in batch:
