@@ -96,6 +96,12 @@ step_cmd() {
     # first use; torch's varlen FlashAttention; SDPA's flash and cuDNN kernels; for MLA, FlashInfer's
     # MLA decode against SDPA over the expanded cache.
     peers-attn-prod) echo "pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws python3 -m fk_pytest.peers --device cuda --profile full --ops \${ATTN_OPS:-attention,mla_attention} --peers \${ATTN_PEERS:-sdpa-flash,sdpa-cudnn,varlen_attn,flashinfer,flashinfer-decode,flashinfer-decode-tc,sdpa-expanded,flashinfer-mla} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-attn-prod.json --md $OUT/peers-attn-prod.md" ;;
+    # FlashInfer as a candidate tree (examples/candidates/flashinfer, issue 30), with the same wheels
+    # as peers-attn-prod (carry them): the attention task's cases (FI_K selects, default correctness
+    # and fuzz), then end to end inside a served model (E2E_K, default Llama-3.1-8B's batch-32 case).
+    fi-kernel|fi-e2e) fi="pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && export PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws &&"
+      if [ "$1" = fi-kernel ]; then echo "$fi $PYTEST tasks/L1/test_attention.py -k '${FI_K:-correctness or fuzz}' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-timeout=590 --fk-candidate=examples/candidates/flashinfer --fk-report=$OUT/fi-kernel.json"
+      else echo "$fi $PYTEST tasks/L4/test_e2e.py -k '${E2E_K:-llama-3.1-8b and batch-32}' --fk-device=cuda --fk-profile=full --fk-e2e-scale=${E2E_SCALE:-0.1} --fk-timeout=590 --fk-candidate=examples/candidates/flashinfer --fk-report=$OUT/fi-e2e.json --fk-html=$OUT/fi-e2e.html"; fi ;;
     # Mamba-2's scan and decode step against mamba-ssm's Triton kernels (the ones vLLM ported): its
     # sdist (`pip download --no-deps --no-binary :all: mamba-ssm==2.3.2.post1` fails building, so the
     # file from PyPI's simple index) under .whl/, unpacked and put on PYTHONPATH as source: its
