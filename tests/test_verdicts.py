@@ -68,7 +68,10 @@ def test_honest_candidates_pass_every_case(task_name, tree):
     ("attn_no_store", "attention", status.WRONG_RESULT, "prefill"),
 ])
 def test_wrong_candidates_fail(tree, task_name, expected, where):
-    counts, results = verdicts(task_name, load(CANDIDATES / tree, task_name))
+    # Only the cases the bug is expected on (every case where that is not narrowed): the interpreted
+    # Triton trees take seconds a case, and the cases where such a tree is right are checked apart.
+    cases = [c for c in get_task(task_name).cases("cpu") if where in c.id]
+    counts, results = verdicts(task_name, load(CANDIDATES / tree, task_name), cases)
     failing = [r for r in results if not r.passed]
     assert failing, f"{tree} passed every case"
     assert {r.status for r in failing} == {expected}
