@@ -100,3 +100,28 @@ def test_resampling_bugs_pass_on_the_native_grid(tree):
     case = task.grid_case(37, 37, 1, torch.bfloat16)
     counts, _ = verdicts("dinov2_position_embedding", load(CANDIDATES / tree, "dinov2_position_embedding"), [case])
     assert counts == {status.PASSED: 1}
+
+
+@pytest.mark.parametrize("grid, dtype", [((4, 4), torch.float32), ((9, 11), torch.bfloat16), ((7, 7), torch.bfloat16)],
+                         ids=["down-fp32", "up-non-square-bf16", "native-bf16"])
+def test_position_embedding_triton_kernel_is_the_fast_path(grid, dtype, monkeypatch):
+    """The one-launch Triton kernel (run in the interpreter, on a 7 x 7 native grid to keep it
+    short) gives the torch fast path's result within one rounding of the activation dtype (its 16
+    taps sum in another order than the kron product, and the interpreter rounds to bfloat16 its own
+    way), the class row and every image of the batch included, from patch tokens with a row stride."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    module = Dinov2PositionEmbedding(160, image_size=98, patch_size=14)  # two channel blocks, one masked
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        module.position_embeddings.copy_(torch.randn(module.position_embeddings.shape, generator=gen))
+        module.cls_token.copy_(torch.randn(module.cls_token.shape, generator=gen))
+    module = module.to(dtype)
+    wide = torch.randn(2, grid[0] * grid[1], 200, generator=gen).to(dtype)
+    x = wide[..., 20:180]
+    with torch.no_grad():
+        got, want = module.forward_triton(x, *grid), module.forward_fast(x, *grid)
+    assert got.shape == want.shape and got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2 ** -6  # bf16: one unit in the last place at |x| < 4
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+    native = module.forward_native(x, *grid)  # and the definition, within the bar's order
+    torch.testing.assert_close(got.float(), native.float(), rtol=2 * tol, atol=2 * tol)

@@ -22,7 +22,12 @@ stays float64: the correctness truth), one rounding at the end. The CUDA path re
 rounds the table to the activation dtype (as Hugging Face does; within the bar) and writes the sum
 straight into the output, the class row apart.
 
-The resampling on CUDA is a matrix product, not ``F.interpolate``. Bicubic resampling with fixed
+At inference on CUDA the whole op is one Triton launch (``forward_triton``,
+:mod:`kernels_reference.ops.position_embedding.bicubic_add`): each output cell's 4 x 4 source
+neighbourhood resampled in float32, rounded, and added to that cell of every image. Under autograd
+or ``torch.compile`` the torch sequence below (``forward_fast``) runs instead.
+
+In that sequence the resampling is a matrix product, not ``F.interpolate``. Bicubic resampling with fixed
 sizes is linear in the table: row i of the output grid mixes four rows of the input with weights
 that depend only on the sizes, and the same for columns, so the whole resampling is one matrix
 ``K = kron(W_h, W_w)`` (plus 1 for the class row) applied to the table. torch's bicubic CUDA kernel
@@ -34,17 +39,18 @@ kept; it holds no parameter, so a changed table is always resampled anew. Grids 
 large (more than ``_KRON_ELEMENTS``) resample rows and columns as two products instead.
 """
 import functools
-import math
 from typing import Dict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..dispatch import compute_dtype
+from ..dispatch import compute_dtype, use_fast_path
+from ..ops.position_embedding.bicubic_add import bicubic_add, bicubic_taps, triton
 from ..records import RecordsInit
 
 HF_EMBEDDING_NAMES = ("cls_token", "position_embeddings")
+_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # float64 (the truth) stays in torch
 
 
 class Dinov2PositionEmbedding(RecordsInit, nn.Module):
@@ -56,10 +62,20 @@ class Dinov2PositionEmbedding(RecordsInit, nn.Module):
         self.position_embeddings = nn.Parameter(torch.zeros(1, 1 + self.native_grid ** 2, hidden_size))
 
     def forward(self, embeddings: torch.Tensor, grid_height: int, grid_width: int) -> torch.Tensor:
-        # Plain torch ops either way (Dynamo traces them as they are); CUDA takes production's sequence.
+        # CUDA: one Triton launch at inference; production's torch sequence where autograd records
+        # or Dynamo traces (it traces plain torch ops as they are).
         if embeddings.is_cuda:
+            if (triton is not None and use_fast_path(embeddings) and not torch.is_grad_enabled()
+                    and embeddings.dtype in _KERNEL_DTYPES):
+                return self.forward_triton(embeddings, grid_height, grid_width)
             return self.forward_fast(embeddings, grid_height, grid_width)
         return self.forward_native(embeddings, grid_height, grid_width)
+
+    def forward_triton(self, embeddings, grid_height, grid_width):
+        """``forward_fast``'s arithmetic in one launch (ops/position_embedding/bicubic_add.py)."""
+        self._check(embeddings, grid_height, grid_width)
+        return bicubic_add(embeddings, self.position_embeddings, self.cls_token, self.native_grid,
+                           grid_height, grid_width)
 
     def forward_native(self, embeddings, grid_height, grid_width):
         self._check(embeddings, grid_height, grid_width)
@@ -112,29 +128,11 @@ class Dinov2PositionEmbedding(RecordsInit, nn.Module):
 # Above this many elements (64 MB in float32, about a 100 x 100 patch grid) the kron matrix costs
 # more to read than the table it resamples: rows and columns go as two products instead.
 _KRON_ELEMENTS = 1 << 24
-_CUBIC_A = -0.75  # torch's (and PIL's) bicubic kernel parameter
-
-
 def bicubic_weights(out_size: int, in_size: int) -> torch.Tensor:
     """[out, in] float64: F.interpolate(mode="bicubic", align_corners=False, size=...) along one
-    axis as a matrix. torch's definition: the source position of output i is (i + 0.5) * in / out -
-    0.5 (not clamped for cubic), its four neighbours floor - 1 .. floor + 2 are clamped to the edge
-    (their weights then add up on the edge row), and the weights are Keys' cubic with A = -0.75."""
-    def near(x):  # |x| <= 1
-        return ((_CUBIC_A + 2) * x - (_CUBIC_A + 3)) * x * x + 1
-
-    def far(x):  # 1 < |x| < 2
-        return ((_CUBIC_A * x - 5 * _CUBIC_A) * x + 8 * _CUBIC_A) * x - 4 * _CUBIC_A
-
-    w = torch.zeros((out_size, in_size), dtype=torch.float64)
-    scale = in_size / out_size
-    for i in range(out_size):
-        src = (i + 0.5) * scale - 0.5
-        base = math.floor(src)
-        t = src - base
-        for offset, weight in zip((-1, 0, 1, 2), (far(t + 1), near(t), near(1 - t), far(2 - t))):
-            w[i, min(max(base + offset, 0), in_size - 1)] += weight
-    return w
+    axis as a matrix, from the taps of ``bicubic_taps`` (taps clamped onto the same edge row add up)."""
+    index, weight = bicubic_taps(out_size, in_size)
+    return torch.zeros((out_size, in_size), dtype=torch.float64).scatter_add_(1, index, weight)
 
 
 @functools.lru_cache(maxsize=32)
