@@ -123,6 +123,10 @@ class PositionTableNotResampled(Dinov2PositionEmbedding):
     def position_table(self, grid_height, grid_width, dtype, by_matrix=False):
         return self.position_embeddings.to(dtype)[:, :1 + grid_height * grid_width]
 
+    def forward_triton(self, embeddings, grid_height, grid_width):
+        # The one-launch kernel resamples inside; the torch sequence reads the table above.
+        return self.forward_fast(embeddings, grid_height, grid_width)
+
 
 class PatchesColumnMajor(PatchEmbed):
     """Patch tokens flattened column by column where the grid is read row by row."""

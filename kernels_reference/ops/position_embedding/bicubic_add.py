@@ -6,8 +6,7 @@ Bicubic resampling at fixed sizes reads a 4 x 4 neighbourhood of the native tabl
 with weights that depend only on the sizes: ``bicubic_taps`` gives each output row and column its
 four source indices (clamped to the edge) and weights, kept per (grid, height, width, device). One
 program computes one output cell's resampled row for a block of channels in float32 and adds it to
-that cell of every image of the batch, so the table is resampled once per call however large the
-batch. At batch 1 and 224 px the op was launch-bound in torch (five launches: 27 us on the H100
+that cell of up to ``IMAGES_PER_PROGRAM`` images of the batch. At batch 1 and 224 px the op was launch-bound in torch (five launches: 27 us on the H100
 where Inductor's fused version took 14, 2026-12-05, docs/perf/h100-2026-12-05.md).
 """
 from __future__ import annotations
@@ -25,6 +24,10 @@ except ImportError:  # the torch path still works without Triton
     triton = None
 
 CUBIC_A = -0.75  # torch's (and PIL's) bicubic kernel parameter
+# Images one program adds its resampled cell to. All of them (one program per cell) left a batch of
+# 32 at 448 px at 0.55 of copy bandwidth on the H100 (2026-12-05): each program's loads waited on
+# one another; four per program give the GPU 8x the programs, each resampling its 16 taps from L2.
+IMAGES_PER_PROGRAM = 4
 
 
 def bicubic_taps(out_size: int, in_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -64,16 +67,18 @@ if triton is not None:
     @triton.jit
     def _bicubic_add_kernel(x_ptr, pos_ptr, cls_ptr, out_ptr, row_idx_ptr, row_w_ptr, col_idx_ptr, col_w_ptr,
                             batch, width, grid, dim, x_stride_b, x_stride_p, out_stride_b, out_stride_p,
-                            BLOCK_D: tl.constexpr):
+                            BLOCK_D: tl.constexpr, IMAGES: tl.constexpr):
         cell = tl.program_id(0)  # output token: 0 the class token, 1 + i * width + j the patches
         offs = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+        first = tl.program_id(2) * IMAGES  # this program's images: first .. first + IMAGES - 1
+        last = tl.minimum(first + IMAGES, batch)
         mask = offs < dim
         out_ty = out_ptr.dtype.element_ty
         if cell == 0:
             table = tl.load(pos_ptr + offs, mask=mask, other=0.0).to(tl.float32).to(out_ty).to(tl.float32)
             cls = tl.load(cls_ptr + offs, mask=mask, other=0.0).to(out_ty).to(tl.float32)
             value = (cls + table).to(out_ty)
-            for b in range(batch):
+            for b in range(first, last):
                 tl.store(out_ptr + b * out_stride_b + offs, value, mask=mask)
         else:
             q = cell - 1
@@ -89,7 +94,7 @@ if triton is not None:
                     src = pos_ptr + (1 + r * grid + col) * dim + offs
                     acc += (wr * wc) * tl.load(src, mask=mask, other=0.0).to(tl.float32)
             table = acc.to(out_ty).to(tl.float32)
-            for b in range(batch):
+            for b in range(first, last):
                 x = tl.load(x_ptr + b * x_stride_b + q * x_stride_p + offs, mask=mask, other=0.0).to(tl.float32)
                 tl.store(out_ptr + b * out_stride_b + cell * out_stride_p + offs, (x + table).to(out_ty), mask=mask)
 
@@ -112,7 +117,9 @@ def bicubic_add(embeddings: torch.Tensor, position_embeddings: torch.Tensor, cls
         return out
     row_idx, row_w, col_idx, col_w = _device_taps(grid, height, width, embeddings.device)
     block = 256 if dim % 256 == 0 else 128
-    _bicubic_add_kernel[(1 + patches, triton.cdiv(dim, block))](
+    grid_launch = (1 + patches, triton.cdiv(dim, block), triton.cdiv(batch, IMAGES_PER_PROGRAM))
+    _bicubic_add_kernel[grid_launch](
         embeddings, pos, cls, out, row_idx, row_w, col_idx, col_w, batch, width, grid, dim,
-        embeddings.stride(0), embeddings.stride(1), out.stride(0), out.stride(1), BLOCK_D=block, num_warps=2)
+        embeddings.stride(0), embeddings.stride(1), out.stride(0), out.stride(1), BLOCK_D=block,
+        IMAGES=IMAGES_PER_PROGRAM, num_warps=2)
     return out
