@@ -24,6 +24,9 @@ def rows(report: dict):
         if c["status"] == "NOT_RUN" or not c.get("paths"):
             continue
         paths, mutants = c["paths"], c["mutants"]
+        if not set(PATHS) <= set(paths):  # an embedding case: its paths are statistics of embeddings
+            print(f"{c['case_id']}: not a decoder case (paths {', '.join(paths)}), left out", file=sys.stderr)
+            continue
         ran = [m for m in mutants.values() if m.get("d") is not None]
         cells = []
         for name in SHORT:

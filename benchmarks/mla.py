@@ -19,7 +19,7 @@ Per case (16 heads, nope 128, rope 64, v 128, latent 512, bf16, block size 16, s
   to 192 or not, explicit bool mask or ``causal_lower_right``);
 * achieved bandwidth of ours for decode: latent cache bytes read + kv_b_proj weights + q/out,
   against the H200's 4.24 TB/s;
-* sweep (B1 C8192 and B32 C2048; ``--no-sweep`` skips it): ``MLADecodeConfig`` variants (tokens per
+* sweep (B1 C8192, B32 C2048 and B139 C1152; ``--no-sweep`` skips it, ``--only-sweep`` runs only it): ``MLADecodeConfig`` variants (tokens per
   iteration, warps, pipeline stages, programs per SM, split cap) and the previous launch, timed side
   by side with the same amortised method. Read the ``per call us`` column: the fastest row at both
   cases is the best default (``MLA_DECODE_CONFIG`` in kernels_reference/ops/mla_decode/decode.py).
@@ -66,20 +66,27 @@ else:
     CASES = {"decode-B1-C8192": ([8191], [1]),
              "decode-B32-C2048": ([1024 + (37 * i) % 1024 for i in range(32)], [1] * 32),
              "decode-B128-C1024": ([512 + (53 * i) % 512 for i in range(128)], [1] * 128),
+             # the peer table's largest decode step (139 sequences of ~1152 tokens), where FlashInfer's
+             # MLA decode took 168 us and ours 609 on the H100 (2026-12-05): one program per sequence
+             "decode-B139-C1152": ([640 + (61 * i) % 1024 for i in range(139)], [1] * 139),
              "prefill-B1-Q2048": ([0], [2048]),
              "prefill-chunk-Q1024-C3072": ([3072], [1024])}
-SWEEP_CASES = ("decode-B1-C8192", "decode-B32-C2048", "decode-B2-C40")
+SWEEP_CASES = ("decode-B1-C8192", "decode-B32-C2048", "decode-B139-C1152", "decode-B2-C40")
+if "--only-sweep" in sys.argv:  # the sweep's cases alone (a short device call)
+    CASES = {name: shape for name, shape in CASES.items() if name in SWEEP_CASES}
 _D = decode_module.MLA_DECODE_CONFIG
 SWEEP_CONFIGS = {
     "default": _D,
     "previous (32-split cap, 4/SM)": decode_module.PREVIOUS_CONFIG,
     "1 program/SM": dataclasses.replace(_D, programs_per_sm=1),
     "4 programs/SM": dataclasses.replace(_D, programs_per_sm=4),
+    "8 programs/SM": dataclasses.replace(_D, programs_per_sm=8),
+    "16 programs/SM": dataclasses.replace(_D, programs_per_sm=16),
     "split cap 64": dataclasses.replace(_D, max_splits=64),
     "split cap 256": dataclasses.replace(_D, max_splits=256),
     "16 tokens/iter": dataclasses.replace(_D, tokens_per_iter=16),
     "64 tokens/iter": dataclasses.replace(_D, tokens_per_iter=64),
-    "4 warps": dataclasses.replace(_D, num_warps=4),
+    "8 warps": dataclasses.replace(_D, num_warps=8),
     "1 stage": dataclasses.replace(_D, num_stages=1),
     "3 stages": dataclasses.replace(_D, num_stages=3),
 }

@@ -44,9 +44,11 @@ class MLADecodeConfig:
     """Knobs of the latent decode (benchmarks/mla.py --sweep times them side by side on the H200)."""
 
     # Tokens per loop iteration: the [tokens, 512] latent tile and the [16, 512] float32 accumulator
-    # are what a program holds; 32 tokens keep both in registers at 8 warps.
+    # are what a program holds; 32 tokens keep both in registers at 4 warps too. 4 warps were faster
+    # than 8 in every sweep case on the H100 (2026-12-05: B1 C8192 33.4 vs 34.3 us, B32 C2048 51.6 vs
+    # 59.3, B139 C1152 131.6 vs 165.7) and in both of the H200's (28.8 vs 29.7, 47.7 vs 56.9).
     tokens_per_iter: int = 32
-    num_warps: int = 8
+    num_warps: int = 4
     num_stages: int = 2
     # Split until about this many programs per SM. Why 2: one program per (sequence, 16 heads) is
     # all a batch gives without splitting (B1: 1 program for 132 SMs); the kernel holds ~32 KiB of
