@@ -68,4 +68,9 @@ def test_split_plan_fills_the_gpu_from_shapes():
     assert mla.mla_num_splits(1, 1, 512, 16, 132, config) == 128
     assert mla.mla_num_splits(32, 1, 128, 16, 132, config) == 8  # 264 // 32: one wave
     assert mla.mla_num_splits(256, 1, 64, 16, 132, config) == 1  # a full batch is not split
+    # ... unless its block table is wide enough for one sequence to outlast the others: the peer
+    # table's 139-sequence step with a 7680-token sequence gets 7 splits (8 per SM at most)
+    assert mla.mla_num_splits(139, 1, 480, 16, 132, config) == 7
+    assert mla.mla_num_splits(256, 1, 480, 16, 132, config) == 4
+    assert mla.mla_num_splits(139, 1, 64, 16, 132, config) == 1  # 1024 tokens: one program holds them
     assert mla.mla_num_splits(1, 1, 2, 16, 132, config) == 1  # never more splits than iterations

@@ -58,6 +58,14 @@ class MLADecodeConfig:
     # Cap on splits: each split writes a [16, 512] float32 partial (32 KiB, as much as 28 cached
     # tokens), which the merge reads back from L2; 128 splits at B1 C8192 are 64 tokens each.
     max_splits: int = 128
+    # A batch that fills the GPU alone is not split for filling, but a sequence as long as the block
+    # table is wide would then run as one program while the others are short: on the H100
+    # (2026-12-05) a 139-sequence step whose longest held 7680 tokens (mean 1940) took 609 us where
+    # FlashInfer's balanced MLA decode took 168. So split until such a sequence's programs hold at
+    # most this many tokens, while the batch stays under ``max_programs_per_sm`` programs per SM
+    # (more splits add partial outputs for the merge to read back).
+    long_tokens_per_program: int = 1024
+    max_programs_per_sm: int = 8
 
 
 MLA_DECODE_CONFIG = MLADecodeConfig()
@@ -71,11 +79,16 @@ MERGE_RANK_BLOCK = 128
 def mla_num_splits(num_seqs: int, head_blocks: int, max_blocks: int, block_size: int, num_sms: int,
                    config: MLADecodeConfig = MLA_DECODE_CONFIG) -> int:
     """Splits per sequence, from shapes only (the CUDA-graph contract): at most ``programs_per_sm``
-    programs per SM (rounded down: one wave, every program starts at once), never more splits than
-    a full-width block table has loop iterations, at most ``max_splits``, at least one."""
+    programs per SM (rounded down: one wave, every program starts at once), or, where the block
+    table is wide enough for one sequence to outlast the rest, enough splits for a full-width
+    sequence's programs to hold ``long_tokens_per_program`` tokens (up to ``max_programs_per_sm``
+    programs per SM); never more splits than a full-width block table has loop iterations, at most
+    ``max_splits``, at least one."""
     programs = max(num_seqs * head_blocks, 1)
     iterations = max(-(-max_blocks * block_size // config.tokens_per_iter), 1)
     wanted = config.programs_per_sm * num_sms // programs
+    long_sequence = -(-max_blocks * block_size // config.long_tokens_per_program)
+    wanted = max(wanted, min(long_sequence, config.max_programs_per_sm * num_sms // programs))
     return max(1, min(wanted, iterations, config.max_splits))
 
 
