@@ -887,7 +887,9 @@ def _mamba_chunk_scan(ctx: PeerContext):
             D=inputs.get("D"), z=None if z is None else z[None], dt_bias=inputs.get("dt_bias"),
             initial_states=None if init is None else init[:1], seq_idx=seq_idx, cu_seqlens=cu,
             dt_softplus=ref.dt_softplus, dt_limit=ref.dt_limit, return_varlen_states=True)
-        return out[0], states
+        # Upstream returns the states in C's dtype (bf16 in a bf16 model); the op's interface keeps
+        # them in float32 unless ``state_dtype`` says otherwise: compared at the interface's dtype.
+        return out[0], states.to(inputs.get("state_dtype") or torch.float32)
 
     return _on_interpreter(ctx, run)
 
