@@ -239,20 +239,6 @@ def test_smollm2_sees_a_decode_only_bug_that_prefill_scoring_passes(smollm2):
     assert r.paths["prefill-forced"]["credit"] == 1.0 and r.credit < 0.9
 
 
-def test_smollm2_scores_a_kernel_library_that_plans_each_step(smollm2, monkeypatch):
-    """The FlashInfer tree (a torch stand-in for FlashInfer here, tests/fakes/flashinfer.py) gets
-    its plan on every engine step, padded decode steps included; keeping a plan per batch size is
-    seen on decode steps."""
-    import sys
-    from fakes import flashinfer as fake
-    monkeypatch.setitem(sys.modules, "flashinfer", fake)
-    r = smollm2(ROOT / "examples" / "candidates" / "flashinfer")
-    assert r.status == status.PASSED and r.credit == 1.0 and r.swapped == ["Attention"], r.message
-    assert r.paths["decode-forced"]["steps"].get("decode-padded", 0) >= 10
-    r = smollm2(CANDIDATES / "flashinfer_plan_per_batch_size")
-    assert r.status == status.WRONG_RESULT and r.credit < 0.9, r.message
-
-
 def test_smollm2_a_crash_in_decode_only_names_the_path_step_and_batch(smollm2):
     r = smollm2(CANDIDATES / "attn_decode_crash")
     assert r.status == status.RUNTIME_ERROR
