@@ -90,15 +90,19 @@ def test_an_empty_sequence_keeps_its_initial_state():
     assert _rel(states[1], native.ssd_scan(**_upcast(inputs))[1][1]) < 2e-5
 
 
-@pytest.mark.parametrize("pool_dtype, tied, gated", [(torch.float32, True, False), (torch.bfloat16, False, True)])
+@pytest.mark.parametrize("pool_dtype, tied, gated", [(torch.float32, True, False), (torch.bfloat16, False, True),
+                                                     (torch.float32, "per-head", False)])
 def test_triton_state_update_matches_the_step(pool_dtype, tied, gated):
+    """``tied``: dt broadcast over head_dim; "per-head": dt_bias too (vLLM's stride-0 views), the
+    kernel's one-value-per-head path, which must give the elementwise path's bits."""
     g = torch.Generator().manual_seed(3)
     b, h, p, n, groups, pool = 3, 4, 64, 32, 2, 7
     dt = torch.randn(b, h, 1 if tied else p, generator=g).expand(b, h, p)
+    bias = torch.full((h, 1), -4.0).expand(h, p) if tied == "per-head" else torch.full((h, p), -4.0)
     inputs = dict(x=torch.randn(b, h, p, generator=g).bfloat16(), dt=dt.bfloat16(),
                   A=-(1 + 15 * torch.rand(h, 1, 1, generator=g)).expand(h, p, n),
                   B=torch.randn(b, groups, n, generator=g).bfloat16(), C=torch.randn(b, groups, n, generator=g).bfloat16(),
-                  D=torch.rand(h, p, generator=g), dt_bias=torch.full((h, p), -4.0),
+                  D=torch.rand(h, p, generator=g), dt_bias=bias,
                   z=torch.randn(b, h, p, generator=g).bfloat16() if gated else None, dt_softplus=True,
                   state_batch_indices=torch.tensor([5, 0, 3], dtype=torch.int32))
     state = (0.1 * torch.randn(pool, h, p, n, generator=g)).to(pool_dtype)
@@ -108,6 +112,10 @@ def test_triton_state_update_matches_the_step(pool_dtype, tied, gated):
     y = selective_state_update(mine, **inputs)
     assert _rel(y, y_true) < 1e-2 and _rel(mine, truth_state) < (1e-5 if pool_dtype == torch.float32 else 1e-2)
     assert torch.equal(mine[[1, 2, 4, 6]], state[[1, 2, 4, 6]])  # slots outside the batch untouched
+    if tied == "per-head":  # the same values passed with full strides take the elementwise path
+        full = {k: (v.contiguous() if k in ("dt", "A", "dt_bias") else v) for k, v in inputs.items()}
+        elementwise = state.clone()
+        assert torch.equal(selective_state_update(elementwise, **full), y) and torch.equal(elementwise, mine)
 
 
 def test_refill_writes_a_broadcast_view_through_its_memory():

@@ -43,14 +43,17 @@ def selective_state_update(state: torch.Tensor, x: torch.Tensor, dt: torch.Tenso
     bias = dt_bias if has_bias else dt[0]
     d = D if has_d else dt[0]
     zz = z if has_z else x
+    # Per-head dt, dt_bias and A broadcast over head_dim (and A over the state width), as vLLM passes
+    # them: one softplus and one exp per program instead of one per state value, the same arithmetic.
+    per_head = dt.stride(2) == 0 and A.stride(1) == 0 and A.stride(2) == 0 and (not has_bias or bias.stride(1) == 0)
     grid = (triton.cdiv(head_dim, block_p), batch, heads)
     _state_update_kernel[grid](
         state, x, dt, bias, A, B, C, d, zz, out, state_batch_indices if has_idx else out,
         head_dim, dstate, heads // groups,
         *state.stride(), *x.stride(), *dt.stride(), *bias.stride(), *A.stride(), *B.stride(), *C.stride(),
         *d.stride(), *zz.stride(), *out.stride(),
-        SOFTPLUS=dt_softplus, HAS_BIAS=has_bias, HAS_D=has_d, HAS_Z=has_z, HAS_INDEX=has_idx,
-        BLOCK_P=block_p, BLOCK_N=block_n, num_warps=4 if block_p * block_n >= 1024 else 2)
+        SOFTPLUS=dt_softplus, HAS_BIAS=has_bias, HAS_D=has_d, HAS_Z=has_z, HAS_INDEX=has_idx, PER_HEAD=per_head,
+        BLOCK_P=block_p, BLOCK_N=block_n, num_warps=4 if block_p * block_n >= 512 else 2)
     return out
 
 
@@ -63,8 +66,8 @@ if triton is not None:
                              sa_h, sa_p, sa_n, sb_b, sb_g, sb_n, sc_b, sc_g, sc_n, sd_h, sd_p,
                              sz_b, sz_h, sz_p, so_b, so_h, so_p,
                              SOFTPLUS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_D: tl.constexpr,
-                             HAS_Z: tl.constexpr, HAS_INDEX: tl.constexpr, BLOCK_P: tl.constexpr,
-                             BLOCK_N: tl.constexpr):
+                             HAS_Z: tl.constexpr, HAS_INDEX: tl.constexpr, PER_HEAD: tl.constexpr,
+                             BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
         row = tl.program_id(1)
         head = tl.program_id(2)
         ps = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -75,17 +78,26 @@ if triton is not None:
         s_ptrs = state_ptr + slot * ss_s + head * ss_h + ps[:, None] * ss_p + ns[None, :] * ss_n
         s = tl.load(s_ptrs, mask=tile_ok, other=0.0).to(tl.float32)
         x = tl.load(x_ptr + row * sx_b + head * sx_h + ps * sx_p, mask=p_ok, other=0.0).to(tl.float32)
-        dt = tl.load(dt_ptr + row * sdt_b + head * sdt_h + ps * sdt_p, mask=p_ok, other=0.0).to(tl.float32)
-        if HAS_BIAS:
-            dt += tl.load(bias_ptr + head * sbias_h + ps * sbias_p, mask=p_ok, other=0.0).to(tl.float32)
-        if SOFTPLUS:
-            dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
-        a = tl.load(a_ptr + head * sa_h + ps[:, None] * sa_p + ns[None, :] * sa_n, mask=tile_ok,
-                    other=0.0).to(tl.float32)
         group = head // ratio
         b = tl.load(b_ptr + row * sb_b + group * sb_g + ns * sb_n, mask=n_ok, other=0.0).to(tl.float32)
         c = tl.load(c_ptr + row * sc_b + group * sc_g + ns * sc_n, mask=n_ok, other=0.0).to(tl.float32)
-        s = tl.exp(a * dt[:, None]) * s + (dt * x)[:, None] * b[None, :]
+        if PER_HEAD:  # dt, dt_bias and A are one value per head
+            dt = tl.load(dt_ptr + row * sdt_b + head * sdt_h).to(tl.float32)
+            if HAS_BIAS:
+                dt += tl.load(bias_ptr + head * sbias_h).to(tl.float32)
+            if SOFTPLUS:
+                dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
+            decay = tl.exp(tl.load(a_ptr + head * sa_h).to(tl.float32) * dt)
+            s = decay * s + (dt * x)[:, None] * b[None, :]
+        else:
+            dt = tl.load(dt_ptr + row * sdt_b + head * sdt_h + ps * sdt_p, mask=p_ok, other=0.0).to(tl.float32)
+            if HAS_BIAS:
+                dt += tl.load(bias_ptr + head * sbias_h + ps * sbias_p, mask=p_ok, other=0.0).to(tl.float32)
+            if SOFTPLUS:
+                dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
+            a = tl.load(a_ptr + head * sa_h + ps[:, None] * sa_p + ns[None, :] * sa_n, mask=tile_ok,
+                        other=0.0).to(tl.float32)
+            s = tl.exp(a * dt[:, None]) * s + (dt * x)[:, None] * b[None, :]
         tl.store(s_ptrs, s.to(state_ptr.dtype.element_ty), mask=tile_ok)
         y = tl.sum(s * c[None, :], axis=1)
         if HAS_D:
