@@ -102,6 +102,15 @@ step_cmd() {
     fi-kernel|fi-e2e) fi="pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && export PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws &&"
       if [ "$1" = fi-kernel ]; then echo "$fi $PYTEST tasks/L1/test_attention.py -k '${FI_K:-correctness or fuzz}' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-timeout=590 --fk-candidate=examples/candidates/flashinfer --fk-report=$OUT/fi-kernel.json"
       else echo "$fi $PYTEST tasks/L4/test_e2e.py -k '${E2E_K:-llama-3.1-8b and batch-32}' --fk-device=cuda --fk-profile=full --fk-e2e-scale=${E2E_SCALE:-0.1} --fk-timeout=590 --fk-candidate=examples/candidates/flashinfer --fk-report=$OUT/fi-e2e.json --fk-html=$OUT/fi-e2e.html"; fi ;;
+    # FlashAttention 4 (flash-attn-4 4.0.0b40, CuTe DSL) as the paged-attention op's peer (issue 30),
+    # not run yet. Its wheels (fetched on the CPU machine with `pip download --no-deps --pre
+    # --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64 flash-attn-4
+    # nvidia-cutlass-dsl nvidia-cutlass-dsl-libs-base nvidia-cutlass-dsl-libs-cu13 quack-kernels
+    # torch-c-dlpack-ext`) sit in .whl/fa4, the 92 MB cu13 libs wheel split into three 31 MB parts
+    # (`split -b 31M`), more than one call moves: three calls back to back on a warm machine (ignored
+    # paths stay), the first carrying part-aa and the small wheels, the second part-ab, the third
+    # part-ac (with .whl/apache_tvm_ffi-*.whl and .whl/einops-*.whl) and running this step.
+    peers-fa4) echo "cat .whl/fa4/*.part-* > /tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl && pip install -q --no-deps --no-index --target /tmp/fa-lib .whl/fa4/*.whl /tmp/nvidia_cutlass_dsl_libs_cu13-*.whl .whl/apache_tvm_ffi-*.whl .whl/einops-*.whl && PYTHONPATH=/tmp/fa-lib:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops attention --peers \${ATTN_PEERS:-flash-attn-4} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-fa4.json --md $OUT/peers-fa4.md" ;;
     # Mamba-2's scan and decode step against mamba-ssm's Triton kernels (the ones vLLM ported): its
     # sdist (`pip download --no-deps --no-binary :all: mamba-ssm==2.3.2.post1` fails building, so the
     # file from PyPI's simple index) under .whl/, unpacked and put on PYTHONPATH as source: its

@@ -567,6 +567,43 @@ def _flashinfer_peer(wrapper_kind: str):
     return build
 
 
+# FlashAttention 4 (``flash-attn-4``: CuTe DSL kernels compiled just in time, SM90 and SM100), its
+# varlen forward on the task's own paged cache: ``page_table`` is the block tables (its K/V layout,
+# [pages, page_size, kv_heads, d], is ours), ``seqused_k`` the sequence lengths, ``cu_seqlens_q`` the
+# packed queries; causal aligns each sequence's queries with the end of its keys, as ours.
+FLASH_ATTN_4 = dict(kind=PRODUCTION, version=package_version("flash-attn-4"))
+
+
+def flash_attn_cute_module(ctx: PeerContext):
+    """``flash_attn.cute`` (flash-attn-4), or Skipped with the reason (no GPU, not installed)."""
+    if ctx.device.type != "cuda":
+        raise Skipped("FlashAttention 4's kernels need a GPU")
+    try:
+        return importlib.import_module("flash_attn.cute")
+    except ImportError as exc:
+        raise Skipped(f"flash-attn-4 is not installed ({exc})") from None
+
+
+def _flash_attn_4(ctx: PeerContext):
+    fa = flash_attn_cute_module(ctx)
+    if ctx.case.dtype not in (torch.float16, torch.bfloat16):
+        raise Unsupported("FlashAttention 4 runs half types only")
+    ref = ctx.reference
+    nq, hs = ref.num_heads, ref.head_size
+    store = _paged_store(ctx)
+
+    def layer(inputs):
+        q, k_cache, v_cache, meta = store(inputs)
+        out = fa.flash_attn_varlen_func(
+            q, k_cache, v_cache, cu_seqlens_q=meta.query_start_loc, seqused_k=meta.seq_lens,
+            max_seqlen_q=meta.max_query_len, max_seqlen_k=meta.max_seq_len, page_table=meta.block_tables,
+            softmax_scale=ref.scale, causal=True)
+        out = out[0] if isinstance(out, tuple) else out  # (out, lse) in some versions
+        return out.reshape(q.shape[0], nq * hs)
+
+    return layer
+
+
 def _compile_sequence_loop(sequences_of):
     """COMPILE for a forward_native that loops over the batch's sequences in Python, skipped where
     ``sequences_of(case)`` is above MAX_COMPILED_SEQUENCES."""
@@ -603,6 +640,8 @@ ATTENTION_PEERS = (
          "+ cache store", _flashinfer_peer("decode"), **FLASHINFER),
     Peer("flashinfer-decode-tc", "FlashInfer BatchDecodeWithPagedKVCacheWrapper (use_tensor_cores), decode "
          "steps + cache store", _flashinfer_peer("decode-tc"), **FLASHINFER),
+    Peer("flash-attn-4", "FlashAttention 4 flash_attn_varlen_func on the paged cache (page_table, seqused_k), "
+         "causal, the whole step + cache store", _flash_attn_4, **FLASH_ATTN_4),
 )
 
 

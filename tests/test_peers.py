@@ -229,6 +229,24 @@ def test_flashinfer_peers_hand_it_the_task_cache_and_page_table(monkeypatch, op,
     assert record["impls"][peer]["status"] == "wrong", record["impls"][peer]
 
 
+@pytest.mark.parametrize("keyword", ["llama and prefill", "qwen2.5 and decode"])
+def test_flash_attn_4_peer_hands_it_the_block_tables_and_lengths(monkeypatch, keyword):
+    """The FlashAttention 4 peer, with a torch stand-in for its varlen function, gives the
+    reference's answer on the task's paged cache (block tables as its page table, lengths as
+    seqused_k, GQA); a stand-in that reads past each sequence's length is caught by the check."""
+    from fakes import flash_attn_cute as fake
+    peers = suite_peers_module()
+    monkeypatch.setattr(peers, "flash_attn_cute_module", lambda ctx: fake)
+    spec = suite_ops()["attention"]
+    chosen = [p for p in spec.peers if p.name == "flash-attn-4"]
+    task = get_task("attention")
+    sel = select_cases(task, spec, "cpu", keyword=keyword, max_cases=1)[0]
+    from fk_pytest.peers import measure_case
+    assert measure_case(task, sel.case, chosen, _cpu())["impls"]["flash-attn-4"]["status"] == "ok"
+    monkeypatch.setattr(fake, "IGNORE_SEQUSED", True)
+    assert measure_case(task, sel.case, chosen, _cpu())["impls"]["flash-attn-4"]["status"] == "wrong"
+
+
 def test_command_line(tmp_path, capsys):
     js, md = tmp_path / "p.json", tmp_path / "p.md"
     rc = main(["--device", "cpu", "--ops", "silu_and_mul", "-k", "qwen3 and decode-T1-", "--max-cases-per-op", "1",
