@@ -486,14 +486,19 @@ FLASHINFER_WORKSPACE_BYTES = 256 << 20  # the float workspace (split-KV partial 
 FLASHINFER = dict(kind=PRODUCTION, version=package_version("flashinfer-python"))
 
 
-def flashinfer_module(ctx: PeerContext):
-    """The installed ``flashinfer`` package, or Skipped with the reason (no GPU, not installed)."""
+def gpu_package(ctx: PeerContext, module: str, distribution: str, kernels: str):
+    """The installed ``module`` (of ``distribution``), or Skipped with the reason (no GPU, not installed)."""
     if ctx.device.type != "cuda":
-        raise Skipped("FlashInfer's kernels need a GPU")
+        raise Skipped(f"{kernels}'s kernels need a GPU")
     try:
-        return importlib.import_module("flashinfer")
+        return importlib.import_module(module)
     except ImportError as exc:
-        raise Skipped(f"flashinfer-python is not installed ({exc})") from None
+        raise Skipped(f"{distribution} is not installed ({exc})") from None
+
+
+def flashinfer_module(ctx: PeerContext):
+    """The installed ``flashinfer`` package (tests replace it with a stand-in)."""
+    return gpu_package(ctx, "flashinfer", "flashinfer-python", "FlashInfer")
 
 
 def page_table(meta):
@@ -575,13 +580,8 @@ FLASH_ATTN_4 = dict(kind=PRODUCTION, version=package_version("flash-attn-4"))
 
 
 def flash_attn_cute_module(ctx: PeerContext):
-    """``flash_attn.cute`` (flash-attn-4), or Skipped with the reason (no GPU, not installed)."""
-    if ctx.device.type != "cuda":
-        raise Skipped("FlashAttention 4's kernels need a GPU")
-    try:
-        return importlib.import_module("flash_attn.cute")
-    except ImportError as exc:
-        raise Skipped(f"flash-attn-4 is not installed ({exc})") from None
+    """The installed ``flash_attn.cute`` (tests replace it with a stand-in)."""
+    return gpu_package(ctx, "flash_attn.cute", "flash-attn-4", "FlashAttention 4")
 
 
 def _flash_attn_4(ctx: PeerContext):
