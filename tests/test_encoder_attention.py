@@ -110,10 +110,10 @@ def test_valid_keys_first_then_attention_over_the_count_is_the_masked_attention(
     gen = torch.Generator().manual_seed(5)
     mask = torch.tensor([[1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 1], [1, 0, 1, 0, 0, 1], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
     q, k, v = (torch.randn(4, 6, 2, 8, generator=gen, dtype=torch.float64) for _ in range(3))
-    places, counts = valid_keys_first(mask)
+    order, counts = valid_keys_first(mask)
     assert counts.tolist() == [3, 4, 3, 6]
-    assert all(sorted(row) == list(range(6)) for row in places.tolist())  # a permutation per entry
-    kc, vc = compact_keys(k, places), compact_keys(v, places)
+    assert order.tolist() == [[0, 1, 2, 3, 4, 5], [2, 3, 4, 5, 0, 1], [0, 2, 5, 1, 3, 4], [0, 1, 2, 3, 4, 5]]
+    kc, vc = compact_keys(k, order), compact_keys(v, order)
     got = torch.stack([F.scaled_dot_product_attention(*(x[b, :n if x is not q else None].transpose(0, 1)
                                                          for x in (q, kc, vc)), scale=0.3).transpose(0, 1)
                        for b, n in enumerate(counts.tolist())])

@@ -222,22 +222,19 @@ def _time_options(options: Dict[str, Callable[[], torch.Tensor]],
 # ---- the padded batch with a key mask: valid keys first, FlashAttention told how many -------------
 
 def valid_keys_first(key_mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """For ``key_mask`` [B, Skv] (True = attend): each key's new place in its entry, the valid keys
-    first in their order and then the padded ones ([B, Skv], a permutation per entry), and the
-    count of valid keys per entry ([B] int32). All on the device: no host sync."""
-    keep = key_mask.to(torch.int32)
-    valid_before = torch.cumsum(keep, dim=-1, dtype=torch.int32) - keep
-    counts = valid_before[:, -1] + keep[:, -1]
-    position = torch.arange(key_mask.shape[-1], device=key_mask.device, dtype=torch.int32)
-    return torch.where(key_mask, valid_before, counts[:, None] + position - valid_before), counts
+    """For ``key_mask`` [B, Skv] (True = attend): the key each new place takes ([B, Skv] int64, a
+    permutation per entry: the valid keys first in their order, then the padded ones), and the count
+    of valid keys per entry ([B] int32). One stable sort of a row of flags, on the device: no host sync."""
+    order = torch.argsort((~key_mask).to(torch.uint8), dim=-1, stable=True)
+    return order, key_mask.sum(dim=-1, dtype=torch.int32)
 
 
-def compact_keys(x: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
-    """x [B, Skv, heads, d] with each entry's rows moved to ``places`` (valid_keys_first)."""
-    out = torch.empty((x.shape[0], x.shape[1], x.shape[2], x.shape[3]), dtype=x.dtype, device=x.device)
-    rows = torch.arange(x.shape[0], device=x.device)[:, None]
-    out[rows, places.long()] = x
-    return out
+def compact_keys(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """x [B, Skv, heads, d] with each entry's rows in ``order`` (valid_keys_first), by one gather.
+    Until 2026-12-05 the rows went by an indexed write, and the whole option took 3.8x the time of
+    SDPA with the mask on 8 MiniLM documents of 512 tokens on the H100 (docs/perf/h100-2026-12-05.md,
+    benchmarks/encoder_choices); where that time went was not measured."""
+    return torch.gather(x, 1, order[:, :, None, None].expand(-1, -1, x.shape[2], x.shape[3]))
 
 
 def masked_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
@@ -246,8 +243,8 @@ def masked_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sc
     the entries laid end to end, each entry's valid keys first and ``seqused_k`` their count."""
     b, s, nq, d = q.shape
     skv = k.shape[1]
-    places, counts = valid_keys_first(key_mask)
-    kc, vc = compact_keys(k, places), compact_keys(v, places)
+    order, counts = valid_keys_first(key_mask)
+    kc, vc = compact_keys(k, order), compact_keys(v, order)
     steps = torch.arange(b + 1, device=q.device, dtype=torch.int32)
     out = torch.ops.aten._flash_attention_forward(
         q.reshape(b * s, nq, d), kc.view(b * skv, -1, d), vc.view(b * skv, -1, d), steps * s, steps * skv, s, skv,
