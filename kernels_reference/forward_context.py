@@ -90,6 +90,27 @@ class AttentionMetadata:
         return torch.cat(out).to(self.seq_lens.device) if out else torch.zeros(0, dtype=torch.long)
 
 
+def page_table(meta: AttentionMetadata) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The step's cache as a CSR page table, the form paged-attention libraries (FlashInfer) plan
+    from: (indptr [B + 1], indices, last_page_len [B]), int32. Each sequence's used pages (its block
+    table's first ceil(len / block_size) entries, in order) back to back in ``indices``, gathered on
+    the metadata's device from host-built positions (no device sync); ``indptr`` and the slots used
+    in each last page on the host, from the host lengths. A sequence with no tokens (a padding row
+    of a decode batch) has no page and a last-page length of 0."""
+    block = meta.block_size
+    pages = [-(-n // block) for n in meta.seq_lens_cpu]
+    counts = torch.tensor(pages, dtype=torch.long)
+    indptr = torch.zeros(len(pages) + 1, dtype=torch.int32)
+    indptr[1:] = counts.cumsum(0)
+    last = torch.tensor([n - (p - 1) * block if p else 0 for n, p in zip(meta.seq_lens_cpu, pages)],
+                        dtype=torch.int32)
+    rows = torch.repeat_interleave(torch.arange(len(pages)), counts)
+    columns = torch.arange(rows.numel()) - torch.repeat_interleave(indptr[:-1].long(), counts)
+    device = meta.block_tables.device
+    indices = meta.block_tables[rows.to(device), columns.to(device)].to(torch.int32)
+    return indptr, indices, last
+
+
 @dataclasses.dataclass
 class StatePhase:
     """One phase of a step of a state-carrying layer: its tokens, query_start_loc rebased to its

@@ -33,7 +33,6 @@ import functools
 import importlib
 import importlib.util
 import inspect
-import itertools
 import math
 import re
 import sys
@@ -44,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from fk_pytest.compare import triton_interpreter_active
+from kernels_reference.forward_context import page_table as step_page_table
 from fk_pytest.peers import (COMPILE, EAGER, PRODUCTION, OpPeers, Peer, PeerContext, Skipped, Target, Unsupported,
                              compiled_native, package_version)
 
@@ -502,18 +502,11 @@ def flashinfer_module(ctx: PeerContext):
 
 
 def page_table(meta):
-    """FlashInfer's page table of a step: (indptr [B + 1], indices, last_page_len [B]), int32 on the
-    metadata's device: each sequence's used pages (its block table's first ceil(len / block_size)
-    entries, in order) back to back, and how many slots of its last page hold tokens."""
-    device, block = meta.block_tables.device, meta.block_size
-    pages = [-(-n // block) for n in meta.seq_lens_cpu]
-    columns = torch.arange(meta.block_tables.shape[1], device=device)
-    used = columns[None, :] < torch.tensor(pages, device=device)[:, None]
-    indices = meta.block_tables[used].to(torch.int32)  # boolean indexing keeps row-major order
-    indptr = torch.tensor([0] + list(itertools.accumulate(pages)), dtype=torch.int32, device=device)
-    last = torch.tensor([n - (p - 1) * block for n, p in zip(meta.seq_lens_cpu, pages)], dtype=torch.int32,
-                        device=device)
-    return indptr, indices, last
+    """FlashInfer's page table of a step (kernels_reference.forward_context.page_table), all three
+    int32 arrays on the metadata's device."""
+    indptr, indices, last = step_page_table(meta)
+    device = meta.block_tables.device
+    return indptr.to(device), indices, last.to(device)
 
 
 def planned_per_step(plan):

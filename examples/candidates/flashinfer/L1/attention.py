@@ -27,27 +27,11 @@ import torch
 from torch import nn
 
 import flashinfer
-from kernels_reference.forward_context import AttentionMetadata, get_forward_context
+from kernels_reference.forward_context import AttentionMetadata, get_forward_context, page_table
 from kernels_reference.ops.kv_store.store import store_kv_cache_triton
 
 WORKSPACE_BYTES = 256 << 20  # split-KV partial results, shared by every wrapper of a device
 TENSOR_CORE_GROUP = 4  # query heads per KV head above which decode runs on tensor cores (vLLM)
-
-
-def page_table_host(meta: AttentionMetadata) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(indptr [B + 1], last_page_len [B]) on the host from the host lengths; (rows, columns) of the
-    block-table entries in use, on the host, to gather the page indices on the device without a
-    sync. A sequence with no tokens (padding of a decode batch) has no page and length 0."""
-    block = meta.block_size
-    pages = [-(-n // block) for n in meta.seq_lens_cpu]
-    indptr = torch.zeros(len(pages) + 1, dtype=torch.int32)
-    indptr[1:] = torch.tensor(pages, dtype=torch.int32).cumsum(0)
-    last = torch.tensor([n - (p - 1) * block if p else 0 for n, p in zip(meta.seq_lens_cpu, pages)],
-                        dtype=torch.int32)
-    counts = torch.tensor(pages, dtype=torch.long)
-    rows = torch.repeat_interleave(torch.arange(len(pages)), counts)
-    columns = torch.arange(rows.numel()) - torch.repeat_interleave(indptr[:-1].long(), counts)
-    return indptr, last, rows, columns
 
 
 class _StepPlan:
@@ -84,9 +68,7 @@ class _StepPlan:
     def plan(self, meta: AttentionMetadata) -> None:
         if meta is self.planned:  # the other layers of the same step
             return
-        indptr, last, rows, columns = page_table_host(meta)
-        dev_rows, dev_columns = rows.to(self.device), columns.to(self.device)
-        indices = meta.block_tables[dev_rows, dev_columns].to(torch.int32)
+        indptr, indices, last = page_table(meta)  # host indptr and last, device indices
         decode = bool(meta.query_lens_cpu) and all(n == 1 for n in meta.query_lens_cpu)
         key = (decode, meta.query_lens_cpu, meta.seq_lens_cpu, meta.block_size)
         # The same step again (a kernel-level task's input copies): keep the plan, so that graphs
