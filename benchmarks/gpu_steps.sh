@@ -12,6 +12,9 @@ set -u
 export PYTHONPATH=$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fk_out}; mkdir -p "$OUT"
 PYTEST="python3 -m pytest -p fk_pytest.plugin -p no:cacheprovider -q"
+# FlashInfer from its wheels under .whl/ (carry them), for the steps that use it: installed apart from
+# the machine's packages, its JIT kernels kept in /tmp/fi-ws for the machine's later steps.
+FLASHINFER="pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && export PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws &&"
 step_cmd() {
   case "$1" in
     decode) echo "env OUT=$OUT/$1 python3 -m benchmarks decode" ;;
@@ -95,13 +98,13 @@ step_cmd() {
     # manylinux wheel; carry those two), its kernels compiled just in time by the machine's nvcc on
     # first use; torch's varlen FlashAttention; SDPA's flash and cuDNN kernels; for MLA, FlashInfer's
     # MLA decode against SDPA over the expanded cache.
-    peers-attn-prod) echo "pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws python3 -m fk_pytest.peers --device cuda --profile full --ops \${ATTN_OPS:-attention,mla_attention} --peers \${ATTN_PEERS:-sdpa-flash,sdpa-cudnn,varlen_attn,flashinfer,flashinfer-decode,flashinfer-decode-tc,sdpa-expanded,flashinfer-mla} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-attn-prod.json --md $OUT/peers-attn-prod.md" ;;
+    peers-attn-prod) echo "$FLASHINFER python3 -m fk_pytest.peers --device cuda --profile full --ops \${ATTN_OPS:-attention,mla_attention} --peers \${ATTN_PEERS:-sdpa-flash,sdpa-cudnn,varlen_attn,flashinfer,flashinfer-decode,flashinfer-decode-tc,sdpa-expanded,flashinfer-mla} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-attn-prod.json --md $OUT/peers-attn-prod.md" ;;
     # FlashInfer as a candidate tree (examples/candidates/flashinfer, issue 30), with the same wheels
     # as peers-attn-prod (carry them): the attention task's cases (FI_K selects, default correctness
     # and fuzz), then end to end inside a served model (E2E_K, default Llama-3.1-8B's batch-32 case).
-    fi-kernel|fi-e2e) fi="pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && export PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws &&"
-      if [ "$1" = fi-kernel ]; then echo "$fi $PYTEST tasks/L1/test_attention.py -k '${FI_K:-correctness or fuzz}' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-timeout=590 --fk-candidate=examples/candidates/flashinfer --fk-report=$OUT/fi-kernel.json"
-      else echo "$fi $PYTEST tasks/L4/test_e2e.py -k '${E2E_K:-llama-3.1-8b and batch-32}' --fk-device=cuda --fk-profile=full --fk-e2e-scale=${E2E_SCALE:-0.1} --fk-timeout=590 --fk-candidate=examples/candidates/flashinfer --fk-report=$OUT/fi-e2e.json --fk-html=$OUT/fi-e2e.html"; fi ;;
+    fi-kernel|fi-e2e)
+      if [ "$1" = fi-kernel ]; then echo "$FLASHINFER $PYTEST tasks/L1/test_attention.py -k '${FI_K:-correctness or fuzz}' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-timeout=590 --fk-candidate=examples/candidates/flashinfer --fk-report=$OUT/fi-kernel.json"
+      else echo "$FLASHINFER $PYTEST tasks/L4/test_e2e.py -k '${E2E_K:-llama-3.1-8b and batch-32}' --fk-device=cuda --fk-profile=full --fk-e2e-scale=${E2E_SCALE:-0.1} --fk-timeout=590 --fk-candidate=examples/candidates/flashinfer --fk-report=$OUT/fi-e2e.json --fk-html=$OUT/fi-e2e.html"; fi ;;
     # FlashAttention 4 (flash-attn-4 4.0.0b40, CuTe DSL) as the paged-attention op's peer (issue 30),
     # not run yet. Its wheels (fetched on the CPU machine with `pip download --no-deps --pre
     # --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64 flash-attn-4
