@@ -85,19 +85,19 @@ if triton is not None:
             dt = tl.load(dt_ptr + row * sdt_b + head * sdt_h).to(tl.float32)
             if HAS_BIAS:
                 dt += tl.load(bias_ptr + head * sbias_h).to(tl.float32)
-            if SOFTPLUS:
-                dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
-            decay = tl.exp(tl.load(a_ptr + head * sa_h).to(tl.float32) * dt)
-            s = decay * s + (dt * x)[:, None] * b[None, :]
         else:
             dt = tl.load(dt_ptr + row * sdt_b + head * sdt_h + ps * sdt_p, mask=p_ok, other=0.0).to(tl.float32)
             if HAS_BIAS:
                 dt += tl.load(bias_ptr + head * sbias_h + ps * sbias_p, mask=p_ok, other=0.0).to(tl.float32)
-            if SOFTPLUS:
-                dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
+        if SOFTPLUS:
+            dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
+        if PER_HEAD:
+            decay = tl.exp(tl.load(a_ptr + head * sa_h).to(tl.float32) * dt)
+        else:
             a = tl.load(a_ptr + head * sa_h + ps[:, None] * sa_p + ns[None, :] * sa_n, mask=tile_ok,
                         other=0.0).to(tl.float32)
-            s = tl.exp(a * dt[:, None]) * s + (dt * x)[:, None] * b[None, :]
+            decay = tl.exp(a * dt[:, None])
+        s = decay * s + (dt * x)[:, None] * b[None, :]
         tl.store(s_ptrs, s.to(state_ptr.dtype.element_ty), mask=tile_ok)
         y = tl.sum(s * c[None, :], axis=1)
         if HAS_D:
