@@ -91,7 +91,7 @@ step_cmd() {
     # flash-linear-attention as the scan ops' peer: its wheels under .whl/ (fetched on the CPU machine
     # with `pip download --no-deps fla-core==0.6.0 einops -d .whl`; git-ignored, so the device call
     # must name .whl in carry), installed apart from the machine's packages.
-    peers-fla) echo "pip install -q --no-deps --no-index --target /tmp/pylib .whl/fla_core-*.whl .whl/einops-*.whl && PYTHONPATH=/tmp/pylib:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops gated_delta_rule,gated_linear_attention,rwkv7 --max-cases-per-op 6 --time-budget 150 --json $OUT/peers-fla.json --md $OUT/peers-fla.md" ;;
+    peers-fla) echo "pip install -q --no-deps --no-index --target /tmp/pylib .whl/fla_core-*.whl .whl/einops-*.whl && PYTHONPATH=/tmp/pylib:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops \${FLA_OPS:-gated_delta_rule,gated_linear_attention,rwkv7} --max-cases-per-op 6 --time-budget \${PEERS_BUDGET:-150} --json $OUT/peers-fla.json --md $OUT/peers-fla.md" ;;
     # The attention kernels serving stacks run, as the paged-attention op's peers (issue 30): FlashInfer
     # from its wheels under .whl/ (fetched on the CPU machine with `pip download --no-deps
     # flashinfer-python==0.6.0 -d .whl` and, for the GPU machine's Python 3.12, apache-tvm-ffi's cp312
