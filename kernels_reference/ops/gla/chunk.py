@@ -40,6 +40,9 @@ except ImportError:
 
 CHUNK = 64
 SUB_CHUNK = 16
+# (K block, V block, warps, pipeline stages) of the serial state walk; module-level so that
+# ``python3 -m benchmarks gla_state_tiles`` can sweep it
+STATE_TILES = (32, 64, 4, 2)
 
 
 def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, scale: float,
@@ -70,11 +73,15 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
 
     states = torch.empty((chunks, heads, kd, vd), dtype=dtype, device=device)
     h0 = initial_state
-    _chunk_states_kernel[(triton.cdiv(kd, bk), triton.cdiv(vd, bv), n * heads)](
+    # the serial walk's state tile: narrower than the other kernels' so that one long sequence still
+    # gives every SM several programs to hide its per-chunk load latency behind
+    sk, sv, s_warps, s_stages = (bk, bv, 4, 2) if interp else STATE_TILES
+    sk, sv = min(sk, bk), min(sv, bv)
+    _chunk_states_kernel[(triton.cdiv(kd, sk), triton.cdiv(vd, sv), n * heads)](
         k.tensor, v.tensor, b, states, h0 if h0 is not None else b, final if final is not None else b,
         cu_seqlens, layout.first_chunk, k.token_stride, k.head_stride, v.token_stride, v.head_stride,
-        H=heads, K=kd, V=vd, BT=CHUNK, BK=bk, BV=bv, HAS_H0=h0 is not None, STORE_FINAL=final is not None,
-        DOT_T=dot_t, EMULATE=emulate, num_warps=4)
+        H=heads, K=kd, V=vd, BT=CHUNK, BK=sk, BV=sv, HAS_H0=h0 is not None, STORE_FINAL=final is not None,
+        DOT_T=dot_t, EMULATE=emulate, num_warps=s_warps, num_stages=s_stages)
 
     scores = torch.empty((t, heads, CHUNK), dtype=torch.float32, device=device)
     _intra_scores_kernel[(chunks, heads)](

@@ -3,15 +3,21 @@
 Every sequence of the packed batch is cut into chunks of ``chunk_size`` tokens from its own first
 token, so a chunk never holds two sequences. With cs_t the running sum of dt * A inside a chunk:
 
-1. ``_step_kernel``: dt_t (bias, softplus, clamp) and cs_t per chunk and head, in float32.
+1. ``_step_kernel``: dt_t (bias, softplus, clamp) and cs_t per chunk and head, in float32, and the
+   chunk's whole decay exp(cs_last).
 2. ``_chunk_state_kernel``: the state a chunk leaves behind if it started from zero,
    sum_t exp(cs_last - cs_t) dt_t x_t B_t^T, one [P, N] GEMM over the chunk's tokens.
-3. ``_state_passing_kernel``: per sequence, walks its chunks in order in float32: the state entering
+3. ``_chunk_cb_kernel``: C_t . B_s within each chunk, once per chunk and *group* (the heads of a
+   group share B and C: Mamba-2 2.7B has one group for 80 heads), float32; tiles wholly above the
+   diagonal are zeros, not products.
+4. ``_state_passing_kernel``: per sequence, walks its chunks in order in float32: the state entering
    chunk k is exp(cs_last of k-1) * (state entering k-1) + (state of k-1); the first one is the
    sequence's initial state (or zero), and what leaves the last chunk is the sequence's final state.
-4. ``_chunk_output_kernel``: y = exp(cs_t) C_t (entering state) + sum_{s<=t} (C_t . B_s)
-   exp(cs_t - cs_s) dt_s x_s + D x_t, the within-chunk part as a masked quadratic form (two GEMMs
-   per block of the chunk), then the optional silu(z) gate.
+   The entering states are stored in the activations' dtype: the output's GEMM rounds them to it
+   anyway, and half the bytes are what a long sequence's output kernel waits on.
+5. ``_chunk_output_kernel``: y = exp(cs_t) C_t (entering state) + sum_{s<=t} (C_t . B_s)
+   exp(cs_t - cs_s) dt_s x_s + D x_t, the within-chunk part as a masked quadratic form over the
+   precomputed C . B, then the optional silu(z) gate.
 
 The chunk table (which sequence and tokens each chunk covers) is built on the device from
 ``cu_seqlens`` for an upper bound of chunks (tokens / chunk_size + sequences), so nothing reads
@@ -77,7 +83,10 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
     f32 = torch.float32
     steps = torch.empty((bound, heads, block_c), dtype=f32, device=dev)
     cums = torch.empty((bound, heads, block_c), dtype=f32, device=dev)
+    decays = torch.empty((bound, heads), dtype=f32, device=dev)
     states = torch.empty((bound, heads, head_dim, dstate), dtype=f32, device=dev)
+    entering = torch.empty((bound, heads, head_dim, dstate), dtype=x.dtype, device=dev)
+    cb = torch.empty((bound, groups, block_c, block_c), dtype=f32, device=dev)
     interp = interpreting() or not x.is_cuda
     # GEMM operands are rounded to the activations' dtype either way; float32 tiles multiply in
     # full float32 (no TF32), and off the GPU so do bf16 ones after an exact upcast, because
@@ -88,7 +97,7 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
 
     block_h = min(triton.next_power_of_2(heads), 4 if block_c >= 256 else 8)
     _step_kernel[(bound, triton.cdiv(heads, block_h))](
-        dt, dt_bias if dt_bias is not None else dt, A, steps, cums, chunk_start, chunk_len,
+        dt, dt_bias if dt_bias is not None else dt, A, steps, cums, decays, chunk_start, chunk_len,
         heads, dt.stride(0), dt.stride(1), dt_bias.stride(0) if dt_bias is not None else 0,
         float(dt_limit[0]), float(dt_limit[1]),
         HAS_BIAS=dt_bias is not None, SOFTPLUS=dt_softplus, BLOCK_H=block_h, BLOCK_C=block_c, num_warps=4)
@@ -96,35 +105,60 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
     block_p = min(_tile(head_dim), 64)
     block_n = min(_tile(dstate), 128)
     block_k = block_c if interp else min(block_c, 64)
-    grid = (triton.cdiv(head_dim, block_p) * triton.cdiv(dstate, block_n), bound, heads)
+    grid = (triton.cdiv(head_dim, block_p) * triton.cdiv(dstate, block_n), *_chunks_by_heads(bound, heads))
     _chunk_state_kernel[grid](
         x, B, steps, cums, states, chunk_start, chunk_len, head_dim, dstate, ratio,
         x.stride(0), x.stride(1), x.stride(2), B.stride(0), B.stride(1), B.stride(2),
-        BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_K=block_k, BLOCK_C=block_c, F32_DOT=f32_dot, num_warps=4)
+        BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_K=block_k, BLOCK_C=block_c, F32_DOT=f32_dot,
+        HEADS_FIRST=HEADS_FIRST, num_warps=4)
 
-    block_s = 4096 if interp else 512
+    block_cb = block_c if interp else min(block_c, 64)
+    tiles_cb = triton.cdiv(block_c, block_cb)
+    _chunk_cb_kernel[(tiles_cb * tiles_cb, bound, groups)](
+        B, C, cb, chunk_start, chunk_len, dstate, B.stride(0), B.stride(1), B.stride(2),
+        C.stride(0), C.stride(1), C.stride(2), x,
+        BLOCK=block_cb, BLOCK_N=min(_tile(dstate), 128), BLOCK_C=block_c, F32_DOT=f32_dot, num_warps=4)
+
+    block_s = 4096 if interp else PASSING_BLOCK
     has_init = initial_states is not None
     init = initial_states if has_init else final
     _state_passing_kernel[(triton.cdiv(head_dim * dstate, block_s), sequences, heads)](
-        states, cums, init, final, chunk_len, seq_first, seq_count, head_dim * dstate,
+        states, entering, decays, init, final, seq_first, seq_count, head_dim * dstate,
         init.stride(0), init.stride(1), final.stride(0), final.stride(1),
-        HAS_INIT=has_init, BLOCK_S=block_s, BLOCK_C=block_c, num_warps=4)
+        HAS_INIT=has_init, BLOCK_S=block_s, num_warps=4)
 
-    block_m = block_c if interp else min(block_c, 64)
+    out_m, out_k, out_warps, out_stages = OUTPUT_TILES
+    block_m = block_c if interp else min(block_c, out_m)
     block_po = _tile(head_dim) if interp else min(_tile(head_dim), 64)
     block_kn = min(_tile(dstate), 128)
+    block_k = block_c if interp else min(block_c, out_k)
     has_d, has_z = D is not None, z is not None
     d = D if has_d else A
     zz = z if has_z else x
-    grid = (triton.cdiv(block_c, block_m) * triton.cdiv(head_dim, block_po), bound, heads)
+    grid = (triton.cdiv(block_c, block_m) * triton.cdiv(head_dim, block_po), *_chunks_by_heads(bound, heads))
     _chunk_output_kernel[grid](
-        x, B, C, zz, d, out, steps, cums, states, chunk_start, chunk_len, head_dim, dstate, ratio,
-        x.stride(0), x.stride(1), x.stride(2), B.stride(0), B.stride(1), B.stride(2),
-        C.stride(0), C.stride(1), C.stride(2), zz.stride(0), zz.stride(1), zz.stride(2),
+        x, C, cb, zz, d, out, steps, cums, entering, chunk_start, chunk_len, head_dim, dstate, ratio,
+        x.stride(0), x.stride(1), x.stride(2), C.stride(0), C.stride(1), C.stride(2),
+        zz.stride(0), zz.stride(1), zz.stride(2),
         out.stride(0), out.stride(1), d.stride(0), d.stride(-1) if d.dim() == 2 else 0,
         HAS_D=has_d, HAS_Z=has_z, BLOCK_M=block_m, BLOCK_P=block_po, BLOCK_K=block_k, BLOCK_N=block_kn,
-        BLOCK_C=block_c, F32_DOT=f32_dot, ONE_N=dstate <= block_kn, num_warps=4)
+        BLOCK_C=block_c, F32_DOT=f32_dot, ONE_N=dstate <= block_kn, HEADS_FIRST=HEADS_FIRST,
+        num_warps=out_warps, num_stages=out_stages)
     return out, final
+
+
+# Tiles of the two kernels a long prefill spends its time in, module-level so that
+# ``python3 -m benchmarks mamba_scan_tiles`` can sweep them: the state pass's elements per program,
+# and the output kernel's (rows, tokens per inner step, warps, pipeline stages).
+PASSING_BLOCK = 512
+OUTPUT_TILES = (64, 32, 4, 3)
+# Grid order of the chunk-state and output kernels: with the heads on the grid's second axis,
+# programs that run together share a chunk, so its B, C and C . B are read from L2 by every head.
+HEADS_FIRST = True
+
+
+def _chunks_by_heads(chunks: int, heads: int):
+    return (heads, chunks) if HEADS_FIRST else (chunks, heads)
 
 
 def _tile(n: int) -> int:
@@ -142,7 +176,14 @@ if triton is not None:
         return t
 
     @triton.jit
-    def _step_kernel(dt_ptr, bias_ptr, a_ptr, steps_ptr, cums_ptr, start_ptr, len_ptr, heads,
+    def _chunk_and_head(HEADS_FIRST: tl.constexpr):
+        """(chunk, head, heads) of a program on a grid laid out by ``_chunks_by_heads``."""
+        if HEADS_FIRST:
+            return tl.program_id(2), tl.program_id(1), tl.num_programs(1)
+        return tl.program_id(1), tl.program_id(2), tl.num_programs(2)
+
+    @triton.jit
+    def _step_kernel(dt_ptr, bias_ptr, a_ptr, steps_ptr, cums_ptr, decays_ptr, start_ptr, len_ptr, heads,
                      stride_dt_t, stride_dt_h, stride_bias, dt_min, dt_max,
                      HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, BLOCK_H: tl.constexpr,
                      BLOCK_C: tl.constexpr):
@@ -168,22 +209,23 @@ if triton is not None:
         offs = (chunk * heads + hs)[:, None].to(tl.int64) * BLOCK_C + ts[None, :]
         tl.store(steps_ptr + offs, dt, mask=h_ok[:, None])
         tl.store(cums_ptr + offs, cum, mask=h_ok[:, None])
+        # the whole chunk's decay: the state pass reads it without first reading the chunk's length
+        total = tl.sum(tl.where((ts == length - 1)[None, :], cum, 0.0), axis=1)
+        tl.store(decays_ptr + chunk * heads + hs, tl.exp(total), mask=h_ok)
 
     @triton.jit
     def _chunk_state_kernel(x_ptr, b_ptr, steps_ptr, cums_ptr, states_ptr, start_ptr, len_ptr,
                             head_dim, dstate, ratio, sx_t, sx_h, sx_p, sb_t, sb_g, sb_n,
                             BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                            BLOCK_C: tl.constexpr, F32_DOT: tl.constexpr):
-        chunk = tl.program_id(1)
+                            BLOCK_C: tl.constexpr, F32_DOT: tl.constexpr, HEADS_FIRST: tl.constexpr):
+        chunk, head, heads = _chunk_and_head(HEADS_FIRST)
         length = tl.load(len_ptr + chunk)
         if length == 0:
             return
-        head = tl.program_id(2)
         tiles_n = tl.cdiv(dstate, BLOCK_N)
         ps = (tl.program_id(0) // tiles_n) * BLOCK_P + tl.arange(0, BLOCK_P)
         ns = (tl.program_id(0) % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
         start = tl.load(start_ptr + chunk).to(tl.int64)
-        heads = tl.num_programs(2)
         row = (chunk * heads + head).to(tl.int64) * BLOCK_C
         last = tl.load(cums_ptr + row + length - 1)
         x_base = x_ptr + start * sx_t + head * sx_h
@@ -205,9 +247,41 @@ if triton is not None:
         tl.store(states_ptr + offs, acc, mask=(ps < head_dim)[:, None] & (ns < dstate)[None, :])
 
     @triton.jit
-    def _state_passing_kernel(states_ptr, cums_ptr, init_ptr, final_ptr, len_ptr, first_ptr, count_ptr,
-                              size, si_s, si_h, sf_s, sf_h,
-                              HAS_INIT: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    def _chunk_cb_kernel(b_ptr, c_ptr, cb_ptr, start_ptr, len_ptr, dstate, sb_t, sb_g, sb_n, sc_t, sc_g, sc_n, like_ptr,
+                         BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, F32_DOT: tl.constexpr):
+        chunk = tl.program_id(1)
+        length = tl.load(len_ptr + chunk)
+        tiles = tl.cdiv(BLOCK_C, BLOCK)
+        m0 = (tl.program_id(0) // tiles) * BLOCK
+        k0 = (tl.program_id(0) % tiles) * BLOCK
+        if m0 >= length:  # past the chunk's tokens: never read
+            return
+        group = tl.program_id(2)
+        groups = tl.num_programs(2)
+        start = tl.load(start_ptr + chunk).to(tl.int64)
+        ms = m0 + tl.arange(0, BLOCK)
+        ks = k0 + tl.arange(0, BLOCK)
+        m_ok, k_ok = ms < length, ks < length
+        offs = (chunk * groups + group).to(tl.int64) * BLOCK_C * BLOCK_C + ms[:, None] * BLOCK_C + ks[None, :]
+        if k0 > m0:  # above the diagonal: zeros, so the output kernel's tiles load without a causal mask
+            tl.store(cb_ptr + offs, tl.zeros((BLOCK, BLOCK), dtype=tl.float32), mask=m_ok[:, None] & k_ok[None, :])
+            return
+        c_base = c_ptr + start * sc_t + group * sc_g
+        b_base = b_ptr + start * sb_t + group * sb_g
+        acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+        for n0 in range(0, dstate, BLOCK_N):
+            ns = n0 + tl.arange(0, BLOCK_N)
+            n_ok = ns < dstate
+            cm = tl.load(c_base + ms[:, None] * sc_t + ns[None, :] * sc_n, mask=m_ok[:, None] & n_ok[None, :],
+                         other=0.0)
+            bk = tl.load(b_base + ks[None, :] * sb_t + ns[:, None] * sb_n, mask=n_ok[:, None] & k_ok[None, :],
+                         other=0.0)
+            acc += tl.dot(_operand(cm, like_ptr, F32_DOT), _operand(bk, like_ptr, F32_DOT), input_precision="ieee")
+        tl.store(cb_ptr + offs, acc, mask=m_ok[:, None] & k_ok[None, :])
+
+    @triton.jit
+    def _state_passing_kernel(states_ptr, entering_ptr, decays_ptr, init_ptr, final_ptr, first_ptr, count_ptr,
+                              size, si_s, si_h, sf_s, sf_h, HAS_INIT: tl.constexpr, BLOCK_S: tl.constexpr):
         seq = tl.program_id(1)
         head = tl.program_id(2)
         heads = tl.num_programs(2)
@@ -219,33 +293,38 @@ if triton is not None:
         else:
             carried = tl.zeros((BLOCK_S,), dtype=tl.float32)
         first = tl.load(first_ptr + seq)
-        for i in range(0, tl.load(count_ptr + seq)):
-            chunk = (first + i).to(tl.int64)
-            offs = (chunk * heads + head) * size + es
-            own = tl.load(states_ptr + offs, mask=ok, other=0.0)
-            tl.store(states_ptr + offs, carried, mask=ok)  # now: the state entering the chunk
-            length = tl.load(len_ptr + chunk)
-            total = tl.load(cums_ptr + (chunk * heads + head) * BLOCK_C + length - 1)
-            carried = tl.exp(total) * carried + own
+        count = tl.load(count_ptr + seq)
+        # one chunk ahead: the next chunk's state and decay are in flight while this one is combined
+        # and stored, so the serial walk does not wait a full memory latency per chunk. An empty
+        # sequence reads row 0 and never uses it; the last chunk re-reads itself rather than read past.
+        row = tl.where(count > 0, first.to(tl.int64) * heads + head, 0)
+        own = tl.load(states_ptr + row * size + es, mask=ok, other=0.0)
+        decay = tl.load(decays_ptr + row)
+        for i in range(0, count):
+            nxt = tl.where(i + 1 < count, row + heads, row)
+            own_next = tl.load(states_ptr + nxt * size + es, mask=ok, other=0.0)
+            decay_next = tl.load(decays_ptr + nxt)
+            tl.store(entering_ptr + row * size + es, carried.to(entering_ptr.dtype.element_ty), mask=ok)
+            carried = decay * carried + own
+            row, own, decay = nxt, own_next, decay_next
         tl.store(final_ptr + seq.to(tl.int64) * sf_s + head * sf_h + es,
                  carried.to(final_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
-    def _chunk_output_kernel(x_ptr, b_ptr, c_ptr, z_ptr, d_ptr, out_ptr, steps_ptr, cums_ptr, states_ptr,
+    def _chunk_output_kernel(x_ptr, c_ptr, cb_ptr, z_ptr, d_ptr, out_ptr, steps_ptr, cums_ptr, states_ptr,
                              start_ptr, len_ptr, head_dim, dstate, ratio,
-                             sx_t, sx_h, sx_p, sb_t, sb_g, sb_n, sc_t, sc_g, sc_n, sz_t, sz_h, sz_p,
+                             sx_t, sx_h, sx_p, sc_t, sc_g, sc_n, sz_t, sz_h, sz_p,
                              so_t, so_h, sd_h, sd_p,
                              HAS_D: tl.constexpr, HAS_Z: tl.constexpr, BLOCK_M: tl.constexpr,
                              BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
-                             BLOCK_C: tl.constexpr, F32_DOT: tl.constexpr, ONE_N: tl.constexpr):
-        chunk = tl.program_id(1)
+                             BLOCK_C: tl.constexpr, F32_DOT: tl.constexpr, ONE_N: tl.constexpr,
+                             HEADS_FIRST: tl.constexpr):
+        chunk, head, heads = _chunk_and_head(HEADS_FIRST)
         length = tl.load(len_ptr + chunk)
         tiles_p = tl.cdiv(head_dim, BLOCK_P)
         m0 = (tl.program_id(0) // tiles_p) * BLOCK_M
         if m0 >= length:
             return
-        head = tl.program_id(2)
-        heads = tl.num_programs(2)
         ms = m0 + tl.arange(0, BLOCK_M)
         ps = (tl.program_id(0) % tiles_p) * BLOCK_P + tl.arange(0, BLOCK_P)
         m_ok, p_ok = ms < length, ps < head_dim
@@ -254,7 +333,8 @@ if triton is not None:
         cum_m = tl.load(cums_ptr + row + ms, mask=m_ok, other=0.0)
         group = head // ratio
         c_base = c_ptr + start * sc_t + group * sc_g
-        b_base = b_ptr + start * sb_t + group * sb_g
+        groups = heads // ratio
+        cb_base = cb_ptr + (chunk * groups + group).to(tl.int64) * BLOCK_C * BLOCK_C
         x_base = x_ptr + start * sx_t + head * sx_h
         state_base = states_ptr + (chunk * heads + head).to(tl.int64) * head_dim * dstate
         acc = tl.zeros((BLOCK_M, BLOCK_P), dtype=tl.float32)
@@ -275,25 +355,15 @@ if triton is not None:
                         other=0.0)
             acc += tl.dot(_operand(cm, x_ptr, F32_DOT), _operand(s, x_ptr, F32_DOT), input_precision="ieee")
         acc *= tl.exp(cum_m)[:, None]
-        # the chunk's own tokens up to each row: (C_m . B_k) exp(cs_m - cs_k) dt_k x_k, k <= m
+        # the chunk's own tokens up to each row: (C_m . B_k) exp(cs_m - cs_k) dt_k x_k, k <= m, C . B read
+        # from the group's table (finite everywhere: the causal mask below zeroes what lies above)
         for k0 in range(0, tl.minimum(m0 + BLOCK_M, length), BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < length
-            cb = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-            for n0 in range(0, dstate, BLOCK_N):
-                ns = n0 + tl.arange(0, BLOCK_N)
-                n_ok = ns < dstate
-                if ONE_N:
-                    cm = c_rows
-                else:
-                    cm = tl.load(c_base + ms[:, None] * sc_t + ns[None, :] * sc_n,
-                                 mask=m_ok[:, None] & n_ok[None, :], other=0.0)
-                bk = tl.load(b_base + ns[:, None] * sb_n + ks[None, :] * sb_t,
-                             mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-                cb += tl.dot(_operand(cm, x_ptr, F32_DOT), _operand(bk, x_ptr, F32_DOT), input_precision="ieee")
+            causal = (ks[None, :] <= ms[:, None]) & k_ok[None, :] & m_ok[:, None]
+            cb = tl.load(cb_base + ms[:, None] * BLOCK_C + ks[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
             cum_k = tl.load(cums_ptr + row + ks, mask=k_ok, other=0.0)
             dt_k = tl.load(steps_ptr + row + ks, mask=k_ok, other=0.0)
-            causal = (ks[None, :] <= ms[:, None]) & k_ok[None, :] & m_ok[:, None]
             # masked before exp: above the diagonal cs_m - cs_k > 0 and could overflow
             gap = tl.where(causal, cum_m[:, None] - cum_k[None, :], float("-inf"))
             xk = tl.load(x_base + ks[:, None] * sx_t + ps[None, :] * sx_p, mask=k_ok[:, None] & p_ok[None, :],
