@@ -141,10 +141,9 @@ step_cmd() {
     # The reference's kernels and their times on some tasks' cases (BREAKDOWN names the tasks and
     # the case filter, e.g. "global_response_norm --case B32").
     breakdown) echo "python3 -m benchmarks kernel_breakdown ${BREAKDOWN:-global_response_norm}" ;;
-    # Mamba-2's chunked prefill scan and GLA's state walk per tile choice (issue 28)
-    mamba-tiles) echo "python3 -m benchmarks mamba_scan_tiles" ;;
-    mamba-check) echo "$PYTEST tasks/L1/test_mamba_chunk_scan.py tasks/L2/test_mamba_mixer2.py -k 'correctness or fuzz' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=4 --fk-candidate=examples/candidates/triton --fk-report=$OUT/mamba-check.json" ;;
-    gla-tiles) echo "python3 -m benchmarks gla_state_tiles" ;;
+    # The linear-attention scans per tile choice of their long-prefill kernels (issue 28):
+    # SCAN_TASKS names the tasks, each swept by `python3 -m benchmarks scan_tiles TASK`
+    scan-tiles) echo "for t in \${SCAN_TASKS:-mamba_chunk_scan gated_linear_attention rwkv7}; do python3 -m benchmarks scan_tiles \$t; done" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
     *) echo "false unknown-step-$1" ;;
   esac

@@ -41,8 +41,10 @@ except ImportError:
 CHUNK = 64
 SUB_CHUNK = 16
 # (K block, V block, warps, pipeline stages) of the serial state walk; module-level so that
-# ``python3 -m benchmarks gla_state_tiles`` can sweep it
+# ``python3 -m benchmarks scan_tiles gated_linear_attention`` can sweep it
 STATE_TILES = (32, 64, 4, 2)
+# K step of the scores' diagonal sub-chunk blocks, summed elementwise over a [16, 16, DIAG_K] cube
+DIAG_K = 32
 
 
 def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, scale: float,
@@ -87,7 +89,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
     _intra_scores_kernel[(chunks, heads)](
         q.tensor, k.tensor, b, scores, layout.table, scale,
         q.token_stride, q.head_stride, k.token_stride, k.head_stride,
-        H=heads, K=kd, BT=CHUNK, BC=SUB_CHUNK, BK=bk if interp else min(32, bk),
+        H=heads, K=kd, BT=CHUNK, BC=SUB_CHUNK, BK=bk if interp else min(32, bk), BKD=bk if interp else min(DIAG_K, bk),
         PRECISION="ieee" if emulate or dtype == torch.float32 else "tf32", num_warps=4)
 
     _chunk_output_kernel[(triton.cdiv(vd, bv), chunks, heads)](
@@ -152,7 +154,7 @@ if triton is not None:
     @triton.jit
     def _intra_scores_kernel(q, k, b, scores, table, scale, sq_t, sq_h, sk_t, sk_h,
                              H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                             BK: tl.constexpr, PRECISION: tl.constexpr):
+                             BK: tl.constexpr, BKD: tl.constexpr, PRECISION: tl.constexpr):
         i_c, i_h = tl.program_id(0), tl.program_id(1)
         start = tl.load(table + 2 * i_c)
         end = tl.load(table + 2 * i_c + 1)
@@ -167,22 +169,29 @@ if triton is not None:
                     rows_j = start + j * BC + r
                     ok_j = rows_j < end
                     acc = tl.zeros((BC, BC), dtype=tl.float32)
-                    for k0 in range(0, K, BK):
-                        cols = k0 + tl.arange(0, BK)
-                        b_q = _tile(q, rows_i, ok_i, sq_t, i_h * sq_h, cols, K) * scale
-                        b_bi = _tile(b, rows_i, ok_i, H * K, i_h * K, cols, K)
-                        b_k = _tile(k, rows_j, ok_j, sk_t, i_h * sk_h, cols, K)
-                        b_bj = _tile(b, rows_j, ok_j, H * K, i_h * K, cols, K)
-                        if j < i:
+                    if j < i:
+                        for k0 in range(0, K, BK):
+                            cols = k0 + tl.arange(0, BK)
+                            b_q = _tile(q, rows_i, ok_i, sq_t, i_h * sq_h, cols, K) * scale
+                            b_bi = _tile(b, rows_i, ok_i, H * K, i_h * K, cols, K)
+                            b_k = _tile(k, rows_j, ok_j, sk_t, i_h * sk_h, cols, K)
+                            b_bj = _tile(b, rows_j, ok_j, H * K, i_h * K, cols, K)
                             b_ref = tl.load(b + (ref * H + i_h) * K + cols, mask=cols < K, other=0.0)
                             q_side = b_q * tl.exp(tl.where(ok_i[:, None], b_bi - b_ref[None, :], 0.0))
                             k_side = b_k * tl.exp(b_ref[None, :] - b_bj)
                             acc += tl.dot(q_side, tl.trans(k_side), input_precision=PRECISION)
-                        else:
+                    else:
+                        # the diagonal block, elementwise over [BC, BC, BKD]: a narrower K step than
+                        # the products' keeps that cube in registers
+                        for k0 in range(0, K, BKD):
+                            cols = k0 + tl.arange(0, BKD)
+                            b_q = _tile(q, rows_i, ok_i, sq_t, i_h * sq_h, cols, K) * scale
+                            b_bi = _tile(b, rows_i, ok_i, H * K, i_h * K, cols, K)
+                            b_k = _tile(k, rows_j, ok_j, sk_t, i_h * sk_h, cols, K)
+                            b_bj = _tile(b, rows_j, ok_j, H * K, i_h * K, cols, K)
                             gap = b_bi[:, None, :] - b_bj[None, :, :]
                             gap = tl.where(causal[:, :, None], gap, 0.0)
                             acc += tl.sum(b_q[:, None, :] * b_k[None, :, :] * tl.exp(gap), 2)
-                    if j == i:
                         acc = tl.where(causal, acc, 0.0)
                     out = scores + (rows_i.to(tl.int64)[:, None] * H + i_h) * BT + (j * BC + r)[None, :]
                     tl.store(out, acc, mask=ok_i[:, None])

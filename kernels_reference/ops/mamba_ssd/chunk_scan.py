@@ -148,7 +148,7 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
 
 
 # Tiles of the two kernels a long prefill spends its time in, module-level so that
-# ``python3 -m benchmarks mamba_scan_tiles`` can sweep them: the state pass's elements per program,
+# ``python3 -m benchmarks scan_tiles mamba_chunk_scan`` can sweep them: the state pass's elements per program,
 # and the output kernel's (rows, tokens per inner step, warps, pipeline stages).
 PASSING_BLOCK = 512
 OUTPUT_TILES = (64, 32, 4, 3)

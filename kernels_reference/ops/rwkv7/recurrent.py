@@ -5,7 +5,7 @@ once, applies the sequence's tokens in order and writes it once. Per token: a^T 
 columns (a reduction over K only, so splitting V over programs is exact), then
 S <- diag(exp(w)) S + b (a^T S) + k v^T and o = S^T (r * scale). Splitting V keeps the slice in
 registers (64 x 32 floats over 4 warps at RWKV-7's 64-wide heads) and gives enough programs to
-fill the GPU at small batch.
+fill the GPU at small batch; each token's vectors are loaded while the token before it is applied.
 
 Known gap: there is no chunked (WY / DPLR-chunk) form. Prefill walks its tokens one after the
 other in each program, which is exact but latency-bound on long prompts, where FLA's
@@ -26,6 +26,11 @@ except ImportError:
     triton = None
 
 MAX_KEY_DIM = 128  # a whole key column of the state slice lives in registers
+# State columns per program and warps per program (one warp would keep the two reductions over K
+# per token inside the warp; narrower slices give one long sequence more programs); module-level
+# so that ``python3 -m benchmarks scan_tiles rwkv7`` can sweep them
+BLOCK_V = 32
+WARPS = 4
 
 
 def recurrent_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a: TokenHeads, b: TokenHeads,
@@ -39,9 +44,13 @@ def recurrent_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads
              if output_final_state else None)
     if n == 0:
         return o, final
+    if t == 0:  # no token to read (the kernel's prefetch reads one): the states pass through
+        if final is not None:
+            final.copy_(initial_state if initial_state is not None else torch.zeros_like(final))
+        return o, final
     block_k = triton.next_power_of_2(kd)
     # The interpreter costs per program, not per element: one program per (sequence, head) there.
-    block_v = triton.next_power_of_2(vd) if interpreting() else min(32, triton.next_power_of_2(vd))
+    block_v = triton.next_power_of_2(vd) if interpreting() else min(BLOCK_V, triton.next_power_of_2(vd))
     h0 = initial_state
     _recurrent_kernel[(triton.cdiv(vd, block_v), n * heads)](
         r.tensor, w.tensor, k.tensor, v.tensor, a.tensor, b.tensor, o,
@@ -49,11 +58,26 @@ def recurrent_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads
         r.token_stride, r.head_stride, w.token_stride, w.head_stride, k.token_stride, k.head_stride,
         v.token_stride, v.head_stride, a.token_stride, a.head_stride, b.token_stride, b.head_stride,
         H=heads, K=kd, V=vd, BK=block_k, BV=block_v, HAS_H0=h0 is not None, STORE_FINAL=final is not None,
-        num_warps=4)
+        num_warps=WARPS)
     return o, final
 
 
 if triton is not None:
+
+    @triton.jit
+    def _token(r, w, k, v, a, b, t, eos, i_h, offs_k, offs_v, mask_k, mask_v,
+               sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sv_t, sv_h, sa_t, sa_h, sb_t, sb_h):
+        """Token t's (r, w, k, v, a, b) in float32. Past the sequence's end (the prefetch after its last
+        token, or an empty sequence) it reads a token of the batch that is never used."""
+        t = tl.maximum(tl.minimum(t, eos - 1), 0)
+        mk, mv = mask_k, mask_v
+        b_r = tl.load(r + t * sr_t + i_h * sr_h + offs_k, mask=mk, other=0.0).to(tl.float32)
+        b_w = tl.load(w + t * sw_t + i_h * sw_h + offs_k, mask=mk, other=0.0).to(tl.float32)
+        b_k = tl.load(k + t * sk_t + i_h * sk_h + offs_k, mask=mk, other=0.0).to(tl.float32)
+        b_v = tl.load(v + t * sv_t + i_h * sv_h + offs_v, mask=mv, other=0.0).to(tl.float32)
+        b_a = tl.load(a + t * sa_t + i_h * sa_h + offs_k, mask=mk, other=0.0).to(tl.float32)
+        b_b = tl.load(b + t * sb_t + i_h * sb_h + offs_k, mask=mk, other=0.0).to(tl.float32)
+        return b_r, b_w, b_k, b_v, b_a, b_b
 
     @triton.jit
     def _recurrent_kernel(r, w, k, v, a, b, o, h0, final, cu_seqlens, scale,
@@ -72,14 +96,15 @@ if triton is not None:
         h = tl.zeros((BK, BV), dtype=tl.float32)
         if HAS_H0:
             h = tl.load(h0 + tile, mask=mask_h, other=0.0)
+        # the token's vectors are loaded one token ahead: they do not depend on the state, so the
+        # next token's loads are in flight while this token's reductions and update run
+        # (masked key rows load 0 everywhere, w too: exp(0) = 1 keeps the zero rows zero)
+        nxt = _token(r, w, k, v, a, b, bos, eos, i_h, offs_k, offs_v, mask_k, mask_v,
+                     sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sv_t, sv_h, sa_t, sa_h, sb_t, sb_h)
         for t in range(bos, eos):
-            # masked key rows load 0 everywhere (w too: exp(0) = 1 keeps the zero rows zero)
-            b_r = tl.load(r + t * sr_t + i_h * sr_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            b_w = tl.load(w + t * sw_t + i_h * sw_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            b_k = tl.load(k + t * sk_t + i_h * sk_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            b_a = tl.load(a + t * sa_t + i_h * sa_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            b_b = tl.load(b + t * sb_t + i_h * sb_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            b_v = tl.load(v + t * sv_t + i_h * sv_h + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+            b_r, b_w, b_k, b_v, b_a, b_b = nxt
+            nxt = _token(r, w, k, v, a, b, t + 1, eos, i_h, offs_k, offs_v, mask_k, mask_v,
+                         sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sv_t, sv_h, sa_t, sa_h, sb_t, sb_h)
             removed = tl.sum(h * b_a[:, None], 0)  # a^T S, read before this token's decay
             h = h * tl.exp(b_w)[:, None] + b_b[:, None] * removed[None, :] + b_k[:, None] * b_v[None, :]
             b_o = tl.sum(h * (b_r * scale)[:, None], 0)

@@ -1,0 +1,119 @@
+"""The linear-attention scans' Triton kernels per tile choice, checked and timed on a task's cases.
+
+The chunked and recurrent scans (kernels_reference/ops/mamba_ssd, gla, rwkv7) spend a long
+prefill in a few kernels whose tile sizes, warps, pipeline stages and grid order are module-level
+settings. For one task, every choice of ``SWEEPS[task]`` (the shipped one first) is set on the
+kernel module, checked against the float64 recurrence (``forward_native``) on the task's short
+varlen batch with carried states, plus the sweep's extra check batches (the worst relative error of
+output and states is printed), then its kernels are timed under torch.profiler on the task's
+full-profile cases named by ``--cases`` (GPU time per call summed over the kernels: eager event
+timing of these calls measures the host's launches), with the slowest case's kernels beside:
+
+    python3 -m benchmarks scan_tiles mamba_chunk_scan [--cases long-zero,mixed-zero]
+    python3 -m benchmarks scan_tiles gated_linear_attention
+    python3 -m benchmarks scan_tiles rwkv7
+"""
+import argparse
+import dataclasses
+import json
+
+import torch
+
+from fk_pytest.registry import get_task
+
+
+def _mamba_groups_check(task, module, gen, device):
+    """8 groups of heads, state 64, chunk 128: two C.B tiles per chunk side, heads sharing a table."""
+    from tasks.linear_inputs import Mamba2Dims
+    from tasks.mamba_ssd import prefill_inputs
+    varlen = next(c for c in task.cases("full") if "varlen-state" in c.id)
+    dims = dataclasses.replace(Mamba2Dims(**varlen["dims"]), n_groups=8, state_size=64, chunk_size=128)
+    return type(module)(chunk_size=128).to(device), prefill_inputs(dims, [1, 127, 128, 129, 700], True, gen, device,
+                                                                    torch.bfloat16)
+
+
+# task -> (kernel module, default --cases, extra checks, [settings per choice])
+SWEEPS = {
+    "mamba_chunk_scan": ("kernels_reference.ops.mamba_ssd.chunk_scan", "long-zero,mixed-zero,one-zero",
+                         [_mamba_groups_check], [
+        dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 32, 4, 3)),
+        dict(HEADS_FIRST=False, OUTPUT_TILES=(64, 32, 4, 3)),
+        dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 32, 4, 2)),
+        dict(HEADS_FIRST=True, OUTPUT_TILES=(32, 32, 4, 2)),
+        dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 64, 4, 3)),
+        dict(HEADS_FIRST=True, OUTPUT_TILES=(128, 32, 4, 3)),
+    ]),
+    "gated_linear_attention": ("kernels_reference.ops.gla.chunk", "long-carried,mixed-fresh", [], [
+        dict(STATE_TILES=(32, 64, 4, 2), DIAG_K=32),
+        dict(STATE_TILES=(32, 64, 4, 2), DIAG_K=8),
+        dict(STATE_TILES=(32, 64, 4, 2), DIAG_K=4),
+        dict(STATE_TILES=(32, 64, 4, 2), DIAG_K=16),
+        dict(STATE_TILES=(64, 64, 4, 2), DIAG_K=8),
+    ]),
+    "rwkv7": ("kernels_reference.ops.rwkv7.recurrent", "long-carried,varlen-carried", [], [
+        dict(BLOCK_V=32, WARPS=4),
+        dict(BLOCK_V=16, WARPS=1),
+        dict(BLOCK_V=16, WARPS=2),
+        dict(BLOCK_V=8, WARPS=1),
+        dict(BLOCK_V=32, WARPS=2),
+    ]),
+}
+
+
+def _rel(x, truth):
+    return float((x.double() - truth.double()).norm() / truth.double().norm())
+
+
+def _float64(inputs):
+    return {k: (v.double() if torch.is_tensor(v) and v.is_floating_point() else v) for k, v in inputs.items()}
+
+
+def main():
+    import importlib
+
+    from benchmarks.kernel_breakdown import kernel_times
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task", choices=sorted(SWEEPS))
+    parser.add_argument("--cases", help="only cases whose id contains one of these (comma-separated)")
+    args = parser.parse_args()
+    module_name, default_cases, extra_checks, choices = SWEEPS[args.task]
+    kernels_module = importlib.import_module(module_name)
+    task = get_task(args.task)
+    wanted = (args.cases or default_cases).split(",")
+    full = task.cases("full")
+    cases = [c for c in full if "decode" not in c.id and any(w in c.id for w in wanted)]
+    device = torch.device("cuda")
+    gen = lambda: torch.Generator(device=device).manual_seed(0)
+    module = task.reference(**task.init_args(cases[0])).to(device)
+    varlen = next(c for c in full if "varlen" in c.id and ("state" in c.id or "carried" in c.id))
+    checks = [(module, task.make_inputs(varlen, gen(), device))]
+    checks += [check(task, module, gen(), device) for check in extra_checks]
+    truths = [m.forward_native(**_float64(inputs)) for m, inputs in checks]
+    case_inputs = {c.id: task.make_inputs(c, gen(), device) for c in cases}
+    short = lambda case_id: case_id.split("-prefill-")[-1]
+    print(f"{'choice':>44s}  {'rel out':>8s}  {'rel state':>9s}  " + "  ".join(f"{short(c.id):>20s}" for c in cases))
+    for settings in choices:
+        for name, value in settings.items():
+            setattr(kernels_module, name, value)
+        label = " ".join(f"{k}={str(v).replace(' ', '')}" for k, v in settings.items())[:44]
+        try:
+            rels = []
+            for (m, inputs), truth in zip(checks, truths):
+                out, state = m.forward_triton(**inputs)
+                rels.append((_rel(out, truth[0]), _rel(state, truth[1])))
+            times = {}
+            for c in cases:
+                kernels = kernel_times(lambda: module.forward_triton(**case_inputs[c.id]))
+                times[c.id] = (sum(us for _, us in kernels), {k[:32]: round(us, 1) for k, us in kernels[:5]})
+        except Exception as exc:  # a choice that fails to compile or run costs its row only
+            print(f"{label:>44s}  failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+            continue
+        print(f"{label:>44s}  {max(r[0] for r in rels):8.5f}  {max(r[1] for r in rels):9.5f}  "
+              + "  ".join(f"{times[c.id][0]:20.1f}" for c in cases), flush=True)
+        slowest = max(cases, key=lambda c: times[c.id][0])
+        print(f"    {slowest.id}: " + json.dumps(times[slowest.id][1]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
