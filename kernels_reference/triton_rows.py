@@ -65,6 +65,13 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def whole_tiles() -> bool:
+    """Whether a kernel should take whole heads or chunks per program: under the CPU interpreter,
+    which pays per program and per op rather than per element, unless ``FK_GPU_TILES=1`` asks for
+    the GPU's tiles there (the tests that check the GPU's tiling, masks and grid order on the CPU)."""
+    return interpreting() and os.environ.get("FK_GPU_TILES", "0") in ("", "0")
+
+
 def autotune_here(t: torch.Tensor) -> bool:
     """Whether launches on ``t`` go through the autotuned kernel (a real GPU, not the interpreter)."""
     return t.is_cuda and not interpreting()

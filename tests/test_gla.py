@@ -50,14 +50,11 @@ def test_triton_paths_match_the_recurrence_in_float32(monkeypatch, lengths, with
 
 @pytest.mark.parametrize("lengths", [(70, 1, 64), (1, 1)], ids=["chunked", "decode"])
 def test_gpu_tiling_matches_the_recurrence(monkeypatch, lengths):
-    """The interpreter runs whole heads per program; the GPU's tiles (64-wide K and V blocks of the
-    state, 32-wide K steps of the scores, 32-wide V blocks in decode) split K = 96 and V = 80 into
-    several masked blocks. Run those tiles interpreted."""
-    from kernels_reference.ops.gla import chunk, recurrent
-
+    """The interpreter runs whole heads per program; the GPU's tiles (the state walk's 32 x 64
+    blocks, 64-wide K and V blocks of the output, 32-wide K steps of the scores, 32-wide V blocks
+    in decode) split K = 96 and V = 80 into several masked blocks. Run those tiles interpreted."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    for module in (chunk, recurrent):
-        monkeypatch.setattr(module, "interpreting", lambda: False)
+    monkeypatch.setenv("FK_GPU_TILES", "1")
     inputs = _inputs(lengths, torch.float32, True, k_dim=96, v_dim=80, seed=4)
     o, state = ChunkGLA().forward_triton(**inputs)
     truth_o, truth_state = _truth(inputs)

@@ -74,6 +74,25 @@ def test_triton_chunk_scan_matches_the_recurrence(lengths, groups, dstate, dtype
         assert _rel(native.ssd_scan(**_upcast({**inputs, "initial_states": None}))[1], s_true) > 10 * bound
 
 
+@pytest.mark.parametrize("heads_first, output_tiles", [(True, None), (False, (128, 32, 4, 3))],
+                         ids=["heads-first", "chunks-first-128-rows"])
+def test_gpu_tiling_matches_the_recurrence(monkeypatch, heads_first, output_tiles):
+    """The interpreter runs whole chunks per program; the GPU's tiles split a 128-token chunk into
+    2 x 2 C.B tiles (the one above the diagonal zero-filled: 128-row output blocks read it), output
+    row blocks stepping over 32 tokens, and the state pass into 512-element blocks. Run those tiles
+    interpreted, in both grid orders, on lengths across the chunk and with more than one group."""
+    from kernels_reference.ops.mamba_ssd import chunk_scan
+
+    monkeypatch.setenv("FK_GPU_TILES", "1")
+    monkeypatch.setattr(chunk_scan, "HEADS_FIRST", heads_first)
+    if output_tiles:
+        monkeypatch.setattr(chunk_scan, "OUTPUT_TILES", output_tiles)
+    inputs = _scan_inputs((1, 127, 129, 40), 4, 2, 32, torch.float32, True, gated=True, seed=5)
+    y_true, s_true = native.ssd_scan(**_upcast(inputs))
+    y, states = ssd_chunk_scan(**inputs, chunk_size=128)
+    assert _rel(y, y_true) < 2e-5 and _rel(states, s_true) < 2e-5
+
+
 def test_chunk_table_cuts_each_sequence_from_its_own_start():
     cu = torch.tensor([0, 0, 5, 305, 306], dtype=torch.int32)  # an empty sequence, then 5, 300, 1
     bound, seq, start, length, first, count = chunk_table(cu, 306, 128)

@@ -80,10 +80,8 @@ def test_gpu_tiling_matches_the_recurrence(monkeypatch):
     """The interpreter runs whole heads per program; the GPU's tiles (32-wide V blocks) split
     V = 80 into three masked blocks, and K = 96 is a masked 128-wide key block. Run those tiles
     interpreted."""
-    from kernels_reference.ops.rwkv7 import recurrent
-
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(recurrent, "interpreting", lambda: False)
+    monkeypatch.setenv("FK_GPU_TILES", "1")
     inputs = _inputs((1, 20), torch.float32, True, heads=1, k_dim=96, v_dim=80, seed=4)
     o, state = ChunkRWKV7().forward_triton(**inputs)
     truth_o, truth_state = _truth(inputs)

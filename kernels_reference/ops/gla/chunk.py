@@ -31,6 +31,7 @@ from typing import Optional, Tuple
 import torch
 
 from ..gated_delta.layout import TokenHeads, chunk_layout, interpreting, mm as _mm, tile as _tile
+from ...triton_rows import whole_tiles
 
 try:
     import triton
@@ -62,12 +63,11 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
         return o, final
     layout = chunk_layout(cu_seqlens, CHUNK)
     chunks = layout.table.shape[0]
-    interp = interpreting()
-    emulate = interp or not v.tensor.is_cuda
+    whole = whole_tiles()  # the interpreter pays per program and per op: whole heads per program there
+    emulate = interpreting() or not v.tensor.is_cuda
     dot_t = _DOT_TYPES[dtype]
-    # The interpreter pays per program and per op, not per element: whole heads per program there.
-    bk = triton.next_power_of_2(kd) if interp else min(64, triton.next_power_of_2(kd))
-    bv = triton.next_power_of_2(vd) if interp else min(64, triton.next_power_of_2(vd))
+    bk = triton.next_power_of_2(kd) if whole else min(64, triton.next_power_of_2(kd))
+    bv = triton.next_power_of_2(vd) if whole else min(64, triton.next_power_of_2(vd))
 
     b = torch.empty((t, heads, kd), dtype=torch.float32, device=device)
     _local_cumsum_kernel[(chunks, heads, triton.cdiv(kd, bk))](
@@ -77,7 +77,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
     h0 = initial_state
     # the serial walk's state tile: narrower than the other kernels' so that one long sequence still
     # gives every SM several programs to hide its per-chunk load latency behind
-    sk, sv, s_warps, s_stages = (bk, bv, 4, 2) if interp else STATE_TILES
+    sk, sv, s_warps, s_stages = (bk, bv, 4, 2) if whole else STATE_TILES
     sk, sv = min(sk, bk), min(sv, bv)
     _chunk_states_kernel[(triton.cdiv(kd, sk), triton.cdiv(vd, sv), n * heads)](
         k.tensor, v.tensor, b, states, h0 if h0 is not None else b, final if final is not None else b,
@@ -89,7 +89,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
     _intra_scores_kernel[(chunks, heads)](
         q.tensor, k.tensor, b, scores, layout.table, scale,
         q.token_stride, q.head_stride, k.token_stride, k.head_stride,
-        H=heads, K=kd, BT=CHUNK, BC=SUB_CHUNK, BK=bk if interp else min(32, bk), BKD=bk if interp else min(DIAG_K, bk),
+        H=heads, K=kd, BT=CHUNK, BC=SUB_CHUNK, BK=bk if whole else min(32, bk), BKD=bk if whole else min(DIAG_K, bk),
         PRECISION="ieee" if emulate or dtype == torch.float32 else "tf32", num_warps=4)
 
     _chunk_output_kernel[(triton.cdiv(vd, bv), chunks, heads)](

@@ -10,7 +10,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..gated_delta.layout import TokenHeads, interpreting
+from ..gated_delta.layout import TokenHeads
+from ...triton_rows import whole_tiles
 
 try:
     import triton
@@ -31,7 +32,7 @@ def recurrent_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads
     if n == 0:
         return o, final
     block_k = triton.next_power_of_2(kd)
-    block_v = triton.next_power_of_2(vd) if interpreting() else min(32, triton.next_power_of_2(vd))
+    block_v = triton.next_power_of_2(vd) if whole_tiles() else min(32, triton.next_power_of_2(vd))
     h0 = initial_state
     _recurrent_kernel[(triton.cdiv(vd, block_v), n * heads)](
         q.tensor, k.tensor, v.tensor, g.tensor, o, h0 if h0 is not None else o, final if final is not None else o,

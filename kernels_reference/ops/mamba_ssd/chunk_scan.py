@@ -30,7 +30,7 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
-from ...triton_rows import interpreting
+from ...triton_rows import interpreting, whole_tiles
 
 try:
     import triton
@@ -88,6 +88,7 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
     entering = torch.empty((bound, heads, head_dim, dstate), dtype=x.dtype, device=dev)
     cb = torch.empty((bound, groups, block_c, block_c), dtype=f32, device=dev)
     interp = interpreting() or not x.is_cuda
+    whole = whole_tiles()  # the interpreter pays per program: whole chunks there
     # GEMM operands are rounded to the activations' dtype either way; float32 tiles multiply in
     # full float32 (no TF32), and off the GPU so do bf16 ones after an exact upcast, because
     # Triton's interpreter multiplies bfloat16 tiles wrongly (it reads their raw bits).
@@ -104,7 +105,7 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
 
     block_p = min(_tile(head_dim), 64)
     block_n = min(_tile(dstate), 128)
-    block_k = block_c if interp else min(block_c, 64)
+    block_k = block_c if whole else min(block_c, 64)
     grid = (triton.cdiv(head_dim, block_p) * triton.cdiv(dstate, block_n), *_chunks_by_heads(bound, heads))
     _chunk_state_kernel[grid](
         x, B, steps, cums, states, chunk_start, chunk_len, head_dim, dstate, ratio,
@@ -112,14 +113,14 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
         BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_K=block_k, BLOCK_C=block_c, F32_DOT=f32_dot,
         HEADS_FIRST=HEADS_FIRST, num_warps=4)
 
-    block_cb = block_c if interp else min(block_c, 64)
+    block_cb = block_c if whole else min(block_c, 64)
     tiles_cb = triton.cdiv(block_c, block_cb)
     _chunk_cb_kernel[(tiles_cb * tiles_cb, bound, groups)](
         B, C, cb, chunk_start, chunk_len, dstate, B.stride(0), B.stride(1), B.stride(2),
         C.stride(0), C.stride(1), C.stride(2), x,
         BLOCK=block_cb, BLOCK_N=min(_tile(dstate), 128), BLOCK_C=block_c, F32_DOT=f32_dot, num_warps=4)
 
-    block_s = 4096 if interp else PASSING_BLOCK
+    block_s = 4096 if whole else PASSING_BLOCK
     has_init = initial_states is not None
     init = initial_states if has_init else final
     _state_passing_kernel[(triton.cdiv(head_dim * dstate, block_s), sequences, heads)](
@@ -128,10 +129,10 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
         HAS_INIT=has_init, BLOCK_S=block_s, num_warps=4)
 
     out_m, out_k, out_warps, out_stages = OUTPUT_TILES
-    block_m = block_c if interp else min(block_c, out_m)
-    block_po = _tile(head_dim) if interp else min(_tile(head_dim), 64)
+    block_m = block_c if whole else min(block_c, out_m)
+    block_po = _tile(head_dim) if whole else min(_tile(head_dim), 64)
     block_kn = min(_tile(dstate), 128)
-    block_k = block_c if interp else min(block_c, out_k)
+    block_k = block_c if whole else min(block_c, out_k)
     has_d, has_z = D is not None, z is not None
     d = D if has_d else A
     zz = z if has_z else x

@@ -17,7 +17,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..gated_delta.layout import TokenHeads, interpreting
+from ..gated_delta.layout import TokenHeads
+from ...triton_rows import whole_tiles
 
 try:
     import triton
@@ -50,7 +51,7 @@ def recurrent_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads
         return o, final
     block_k = triton.next_power_of_2(kd)
     # The interpreter costs per program, not per element: one program per (sequence, head) there.
-    block_v = triton.next_power_of_2(vd) if interpreting() else min(BLOCK_V, triton.next_power_of_2(vd))
+    block_v = triton.next_power_of_2(vd) if whole_tiles() else min(BLOCK_V, triton.next_power_of_2(vd))
     h0 = initial_state
     _recurrent_kernel[(triton.cdiv(vd, block_v), n * heads)](
         r.tensor, w.tensor, k.tensor, v.tensor, a.tensor, b.tensor, o,
