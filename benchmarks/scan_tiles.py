@@ -1,8 +1,8 @@
 """The linear-attention scans' Triton kernels per tile choice, checked and timed on a task's cases.
 
 The chunked and recurrent scans (kernels_reference/ops/mamba_ssd, gla, rwkv7) spend a long
-prefill in a few kernels whose tile sizes, warps, pipeline stages and grid order are module-level
-settings. For one task, every choice of ``SWEEPS[task]`` (the shipped one first) is set on the
+prefill in a few kernels whose tile sizes, warps, pipeline stages and grid order (and, for RWKV-7,
+whether prefill is chunked at all) are module-level settings. For one task, every choice of ``SWEEPS[task]`` (the shipped one first) is set on the
 kernel module, checked against the float64 recurrence (``forward_native``) on the task's short
 varlen batch with carried states, plus the sweep's extra check batches (the worst relative error of
 output and states is printed), then its kernels are timed under torch.profiler on the task's
@@ -32,7 +32,8 @@ def _mamba_groups_check(task, module, gen, device):
                                                                     torch.bfloat16)
 
 
-# task -> (kernel module, default --cases, extra checks, [settings per choice])
+# task -> (kernel modules, comma-separated; default --cases; extra checks; [settings per choice], each
+# setting made on the module that has it)
 SWEEPS = {
     "mamba_chunk_scan": ("kernels_reference.ops.mamba_ssd.chunk_scan", "long-zero,mixed-zero,one-zero",
                          [_mamba_groups_check], [
@@ -50,12 +51,14 @@ SWEEPS = {
         dict(STATE_TILES=(32, 64, 4, 2), DIAG_K=16),
         dict(STATE_TILES=(64, 64, 4, 2), DIAG_K=8),
     ]),
-    "rwkv7": ("kernels_reference.ops.rwkv7.recurrent", "long-carried,varlen-carried", [], [
-        dict(BLOCK_V=32, WARPS=4),
-        dict(BLOCK_V=16, WARPS=1),
-        dict(BLOCK_V=16, WARPS=2),
-        dict(BLOCK_V=8, WARPS=1),
-        dict(BLOCK_V=32, WARPS=2),
+    "rwkv7": ("kernels_reference.ops.rwkv7.recurrent,kernels_reference.ops.rwkv7.chunk", "long-carried,varlen-carried",
+              [], [
+        dict(PREFILL_CHUNKED=False, BLOCK_V=32, WARPS=4),
+        dict(PREFILL_CHUNKED=False, BLOCK_V=16, WARPS=1),
+        dict(PREFILL_CHUNKED=False, BLOCK_V=16, WARPS=2),
+        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, CUBE_BLOCK_K=16),
+        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=32, CUBE_BLOCK_K=16),
+        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, CUBE_BLOCK_K=32),
     ]),
 }
 
@@ -77,8 +80,8 @@ def main():
     parser.add_argument("task", choices=sorted(SWEEPS))
     parser.add_argument("--cases", help="only cases whose id contains one of these (comma-separated)")
     args = parser.parse_args()
-    module_name, default_cases, extra_checks, choices = SWEEPS[args.task]
-    kernels_module = importlib.import_module(module_name)
+    module_names, default_cases, extra_checks, choices = SWEEPS[args.task]
+    kernel_modules = [importlib.import_module(name) for name in module_names.split(",")]
     task = get_task(args.task)
     wanted = (args.cases or default_cases).split(",")
     full = task.cases("full")
@@ -92,11 +95,11 @@ def main():
     truths = [m.forward_native(**_float64(inputs)) for m, inputs in checks]
     case_inputs = {c.id: task.make_inputs(c, gen(), device) for c in cases}
     short = lambda case_id: case_id.split("-prefill-")[-1]
-    print(f"{'choice':>44s}  {'rel out':>8s}  {'rel state':>9s}  " + "  ".join(f"{short(c.id):>20s}" for c in cases))
+    print(f"{'choice':>60s}  {'rel out':>8s}  {'rel state':>9s}  " + "  ".join(f"{short(c.id):>20s}" for c in cases))
     for settings in choices:
         for name, value in settings.items():
-            setattr(kernels_module, name, value)
-        label = " ".join(f"{k}={str(v).replace(' ', '')}" for k, v in settings.items())[:44]
+            setattr(next(m for m in kernel_modules if hasattr(m, name)), name, value)
+        label = " ".join(f"{k}={str(v).replace(' ', '')}" for k, v in settings.items())[:60]
         try:
             rels = []
             for (m, inputs), truth in zip(checks, truths):
@@ -107,9 +110,9 @@ def main():
                 kernels = kernel_times(lambda: module.forward_triton(**case_inputs[c.id]))
                 times[c.id] = (sum(us for _, us in kernels), {k[:32]: round(us, 1) for k, us in kernels[:5]})
         except Exception as exc:  # a choice that fails to compile or run costs its row only
-            print(f"{label:>44s}  failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+            print(f"{label:>60s}  failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
             continue
-        print(f"{label:>44s}  {max(r[0] for r in rels):8.5f}  {max(r[1] for r in rels):9.5f}  "
+        print(f"{label:>60s}  {max(r[0] for r in rels):8.5f}  {max(r[1] for r in rels):9.5f}  "
               + "  ".join(f"{times[c.id][0]:20.1f}" for c in cases), flush=True)
         slowest = max(cases, key=lambda c: times[c.id][0])
         print(f"    {slowest.id}: " + json.dumps(times[slowest.id][1]), flush=True)

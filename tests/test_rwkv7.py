@@ -99,6 +99,47 @@ def test_bf16_stays_near_the_recurrence(monkeypatch):
     assert _rel(o, truth_o) < 0.01 and _rel(state, truth_state) < 1e-5
 
 
+# The chunked prefill kernels (16-token chunks): lengths below, on and across chunks in one batch,
+# with and without carried states; the GPU's tiles (16-wide key blocks of the prep kernel's cubes,
+# 16-wide V slices of the walk) run interpreted too, on key and value widths that are no powers of 2.
+@pytest.mark.parametrize("lengths, with_state, dims, gpu_tiles", [
+    (CHUNK_EDGES, False, (32, 48), False),
+    ((16, 33, 15), True, (32, 48), False),
+    ((1, 20, 33), True, (96, 80), True),
+], ids=["varlen-fresh", "varlen-carried", "carried-gpu-tiles-k96-v80"])
+def test_chunked_prefill_matches_the_recurrence_in_float32(monkeypatch, lengths, with_state, dims, gpu_tiles):
+    from kernels_reference.ops.rwkv7 import chunk
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if gpu_tiles:
+        monkeypatch.setenv("FK_GPU_TILES", "1")
+    monkeypatch.setattr(chunk, "PREFILL_CHUNKED", True)
+    inputs = _inputs(lengths, torch.float32, with_state, heads=1, k_dim=dims[0], v_dim=dims[1], seed=3)
+    o, state = ChunkRWKV7().forward_triton(**inputs)
+    truth_o, truth_state = _truth(inputs)
+    assert _rel(o, truth_o) < 1e-5 and _rel(state, truth_state) < 1e-5
+
+
+def test_chunked_prefill_takes_any_decay_and_bf16_stays_near():
+    """Every exponent of the chunked form is a difference c_t - c_s <= 0, so decays far stronger than
+    the layer's (w down to about -18 per token) neither overflow nor lose the state; bf16 operands
+    (truncated by the interpreter) stay within about a percent."""
+    from kernels_reference.ops.rwkv7 import chunk
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "1")
+        patch.setattr(chunk, "PREFILL_CHUNKED", True)
+        strong = _inputs((50,), torch.float32, True, heads=1, seed=2)
+        strong["w"] = strong["w"] * 30
+        o, state = ChunkRWKV7().forward_triton(**strong)
+        truth_o, truth_state = _truth(strong)
+        assert _rel(o, truth_o) < 1e-5 and _rel(state, truth_state) < 1e-5
+        half = _inputs(CHUNK_EDGES, torch.bfloat16, True, heads=1, seed=1)
+        o, state = ChunkRWKV7().forward_triton(**half)
+        truth_o, truth_state = _truth(half)
+        assert o.dtype == torch.bfloat16 and _rel(o, truth_o) < 0.02 and _rel(state, truth_state) < 0.02
+
+
 def test_unpacked_batch_equals_the_packed_one():
     """Without cu_seqlens the B rows are B sequences (FLA's equal-length form)."""
     packed = _inputs((5, 5), torch.float32, True)

@@ -1,0 +1,227 @@
+"""Chunked Triton kernels of RWKV-7's time mix (a diagonal-plus-low-rank delta rule): long prefills.
+
+Per head, a sequence is cut into chunks of L = 16 tokens. With S0 the state a chunk starts from and
+c_t = w_1 + ... + w_t the per-key-channel cumulative log decay inside it (c_0 = 0), unrolling
+S_t = diag(e^{w_t}) S_{t-1} + b_t u_t^T + k_t v_t^T, where u_t = S_{t-1}^T a_t is what the
+rank-one correction moves, gives
+
+    u_t = S0^T (a_t e^{c_{t-1}}) + sum_{s<t} T[t,s] u_s + sum_{s<t} P[t,s] v_s
+          T[t,s] = sum_k a_tk b_sk e^{c_{t-1,k} - c_sk},  P[t,s]: the same with k_s for b_s
+    so U = W S0 + Y V  with  W = (I - T)^{-1} (A e^{c_{t-1}}),  Y = (I - T)^{-1} P
+    o_t = (r_t e^{c_t})^T S0 scale + sum_{s<=t} (Qb[t,s] u_s + Qk[t,s] v_s)
+          Qb[t,s] = sum_k r_tk b_sk e^{c_tk - c_sk} scale,  Qk[t,s]: the same with k_s
+    S_L = diag(e^{c_L}) S0 + (B e^{c_L - c})^T U + (K e^{c_L - c})^T V
+
+Every exponent is a difference c_t - c_s with s <= t, so <= 0 for any decay: the pairwise factors
+are summed elementwise over [L, L, key block] cubes instead of split into two exponentials that
+could overflow. Three kernels:
+
+* ``_chunk_prep_kernel``, one program per (chunk, head): T, P, Qb, Qk; (I - T)^{-1} by forward
+  substitution (T is strictly lower triangular); W, Y and the decayed rows r e^c, b e^{c_L - c},
+  k e^{c_L - c} and e^{c_L} that the other two kernels read.
+* ``_chunk_walk_kernel``, one program per (sequence, head, V block): walks the sequence's chunks in
+  order with the state slice in float32 registers: U = W S + Y V, the state each chunk starts from
+  stored, then S <- e^{c_L} S + (B e^{c_L - c})^T U + (K e^{c_L - c})^T V.
+* ``_chunk_output_kernel``, one program per (chunk, head, V block): o = (r e^c) S0 + Qb U + Qk V.
+
+Products take their operands in the input dtype (bf16 on the tensor cores) with float32
+accumulation, as FLA's chunked DPLR kernels do; decays, T's inverse and the carried state stay
+float32.
+"""
+from typing import Optional, Tuple
+
+import torch
+
+from ...triton_rows import whole_tiles
+from ..gated_delta.layout import TokenHeads, chunk_layout, interpreting, mm as _mm, tile as _tile
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+CHUNK = 16
+# Whether prefill (any step that is not one token per sequence) takes these kernels rather than the
+# recurrent one. Off until they are timed on a GPU against the recurrent kernel and FLA's chunk form
+# (``python3 -m benchmarks scan_tiles rwkv7`` sweeps it); the CPU tests check them either way.
+PREFILL_CHUNKED = False
+# V columns of the state slice per walking program (more programs for one long sequence) and the
+# key block of the prep kernel's [L, L, key block] cubes; module-level so that
+# ``python3 -m benchmarks scan_tiles rwkv7`` can sweep them
+WALK_BLOCK_V = 16
+CUBE_BLOCK_K = 16
+
+
+def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a: TokenHeads, b: TokenHeads,
+                  scale: float, initial_state: Optional[torch.Tensor], cu_seqlens: torch.Tensor,
+                  output_final_state: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    t, heads, vd = v.tensor.shape
+    kd = k.tensor.shape[-1]
+    n = cu_seqlens.numel() - 1
+    device, dtype = v.tensor.device, v.tensor.dtype
+    o = torch.empty((t, heads, vd), dtype=dtype, device=device)
+    final = torch.empty((n, heads, kd, vd), dtype=torch.float32, device=device) if output_final_state else None
+    if n == 0 or t == 0:
+        if final is not None:
+            final.copy_(initial_state if initial_state is not None else torch.zeros_like(final))
+        return o, final
+    layout = chunk_layout(cu_seqlens, CHUNK)
+    chunks = layout.table.shape[0]
+    whole = whole_tiles()
+    emulate = interpreting() or not v.tensor.is_cuda
+    dot_t = _DOT_TYPES[dtype]
+    bk = triton.next_power_of_2(kd)
+    f32 = torch.float32
+    per_token = lambda width, dt: torch.empty((t, heads, width), dtype=dt, device=device)
+    wmat, rd, bd, kd_rows = (per_token(kd, dtype) for _ in range(4))
+    ymat, qb, qk = (per_token(CHUNK, f32) for _ in range(3))
+    decay = torch.empty((chunks, heads, kd), dtype=f32, device=device)
+    _chunk_prep_kernel[(chunks, heads)](
+        r.tensor, w.tensor, k.tensor, a.tensor, b.tensor, wmat, rd, bd, kd_rows, ymat, qb, qk, decay,
+        layout.table, scale, r.token_stride, r.head_stride, w.token_stride, w.head_stride,
+        k.token_stride, k.head_stride, a.token_stride, a.head_stride, b.token_stride, b.head_stride,
+        H=heads, K=kd, L=CHUNK, BK=bk, BKC=bk if whole else min(CUBE_BLOCK_K, bk), DOT_T=dot_t,
+        EMULATE=emulate, num_warps=4)
+
+    bv = triton.next_power_of_2(vd) if whole else min(WALK_BLOCK_V, triton.next_power_of_2(vd))
+    states = torch.empty((chunks, heads, kd, vd), dtype=dtype, device=device)
+    u = per_token(vd, f32)
+    h0 = initial_state
+    _chunk_walk_kernel[(triton.cdiv(vd, bv), n * heads)](
+        v.tensor, wmat, ymat, bd, kd_rows, decay, states, u, h0 if h0 is not None else decay,
+        final if final is not None else decay, cu_seqlens, layout.first_chunk, v.token_stride, v.head_stride,
+        H=heads, K=kd, V=vd, L=CHUNK, BK=bk, BV=bv, HAS_H0=h0 is not None, STORE_FINAL=final is not None,
+        DOT_T=dot_t, EMULATE=emulate, num_warps=4)
+
+    bvo = triton.next_power_of_2(vd) if whole else min(64, triton.next_power_of_2(vd))
+    _chunk_output_kernel[(triton.cdiv(vd, bvo), chunks, heads)](
+        v.tensor, rd, qb, qk, u, states, o, layout.table, v.token_stride, v.head_stride,
+        H=heads, K=kd, V=vd, L=CHUNK, BK=bk, BV=bvo, DOT_T=dot_t, EMULATE=emulate, num_warps=4)
+    return o, final
+
+
+if triton is not None:
+    _DOT_TYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+    @triton.jit
+    def _rows_at(buffer, rows, row_ok, i_h, H: tl.constexpr, width: tl.constexpr, cols, values):
+        """Store ``values`` [rows, cols] into a [T, H, width] buffer at head i_h."""
+        p = buffer + (rows.to(tl.int64)[:, None] * H + i_h) * width + cols[None, :]
+        tl.store(p, values.to(buffer.dtype.element_ty), mask=row_ok[:, None] & (cols < width)[None, :])
+
+    @triton.jit
+    def _chunk_prep_kernel(r, w, k, a, b, wmat, rd, bd, kd_rows, ymat, qb, qk, decay, table, scale,
+                           sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h,
+                           H: tl.constexpr, K: tl.constexpr, L: tl.constexpr, BK: tl.constexpr,
+                           BKC: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+        i_c, i_h = tl.program_id(0), tl.program_id(1)
+        start = tl.load(table + 2 * i_c)
+        end = tl.load(table + 2 * i_c + 1)
+        i = tl.arange(0, L)
+        rows = start + i
+        ok = rows < end
+        before = i[:, None] > i[None, :]  # s < t
+        upto = i[:, None] >= i[None, :]  # s <= t
+        t_ab = tl.zeros((L, L), dtype=tl.float32)
+        t_ak = tl.zeros((L, L), dtype=tl.float32)
+        q_rb = tl.zeros((L, L), dtype=tl.float32)
+        q_rk = tl.zeros((L, L), dtype=tl.float32)
+        for k0 in range(0, K, BKC):
+            cols = k0 + tl.arange(0, BKC)
+            # rows past the chunk load 0: no decay, no terms
+            b_w = _tile(w, rows, ok, sw_t, i_h * sw_h, cols, K)
+            b_a = _tile(a, rows, ok, sa_t, i_h * sa_h, cols, K)
+            b_b = _tile(b, rows, ok, sb_t, i_h * sb_h, cols, K)
+            b_k = _tile(k, rows, ok, sk_t, i_h * sk_h, cols, K)
+            b_r = _tile(r, rows, ok, sr_t, i_h * sr_h, cols, K) * scale
+            c = tl.cumsum(b_w, 0)
+            c_prev = c - b_w
+            total = tl.sum(b_w, 0)
+            e_before = tl.exp(tl.where(before[:, :, None], c_prev[:, None, :] - c[None, :, :], float("-inf")))
+            t_ab += tl.sum(b_a[:, None, :] * b_b[None, :, :] * e_before, 2)
+            t_ak += tl.sum(b_a[:, None, :] * b_k[None, :, :] * e_before, 2)
+            e_upto = tl.exp(tl.where(upto[:, :, None], c[:, None, :] - c[None, :, :], float("-inf")))
+            q_rb += tl.sum(b_r[:, None, :] * b_b[None, :, :] * e_upto, 2)
+            q_rk += tl.sum(b_r[:, None, :] * b_k[None, :, :] * e_upto, 2)
+            to_end = tl.exp(total[None, :] - c)
+            _rows_at(rd, rows, ok, i_h, H, K, cols, b_r * tl.exp(c))
+            _rows_at(bd, rows, ok, i_h, H, K, cols, b_b * to_end)
+            _rows_at(kd_rows, rows, ok, i_h, H, K, cols, b_k * to_end)
+            tl.store(decay + (i_c.to(tl.int64) * H + i_h) * K + cols, tl.exp(total), mask=cols < K)
+        # (I - T)^{-1} by forward substitution: row t = e_t + sum_{s<t} T[t,s] row s
+        inv = (i[:, None] == i[None, :]).to(tl.float32)
+        for t in tl.static_range(1, L):
+            t_row = tl.sum(tl.where(i[:, None] == t, t_ab, 0.0), 0)
+            new = tl.where(i == t, 1.0, 0.0) + tl.sum(t_row[:, None] * inv, 0)
+            inv = tl.where(i[:, None] == t, new[None, :], inv)
+        _rows_at(ymat, rows, ok, i_h, H, L, i, tl.dot(inv, t_ak, input_precision="ieee"))
+        _rows_at(qb, rows, ok, i_h, H, L, i, q_rb)
+        _rows_at(qk, rows, ok, i_h, H, L, i, q_rk)
+        # W = (I - T)^{-1} (A e^{c_{t-1}}), key block by key block
+        for k0 in range(0, K, BKC):
+            cols = k0 + tl.arange(0, BKC)
+            b_w = _tile(w, rows, ok, sw_t, i_h * sw_h, cols, K)
+            b_a = _tile(a, rows, ok, sa_t, i_h * sa_h, cols, K)
+            c_prev = tl.cumsum(b_w, 0) - b_w
+            _rows_at(wmat, rows, ok, i_h, H, K, cols, tl.dot(inv, b_a * tl.exp(c_prev), input_precision="ieee"))
+
+    @triton.jit
+    def _chunk_walk_kernel(v, wmat, ymat, bd, kd_rows, decay, states, u, h0, final, cu_seqlens, first_chunk,
+                           sv_t, sv_h, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
+                           BK: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
+                           DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+        i_v, i_nh = tl.program_id(0), tl.program_id(1)
+        i_n, i_h = i_nh // H, i_nh % H
+        bos = tl.load(cu_seqlens + i_n)
+        eos = tl.load(cu_seqlens + i_n + 1)
+        chunk = tl.load(first_chunk + i_n).to(tl.int64)
+        offs_k = tl.arange(0, BK)
+        offs_v = i_v * BV + tl.arange(0, BV)
+        mask_k, mask_v = offs_k < K, offs_v < V
+        mask_h = mask_k[:, None] & mask_v[None, :]
+        tile = offs_k[:, None] * V + offs_v[None, :]
+        h = tl.zeros((BK, BV), dtype=tl.float32)
+        if HAS_H0:
+            h = tl.load(h0 + i_nh.to(tl.int64) * K * V + tile, mask=mask_h, other=0.0)
+        i = tl.arange(0, L)
+        for start in range(bos, eos, L):
+            rows = start + i
+            ok = rows < eos
+            tl.store(states + (chunk * H + i_h) * K * V + tile, h.to(states.dtype.element_ty), mask=mask_h)
+            b_w = _tile(wmat, rows, ok, H * K, i_h * K, offs_k, K)
+            b_y = _tile(ymat, rows, ok, H * L, i_h * L, i, L)
+            b_v = _tile(v, rows, ok, sv_t, i_h * sv_h, offs_v, V)
+            b_u = _mm(b_w, h, DOT_T, EMULATE) + _mm(b_y, b_v, DOT_T, EMULATE)
+            tl.store(u + (rows.to(tl.int64)[:, None] * H + i_h) * V + offs_v[None, :], b_u,
+                     mask=ok[:, None] & mask_v[None, :])
+            b_bd = _tile(bd, rows, ok, H * K, i_h * K, offs_k, K)
+            b_kd = _tile(kd_rows, rows, ok, H * K, i_h * K, offs_k, K)
+            g = tl.load(decay + (chunk * H + i_h) * K + offs_k, mask=mask_k, other=0.0)
+            h = h * g[:, None] + _mm(tl.trans(b_bd), b_u, DOT_T, EMULATE) + _mm(tl.trans(b_kd), b_v, DOT_T, EMULATE)
+            chunk += 1
+        if STORE_FINAL:
+            tl.store(final + i_nh.to(tl.int64) * K * V + tile, h, mask=mask_h)
+
+    @triton.jit
+    def _chunk_output_kernel(v, rd, qb, qk, u, states, o, table, sv_t, sv_h,
+                             H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
+                             BK: tl.constexpr, BV: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+        i_v, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        start = tl.load(table + 2 * i_c)
+        end = tl.load(table + 2 * i_c + 1)
+        i = tl.arange(0, L)
+        rows = start + i
+        ok = rows < end
+        offs_k = tl.arange(0, BK)
+        offs_v = i_v * BV + tl.arange(0, BV)
+        mask_v = offs_v < V
+        s0 = tl.load(states + (i_c.to(tl.int64) * H + i_h) * K * V + offs_k[:, None] * V + offs_v[None, :],
+                     mask=(offs_k < K)[:, None] & mask_v[None, :], other=0.0)
+        acc = _mm(_tile(rd, rows, ok, H * K, i_h * K, offs_k, K), s0, DOT_T, EMULATE)
+        acc += _mm(_tile(qb, rows, ok, H * L, i_h * L, i, L), _tile(u, rows, ok, H * V, i_h * V, offs_v, V),
+                   DOT_T, EMULATE)
+        acc += _mm(_tile(qk, rows, ok, H * L, i_h * L, i, L), _tile(v, rows, ok, sv_t, i_h * sv_h, offs_v, V),
+                   DOT_T, EMULATE)
+        tl.store(o + (rows.to(tl.int64)[:, None] * H + i_h) * V + offs_v[None, :], acc.to(o.dtype.element_ty),
+                 mask=ok[:, None] & mask_v[None, :])
