@@ -35,7 +35,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from .layout import TokenHeads, chunk_layout, interpreting, mm as _mm, tile as _tile
+from .layout import TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs, tile as _tile
 
 try:
     import triton
@@ -59,11 +59,8 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
     hk, kd = k.tensor.shape[1], k.tensor.shape[-1]
     n = cu_seqlens.numel() - 1
     device, dtype = v.tensor.device, v.tensor.dtype
-    o = torch.empty((t, hv, vd), dtype=dtype, device=device)
-    final = torch.empty((n, hv, kd, vd), dtype=torch.float32, device=device) if output_final_state else None
-    if n == 0 or t == 0:
-        if final is not None:
-            final.copy_(initial_state if initial_state is not None else torch.zeros_like(final))
+    o, final, nothing = scan_outputs(v, kd, n, initial_state, output_final_state)
+    if nothing:
         return o, final
     layout = chunk_layout(cu_seqlens, CHUNK)
     chunks = layout.table.shape[0]

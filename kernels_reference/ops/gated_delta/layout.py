@@ -5,7 +5,7 @@ Production hands the op views: q, k and v are slices of the short convolution's 
 The kernels therefore take a token stride and a head stride per tensor instead of copying; only
 the innermost dimension must be contiguous.
 """
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -28,6 +28,21 @@ def token_heads(x: torch.Tensor) -> TokenHeads:
     if x.dim() == 3 and x.stride(-1) != 1:
         x = x.contiguous()
     return TokenHeads(x, x.stride(0), x.stride(1))
+
+
+def scan_outputs(v: TokenHeads, key_dim: int, sequences: int, initial_state: Optional[torch.Tensor],
+                 output_final_state: bool):
+    """A scan's outputs, unwritten: o [T, H, V] in v's dtype and, if asked for, the final states
+    [N, H, K, V] in float32; and whether there is nothing to scan (no sequence or no token), in
+    which case the final states already hold the initial ones (or zeros)."""
+    t, heads, vd = v.tensor.shape
+    o = torch.empty((t, heads, vd), dtype=v.tensor.dtype, device=v.tensor.device)
+    final = (torch.empty((sequences, heads, key_dim, vd), dtype=torch.float32, device=v.tensor.device)
+             if output_final_state else None)
+    nothing = sequences == 0 or t == 0
+    if nothing and final is not None:
+        final.copy_(initial_state if initial_state is not None else torch.zeros_like(final))
+    return o, final, nothing
 
 
 def packed_batch(tensors, cu_seqlens):

@@ -30,7 +30,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..gated_delta.layout import TokenHeads, chunk_layout, interpreting, mm as _mm, tile as _tile
+from ..gated_delta.layout import TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs, tile as _tile
 from ...triton_rows import whole_tiles
 
 try:
@@ -55,11 +55,8 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
     kd = k.tensor.shape[-1]
     n = cu_seqlens.numel() - 1
     device, dtype = v.tensor.device, v.tensor.dtype
-    o = torch.empty((t, heads, vd), dtype=dtype, device=device)
-    final = torch.empty((n, heads, kd, vd), dtype=torch.float32, device=device) if output_final_state else None
-    if n == 0 or t == 0:
-        if final is not None:
-            final.copy_(initial_state if initial_state is not None else torch.zeros_like(final))
+    o, final, nothing = scan_outputs(v, kd, n, initial_state, output_final_state)
+    if nothing:
         return o, final
     layout = chunk_layout(cu_seqlens, CHUNK)
     chunks = layout.table.shape[0]
@@ -152,6 +149,16 @@ if triton is not None:
             tl.store(final + i_nh.to(tl.int64) * K * V + tile, h, mask=mask_h)
 
     @triton.jit
+    def _pair_tiles(q, k, b, rows_i, ok_i, rows_j, ok_j, cols, scale, sq_t, sq_h, sk_t, sk_h, i_h,
+                    H: tl.constexpr, K: tl.constexpr):
+        """The key columns ``cols`` of a sub-chunk pair: scaled q and decays b of rows i, k and b of rows j."""
+        b_q = _tile(q, rows_i, ok_i, sq_t, i_h * sq_h, cols, K) * scale
+        b_bi = _tile(b, rows_i, ok_i, H * K, i_h * K, cols, K)
+        b_k = _tile(k, rows_j, ok_j, sk_t, i_h * sk_h, cols, K)
+        b_bj = _tile(b, rows_j, ok_j, H * K, i_h * K, cols, K)
+        return b_q, b_bi, b_k, b_bj
+
+    @triton.jit
     def _intra_scores_kernel(q, k, b, scores, table, scale, sq_t, sq_h, sk_t, sk_h,
                              H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                              BK: tl.constexpr, BKD: tl.constexpr, PRECISION: tl.constexpr):
@@ -172,10 +179,8 @@ if triton is not None:
                     if j < i:
                         for k0 in range(0, K, BK):
                             cols = k0 + tl.arange(0, BK)
-                            b_q = _tile(q, rows_i, ok_i, sq_t, i_h * sq_h, cols, K) * scale
-                            b_bi = _tile(b, rows_i, ok_i, H * K, i_h * K, cols, K)
-                            b_k = _tile(k, rows_j, ok_j, sk_t, i_h * sk_h, cols, K)
-                            b_bj = _tile(b, rows_j, ok_j, H * K, i_h * K, cols, K)
+                            b_q, b_bi, b_k, b_bj = _pair_tiles(q, k, b, rows_i, ok_i, rows_j, ok_j, cols, scale,
+                                                               sq_t, sq_h, sk_t, sk_h, i_h, H, K)
                             b_ref = tl.load(b + (ref * H + i_h) * K + cols, mask=cols < K, other=0.0)
                             q_side = b_q * tl.exp(tl.where(ok_i[:, None], b_bi - b_ref[None, :], 0.0))
                             k_side = b_k * tl.exp(b_ref[None, :] - b_bj)
@@ -185,10 +190,8 @@ if triton is not None:
                         # the products' keeps that cube in registers
                         for k0 in range(0, K, BKD):
                             cols = k0 + tl.arange(0, BKD)
-                            b_q = _tile(q, rows_i, ok_i, sq_t, i_h * sq_h, cols, K) * scale
-                            b_bi = _tile(b, rows_i, ok_i, H * K, i_h * K, cols, K)
-                            b_k = _tile(k, rows_j, ok_j, sk_t, i_h * sk_h, cols, K)
-                            b_bj = _tile(b, rows_j, ok_j, H * K, i_h * K, cols, K)
+                            b_q, b_bi, b_k, b_bj = _pair_tiles(q, k, b, rows_i, ok_i, rows_j, ok_j, cols, scale,
+                                                               sq_t, sq_h, sk_t, sk_h, i_h, H, K)
                             gap = b_bi[:, None, :] - b_bj[None, :, :]
                             gap = tl.where(causal[:, :, None], gap, 0.0)
                             acc += tl.sum(b_q[:, None, :] * b_k[None, :, :] * tl.exp(gap), 2)

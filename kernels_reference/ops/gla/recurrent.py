@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..gated_delta.layout import TokenHeads
+from ..gated_delta.layout import TokenHeads, scan_outputs
 from ...triton_rows import whole_tiles
 
 try:
@@ -26,10 +26,8 @@ def recurrent_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads
     t, heads, vd = v.tensor.shape
     kd = k.tensor.shape[-1]
     n = cu_seqlens.numel() - 1
-    o = torch.empty((t, heads, vd), dtype=v.tensor.dtype, device=v.tensor.device)
-    final = (torch.empty((n, heads, kd, vd), dtype=torch.float32, device=v.tensor.device)
-             if output_final_state else None)
-    if n == 0:
+    o, final, nothing = scan_outputs(v, kd, n, initial_state, output_final_state)
+    if nothing:
         return o, final
     block_k = triton.next_power_of_2(kd)
     block_v = triton.next_power_of_2(vd) if whole_tiles() else min(32, triton.next_power_of_2(vd))

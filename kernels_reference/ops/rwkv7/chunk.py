@@ -33,7 +33,7 @@ from typing import Optional, Tuple
 import torch
 
 from ...triton_rows import whole_tiles
-from ..gated_delta.layout import TokenHeads, chunk_layout, interpreting, mm as _mm, tile as _tile
+from ..gated_delta.layout import TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs, tile as _tile
 
 try:
     import triton
@@ -60,11 +60,8 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
     kd = k.tensor.shape[-1]
     n = cu_seqlens.numel() - 1
     device, dtype = v.tensor.device, v.tensor.dtype
-    o = torch.empty((t, heads, vd), dtype=dtype, device=device)
-    final = torch.empty((n, heads, kd, vd), dtype=torch.float32, device=device) if output_final_state else None
-    if n == 0 or t == 0:
-        if final is not None:
-            final.copy_(initial_state if initial_state is not None else torch.zeros_like(final))
+    o, final, nothing = scan_outputs(v, kd, n, initial_state, output_final_state)
+    if nothing:
         return o, final
     layout = chunk_layout(cu_seqlens, CHUNK)
     chunks = layout.table.shape[0]

@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..gated_delta.layout import TokenHeads
+from ..gated_delta.layout import TokenHeads, scan_outputs
 from ...triton_rows import whole_tiles
 
 try:
@@ -39,14 +39,8 @@ def recurrent_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads
     t, heads, vd = v.tensor.shape
     kd = k.tensor.shape[-1]
     n = cu_seqlens.numel() - 1
-    o = torch.empty((t, heads, vd), dtype=v.tensor.dtype, device=v.tensor.device)
-    final = (torch.empty((n, heads, kd, vd), dtype=torch.float32, device=v.tensor.device)
-             if output_final_state else None)
-    if n == 0:
-        return o, final
-    if t == 0:  # no token to read (the kernel's prefetch reads one): the states pass through
-        if final is not None:
-            final.copy_(initial_state if initial_state is not None else torch.zeros_like(final))
+    o, final, nothing = scan_outputs(v, kd, n, initial_state, output_final_state)
+    if nothing:  # (with no token, the kernel's prefetch would read one that does not exist)
         return o, final
     block_k = triton.next_power_of_2(kd)
     # The interpreter costs per program, not per element: one program per (sequence, head) there.
