@@ -53,10 +53,10 @@ SWEEPS = {
     ]),
     "rwkv7": ("kernels_reference.ops.rwkv7.recurrent,kernels_reference.ops.rwkv7.chunk", "long-carried,varlen-carried",
               [], [
+        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, CUBE_BLOCK_K=16),
         dict(PREFILL_CHUNKED=False, BLOCK_V=32, WARPS=4),
         dict(PREFILL_CHUNKED=False, BLOCK_V=16, WARPS=1),
         dict(PREFILL_CHUNKED=False, BLOCK_V=16, WARPS=2),
-        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, CUBE_BLOCK_K=16),
         dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=32, CUBE_BLOCK_K=16),
         dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, CUBE_BLOCK_K=32),
     ]),

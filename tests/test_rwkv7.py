@@ -67,8 +67,12 @@ def test_scale_defaults_to_chunk_rwkv7s_and_none_means_inverse_sqrt_k():
 def test_triton_kernel_matches_the_recurrence_in_float32(monkeypatch, lengths, with_state):
     """float32 operands: the recurrent kernel is the recurrence over varlen sequences, fresh and
     carried, and in decode (V = 48 is no power of two: the tiles' masked columns are exercised).
-    The interpreter costs per token and program: one head for prefill, two (head offsets) in decode."""
+    The interpreter costs per token and program: one head for prefill, two (head offsets) in decode.
+    (Prefill runs chunked by default: here the recurrent kernel takes it, as with PREFILL_CHUNKED off.)"""
+    from kernels_reference.ops.rwkv7 import chunk
+
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(chunk, "PREFILL_CHUNKED", False)
     inputs = _inputs(lengths, torch.float32, with_state, heads=2 if max(lengths) == 1 else 1)
     o, state = ChunkRWKV7().forward_triton(**inputs)
     truth_o, truth_state = _truth(inputs)
@@ -79,9 +83,12 @@ def test_triton_kernel_matches_the_recurrence_in_float32(monkeypatch, lengths, w
 def test_gpu_tiling_matches_the_recurrence(monkeypatch):
     """The interpreter runs whole heads per program; the GPU's tiles (32-wide V blocks) split
     V = 80 into three masked blocks, and K = 96 is a masked 128-wide key block. Run those tiles
-    interpreted."""
+    interpreted, prefill included (the recurrent kernel's, as with PREFILL_CHUNKED off)."""
+    from kernels_reference.ops.rwkv7 import chunk
+
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("FK_GPU_TILES", "1")
+    monkeypatch.setattr(chunk, "PREFILL_CHUNKED", False)
     inputs = _inputs((1, 20), torch.float32, True, heads=1, k_dim=96, v_dim=80, seed=4)
     o, state = ChunkRWKV7().forward_triton(**inputs)
     truth_o, truth_state = _truth(inputs)
@@ -89,9 +96,13 @@ def test_gpu_tiling_matches_the_recurrence(monkeypatch):
 
 
 def test_bf16_stays_near_the_recurrence(monkeypatch):
-    """bf16 operands and output (the interpreter truncates the stores): a few tenths of a percent on
-    o, float32-exact on the state, where a lost state or term would be O(1)."""
+    """The recurrent kernel with bf16 inputs and output (the interpreter truncates the stores): a
+    few tenths of a percent on o, float32-exact on the state, where a lost state or term would be
+    O(1). (The chunked prefill's bf16 products are checked below.)"""
+    from kernels_reference.ops.rwkv7 import chunk
+
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(chunk, "PREFILL_CHUNKED", False)
     inputs = _inputs((30,), torch.bfloat16, True, heads=1, seed=1)
     o, state = ChunkRWKV7().forward_triton(**inputs)
     truth_o, truth_state = _truth(inputs)

