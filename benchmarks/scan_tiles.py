@@ -3,11 +3,12 @@
 The chunked and recurrent scans (kernels_reference/ops/mamba_ssd, gla, rwkv7) spend a long
 prefill in a few kernels whose tile sizes, warps, pipeline stages and grid order (and, for RWKV-7,
 whether prefill is chunked at all) are module-level settings. For one task, every choice of
-``SWEEPS[task]`` (the shipped one first) is set on the kernel modules, checked against the float64 recurrence (``forward_native``) on the task's short
-varlen batch with carried states, plus the sweep's extra check batches (the worst relative error of
-output and states is printed), then its kernels are timed under torch.profiler on the task's
-full-profile cases named by ``--cases`` (GPU time per call summed over the kernels: eager event
-timing of these calls measures the host's launches), with the slowest case's kernels beside:
+``SWEEPS[task]`` (the shipped one first) is set on the kernel modules, checked against the float64
+recurrence (``forward_native``) on the task's short varlen batch with carried states, plus the
+sweep's extra check batches (the worst relative error of output and states is printed), then its
+kernels are timed under torch.profiler on the task's full-profile cases named by ``--cases`` (GPU
+time per call summed over the kernels: eager event timing of these calls measures the host's
+launches), with the slowest case's kernels beside:
 
     python3 -m benchmarks scan_tiles mamba_chunk_scan [--cases long-zero,mixed-zero]
     python3 -m benchmarks scan_tiles gated_linear_attention
@@ -51,8 +52,8 @@ SWEEPS = {
         dict(STATE_TILES=(32, 64, 4, 2), DIAG_K=16),
         dict(STATE_TILES=(64, 64, 4, 2), DIAG_K=8),
     ]),
-    "rwkv7": ("kernels_reference.ops.rwkv7.recurrent,kernels_reference.ops.rwkv7.chunk", "long-carried,varlen-carried",
-              [], [
+    "rwkv7": ("kernels_reference.ops.rwkv7.recurrent,kernels_reference.ops.rwkv7.chunk",
+              "long-carried,varlen-carried", [], [
         dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, CUBE_BLOCK_K=16),
         dict(PREFILL_CHUNKED=False, BLOCK_V=32, WARPS=4),
         dict(PREFILL_CHUNKED=False, BLOCK_V=16, WARPS=1),

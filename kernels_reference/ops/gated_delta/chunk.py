@@ -35,7 +35,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from .layout import TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs, tile as _tile
+from .layout import DOT_TYPES, TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs, tile as _tile
 
 try:
     import triton
@@ -71,7 +71,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
     state_bv = block_v_all if interp else min(block_v_all, STATE_BLOCK_V)
     output_bv = block_v_all if interp else min(block_v_all, OUTPUT_BLOCK_V)
     group = hv // hk
-    dot = dict(DOT_T=_DOT_TYPES[dtype], EMULATE=interp or not v.tensor.is_cuda)
+    dot = dict(DOT_T=DOT_TYPES[dtype], EMULATE=interp or not v.tensor.is_cuda)
     heads = dict(HV=hv, GROUP=group, K=kd, V=vd, BT=CHUNK, BK=block_k, USE_L2NORM=use_qk_l2norm)
 
     w = torch.empty((t, hv, kd), dtype=dtype, device=device)
@@ -99,7 +99,6 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
 
 
 if triton is not None:
-    _DOT_TYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
     @triton.jit
     def _unit_lower_inverse(a, BC: tl.constexpr):

@@ -84,6 +84,9 @@ def interpreting() -> bool:
 
 
 if triton is not None:
+    # the products' operand type per activation dtype (half types on the tensor cores)
+    DOT_TYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
     @triton.jit
     def mm(a, b, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         """a @ b with both operands rounded to DOT_T and float32 accumulation (half operands: tensor

@@ -30,7 +30,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..gated_delta.layout import TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs, tile as _tile
+from ..gated_delta.layout import (DOT_TYPES, TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs,
+                                  tile as _tile)
 from ...triton_rows import whole_tiles
 
 try:
@@ -62,7 +63,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
     chunks = layout.table.shape[0]
     whole = whole_tiles()  # the interpreter pays per program and per op: whole heads per program there
     emulate = interpreting() or not v.tensor.is_cuda
-    dot_t = _DOT_TYPES[dtype]
+    dot_t = DOT_TYPES[dtype]
     bk = triton.next_power_of_2(kd) if whole else min(64, triton.next_power_of_2(kd))
     bv = triton.next_power_of_2(vd) if whole else min(64, triton.next_power_of_2(vd))
 
@@ -97,7 +98,6 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
 
 
 if triton is not None:
-    _DOT_TYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
     @triton.jit
     def _local_cumsum_kernel(g, b, table, sg_t, sg_h, H: tl.constexpr, K: tl.constexpr,

@@ -33,7 +33,8 @@ from typing import Optional, Tuple
 import torch
 
 from ...triton_rows import whole_tiles
-from ..gated_delta.layout import TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs, tile as _tile
+from ..gated_delta.layout import (DOT_TYPES, TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs,
+                                  tile as _tile)
 
 try:
     import triton
@@ -70,7 +71,7 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
     chunks = layout.table.shape[0]
     whole = whole_tiles()
     emulate = interpreting() or not v.tensor.is_cuda
-    dot_t = _DOT_TYPES[dtype]
+    dot_t = DOT_TYPES[dtype]
     bk = triton.next_power_of_2(kd)
     f32 = torch.float32
     per_token = lambda width, dt: torch.empty((t, heads, width), dtype=dt, device=device)
@@ -102,7 +103,6 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
 
 
 if triton is not None:
-    _DOT_TYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
     @triton.jit
     def _rows_at(buffer, rows, row_ok, i_h, H: tl.constexpr, width: tl.constexpr, cols, values):
