@@ -35,7 +35,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from .layout import DOT_TYPES, TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs, tile as _tile
+from .layout import (DOT_TYPES, TokenHeads, chunk_layout, chunk_rows, interpreting, mm as _mm, scan_outputs,
+                     tile as _tile, walk_start)
 
 try:
     import triton
@@ -237,17 +238,13 @@ if triton is not None:
         i_v, i_nh = tl.program_id(0), tl.program_id(1)
         i_n, i_hv = i_nh // HV, i_nh % HV
         i_hk = i_hv // GROUP
-        bos = tl.load(cu_seqlens + i_n)
-        eos = tl.load(cu_seqlens + i_n + 1)
-        chunk = tl.load(first_chunk + i_n).to(tl.int64)
         offs_k = tl.arange(0, BK)
         offs_v = i_v * BV + tl.arange(0, BV)
         mask_k, mask_v = offs_k < K, offs_v < V
         mask_h = mask_k[:, None] & mask_v[None, :]
         state_tile = offs_k[:, None] * V + offs_v[None, :]
-        h = tl.zeros((BK, BV), dtype=tl.float32)
-        if HAS_H0:
-            h = tl.load(h0 + i_nh.to(tl.int64) * K * V + state_tile, mask=mask_h, other=0.0).to(tl.float32)
+        bos, eos, chunk, h = walk_start(h0, cu_seqlens, first_chunk, i_n, i_nh, state_tile, mask_h, K, V, BK, BV,
+                                        HAS_H0)
         r = tl.arange(0, BT)
         for start in range(bos, eos, BT):
             tl.store(starts + (chunk * HV + i_hv) * K * V + state_tile, h.to(starts.dtype.element_ty), mask=mask_h)
@@ -278,11 +275,8 @@ if triton is not None:
                              DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_v, i_c, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         i_hk = i_hv // GROUP
-        start = tl.load(table + 2 * i_c)
-        end = tl.load(table + 2 * i_c + 1)
+        rows, row_ok = chunk_rows(table, i_c, BT)
         r = tl.arange(0, BT)
-        rows = start + r
-        row_ok = rows < end
         offs_k = tl.arange(0, BK)
         offs_v = i_v * BV + tl.arange(0, BV)
         mask_k, mask_v = offs_k < K, offs_v < V

@@ -88,6 +88,29 @@ if triton is not None:
     DOT_TYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
     @triton.jit
+    def chunk_rows(table, i_c, BT: tl.constexpr):
+        """Chunk i_c of a ``chunk_layout`` table: the BT token rows from its first token, and which
+        of them the chunk holds."""
+        start = tl.load(table + 2 * i_c)
+        end = tl.load(table + 2 * i_c + 1)
+        rows = start + tl.arange(0, BT)
+        return rows, rows < end
+
+    @triton.jit
+    def walk_start(h0, cu_seqlens, first_chunk, i_n, i_nh, offsets, mask, K: tl.constexpr, V: tl.constexpr,
+                   BK: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr):
+        """Where a serial walk over sequence i_n's chunks starts: the sequence's first token and end,
+        its first chunk's index in the table, and the [BK, BV] state slice at ``offsets`` of state
+        i_nh in float32 (the initial state's, or zeros)."""
+        bos = tl.load(cu_seqlens + i_n)
+        eos = tl.load(cu_seqlens + i_n + 1)
+        chunk = tl.load(first_chunk + i_n).to(tl.int64)
+        h = tl.zeros((BK, BV), dtype=tl.float32)
+        if HAS_H0:
+            h = tl.load(h0 + i_nh.to(tl.int64) * K * V + offsets, mask=mask, other=0.0).to(tl.float32)
+        return bos, eos, chunk, h
+
+    @triton.jit
     def mm(a, b, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         """a @ b with both operands rounded to DOT_T and float32 accumulation (half operands: tensor
         cores; float32 ones: full precision, no TF32). The interpreter reads half tiles' raw bits in

@@ -30,8 +30,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..gated_delta.layout import (DOT_TYPES, TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs,
-                                  tile as _tile)
+from ..gated_delta.layout import (DOT_TYPES, TokenHeads, chunk_layout, chunk_rows, interpreting, mm as _mm,
+                                  scan_outputs, tile as _tile, walk_start)
 from ...triton_rows import whole_tiles
 
 try:
@@ -103,10 +103,7 @@ if triton is not None:
     def _local_cumsum_kernel(g, b, table, sg_t, sg_h, H: tl.constexpr, K: tl.constexpr,
                              BT: tl.constexpr, BK: tl.constexpr):
         i_c, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        start = tl.load(table + 2 * i_c)
-        end = tl.load(table + 2 * i_c + 1)
-        rows = start + tl.arange(0, BT)
-        row_ok = rows < end
+        rows, row_ok = chunk_rows(table, i_c, BT)
         cols = i_k * BK + tl.arange(0, BK)
         b_g = _tile(g, rows, row_ok, sg_t, i_h * sg_h, cols, K)
         out = b + (rows.to(tl.int64)[:, None] * H + i_h) * K + cols[None, :]
@@ -120,17 +117,12 @@ if triton is not None:
                              DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         i_n, i_h = i_nh // H, i_nh % H
-        bos = tl.load(cu_seqlens + i_n)
-        eos = tl.load(cu_seqlens + i_n + 1)
-        chunk = tl.load(first_chunk + i_n).to(tl.int64)
         offs_k = i_k * BK + tl.arange(0, BK)
         offs_v = i_v * BV + tl.arange(0, BV)
         mask_k, mask_v = offs_k < K, offs_v < V
         mask_h = mask_k[:, None] & mask_v[None, :]
         tile = offs_k[:, None] * V + offs_v[None, :]
-        h = tl.zeros((BK, BV), dtype=tl.float32)
-        if HAS_H0:
-            h = tl.load(h0 + i_nh.to(tl.int64) * K * V + tile, mask=mask_h, other=0.0)
+        bos, eos, chunk, h = walk_start(h0, cu_seqlens, first_chunk, i_n, i_nh, tile, mask_h, K, V, BK, BV, HAS_H0)
         r = tl.arange(0, BT)
         for start in range(bos, eos, BT):
             tl.store(states + (chunk * H + i_h) * K * V + tile, h.to(states.dtype.element_ty), mask=mask_h)
@@ -204,11 +196,8 @@ if triton is not None:
                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                              BK: tl.constexpr, BV: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_v, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        start = tl.load(table + 2 * i_c)
-        end = tl.load(table + 2 * i_c + 1)
+        rows, row_ok = chunk_rows(table, i_c, BT)
         r = tl.arange(0, BT)
-        rows = start + r
-        row_ok = rows < end
         offs_v = i_v * BV + tl.arange(0, BV)
         mask_v = offs_v < V
         acc = tl.zeros((BT, BV), dtype=tl.float32)

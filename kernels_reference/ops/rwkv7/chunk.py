@@ -33,8 +33,8 @@ from typing import Optional, Tuple
 import torch
 
 from ...triton_rows import whole_tiles
-from ..gated_delta.layout import (DOT_TYPES, TokenHeads, chunk_layout, interpreting, mm as _mm, scan_outputs,
-                                  tile as _tile)
+from ..gated_delta.layout import (DOT_TYPES, TokenHeads, chunk_layout, chunk_rows, interpreting, mm as _mm,
+                                  scan_outputs, tile as _tile, walk_start)
 
 try:
     import triton
@@ -116,11 +116,8 @@ if triton is not None:
                            H: tl.constexpr, K: tl.constexpr, L: tl.constexpr, BK: tl.constexpr,
                            BKC: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_c, i_h = tl.program_id(0), tl.program_id(1)
-        start = tl.load(table + 2 * i_c)
-        end = tl.load(table + 2 * i_c + 1)
+        rows, ok = chunk_rows(table, i_c, L)
         i = tl.arange(0, L)
-        rows = start + i
-        ok = rows < end
         before = i[:, None] > i[None, :]  # s < t
         upto = i[:, None] >= i[None, :]  # s <= t
         t_ab = tl.zeros((L, L), dtype=tl.float32)
@@ -173,17 +170,12 @@ if triton is not None:
                            DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_v, i_nh = tl.program_id(0), tl.program_id(1)
         i_n, i_h = i_nh // H, i_nh % H
-        bos = tl.load(cu_seqlens + i_n)
-        eos = tl.load(cu_seqlens + i_n + 1)
-        chunk = tl.load(first_chunk + i_n).to(tl.int64)
         offs_k = tl.arange(0, BK)
         offs_v = i_v * BV + tl.arange(0, BV)
         mask_k, mask_v = offs_k < K, offs_v < V
         mask_h = mask_k[:, None] & mask_v[None, :]
         tile = offs_k[:, None] * V + offs_v[None, :]
-        h = tl.zeros((BK, BV), dtype=tl.float32)
-        if HAS_H0:
-            h = tl.load(h0 + i_nh.to(tl.int64) * K * V + tile, mask=mask_h, other=0.0)
+        bos, eos, chunk, h = walk_start(h0, cu_seqlens, first_chunk, i_n, i_nh, tile, mask_h, K, V, BK, BV, HAS_H0)
         i = tl.arange(0, L)
         for start in range(bos, eos, L):
             rows = start + i
@@ -208,11 +200,8 @@ if triton is not None:
                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
                              BK: tl.constexpr, BV: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_v, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        start = tl.load(table + 2 * i_c)
-        end = tl.load(table + 2 * i_c + 1)
+        rows, ok = chunk_rows(table, i_c, L)
         i = tl.arange(0, L)
-        rows = start + i
-        ok = rows < end
         offs_k = tl.arange(0, BK)
         offs_v = i_v * BV + tl.arange(0, BV)
         mask_v = offs_v < V
