@@ -35,8 +35,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from .layout import (DOT_TYPES, TokenHeads, chunk_layout, chunk_rows, interpreting, mm as _mm, scan_outputs,
-                     tile as _tile, walk_start)
+from .layout import TokenHeads, chunk_rows, chunked_scan_start, interpreting, mm as _mm, tile as _tile, walk_start
 
 try:
     import triton
@@ -60,10 +59,9 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
     hk, kd = k.tensor.shape[1], k.tensor.shape[-1]
     n = cu_seqlens.numel() - 1
     device, dtype = v.tensor.device, v.tensor.dtype
-    o, final, nothing = scan_outputs(v, kd, n, initial_state, output_final_state)
-    if nothing:
+    o, final, layout, dot = chunked_scan_start(v, kd, cu_seqlens, initial_state, output_final_state, CHUNK)
+    if layout is None:
         return o, final
-    layout = chunk_layout(cu_seqlens, CHUNK)
     chunks = layout.table.shape[0]
     interp = interpreting()
     block_k = triton.next_power_of_2(kd)
@@ -72,7 +70,6 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
     state_bv = block_v_all if interp else min(block_v_all, STATE_BLOCK_V)
     output_bv = block_v_all if interp else min(block_v_all, OUTPUT_BLOCK_V)
     group = hv // hk
-    dot = dict(DOT_T=DOT_TYPES[dtype], EMULATE=interp or not v.tensor.is_cuda)
     heads = dict(HV=hv, GROUP=group, K=kd, V=vd, BT=CHUNK, BK=block_k, USE_L2NORM=use_qk_l2norm)
 
     w = torch.empty((t, hv, kd), dtype=dtype, device=device)

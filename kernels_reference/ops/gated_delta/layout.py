@@ -45,6 +45,17 @@ def scan_outputs(v: TokenHeads, key_dim: int, sequences: int, initial_state: Opt
     return o, final, nothing
 
 
+def chunked_scan_start(v: TokenHeads, key_dim: int, cu_seqlens: torch.Tensor, initial_state: Optional[torch.Tensor],
+                       output_final_state: bool, chunk: int):
+    """The start of a chunked scan's host function: its outputs (:func:`scan_outputs`), the chunk
+    layout (None when there is nothing to scan: the outputs are then final), and the products'
+    constexprs, ``DOT_T`` (operand type) and ``EMULATE`` (half products upcast: the interpreter)."""
+    o, final, nothing = scan_outputs(v, key_dim, cu_seqlens.numel() - 1, initial_state, output_final_state)
+    layout = None if nothing else chunk_layout(cu_seqlens, chunk)
+    x = v.tensor
+    return o, final, layout, dict(DOT_T=DOT_TYPES[x.dtype], EMULATE=interpreting() or not x.is_cuda)
+
+
 def packed_batch(tensors, cu_seqlens):
     """A recurrence's call as one packed batch (``tensors`` [B, T, ...] as the op takes them):
     with ``cu_seqlens`` the batch dimension must be 1 and the tensors are returned as they are;

@@ -30,8 +30,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..gated_delta.layout import (DOT_TYPES, TokenHeads, chunk_layout, chunk_rows, interpreting, mm as _mm,
-                                  scan_outputs, tile as _tile, walk_start)
+from ..gated_delta.layout import TokenHeads, chunk_rows, chunked_scan_start, mm as _mm, tile as _tile, walk_start
 from ...triton_rows import whole_tiles
 
 try:
@@ -56,14 +55,11 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
     kd = k.tensor.shape[-1]
     n = cu_seqlens.numel() - 1
     device, dtype = v.tensor.device, v.tensor.dtype
-    o, final, nothing = scan_outputs(v, kd, n, initial_state, output_final_state)
-    if nothing:
+    o, final, layout, dot = chunked_scan_start(v, kd, cu_seqlens, initial_state, output_final_state, CHUNK)
+    if layout is None:
         return o, final
-    layout = chunk_layout(cu_seqlens, CHUNK)
     chunks = layout.table.shape[0]
     whole = whole_tiles()  # the interpreter pays per program and per op: whole heads per program there
-    emulate = interpreting() or not v.tensor.is_cuda
-    dot_t = DOT_TYPES[dtype]
     bk = triton.next_power_of_2(kd) if whole else min(64, triton.next_power_of_2(kd))
     bv = triton.next_power_of_2(vd) if whole else min(64, triton.next_power_of_2(vd))
 
@@ -81,19 +77,19 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
         k.tensor, v.tensor, b, states, h0 if h0 is not None else b, final if final is not None else b,
         cu_seqlens, layout.first_chunk, k.token_stride, k.head_stride, v.token_stride, v.head_stride,
         H=heads, K=kd, V=vd, BT=CHUNK, BK=sk, BV=sv, HAS_H0=h0 is not None, STORE_FINAL=final is not None,
-        DOT_T=dot_t, EMULATE=emulate, num_warps=s_warps, num_stages=s_stages)
+        **dot, num_warps=s_warps, num_stages=s_stages)
 
     scores = torch.empty((t, heads, CHUNK), dtype=torch.float32, device=device)
     _intra_scores_kernel[(chunks, heads)](
         q.tensor, k.tensor, b, scores, layout.table, scale,
         q.token_stride, q.head_stride, k.token_stride, k.head_stride,
         H=heads, K=kd, BT=CHUNK, BC=SUB_CHUNK, BK=bk if whole else min(32, bk), BKD=bk if whole else min(DIAG_K, bk),
-        PRECISION="ieee" if emulate or dtype == torch.float32 else "tf32", num_warps=4)
+        PRECISION="ieee" if dot["EMULATE"] or dtype == torch.float32 else "tf32", num_warps=4)
 
     _chunk_output_kernel[(triton.cdiv(vd, bv), chunks, heads)](
         q.tensor, v.tensor, b, states, scores, o, layout.table, scale,
         q.token_stride, q.head_stride, v.token_stride, v.head_stride,
-        H=heads, K=kd, V=vd, BT=CHUNK, BK=bk, BV=bv, DOT_T=dot_t, EMULATE=emulate, num_warps=4)
+        H=heads, K=kd, V=vd, BT=CHUNK, BK=bk, BV=bv, **dot, num_warps=4)
     return o, final
 
 

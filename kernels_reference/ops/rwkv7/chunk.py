@@ -33,8 +33,7 @@ from typing import Optional, Tuple
 import torch
 
 from ...triton_rows import whole_tiles
-from ..gated_delta.layout import (DOT_TYPES, TokenHeads, chunk_layout, chunk_rows, interpreting, mm as _mm,
-                                  scan_outputs, tile as _tile, walk_start)
+from ..gated_delta.layout import TokenHeads, chunk_rows, chunked_scan_start, mm as _mm, tile as _tile, walk_start
 
 try:
     import triton
@@ -64,14 +63,11 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
     kd = k.tensor.shape[-1]
     n = cu_seqlens.numel() - 1
     device, dtype = v.tensor.device, v.tensor.dtype
-    o, final, nothing = scan_outputs(v, kd, n, initial_state, output_final_state)
-    if nothing:
+    o, final, layout, dot = chunked_scan_start(v, kd, cu_seqlens, initial_state, output_final_state, CHUNK)
+    if layout is None:
         return o, final
-    layout = chunk_layout(cu_seqlens, CHUNK)
     chunks = layout.table.shape[0]
     whole = whole_tiles()
-    emulate = interpreting() or not v.tensor.is_cuda
-    dot_t = DOT_TYPES[dtype]
     bk = triton.next_power_of_2(kd)
     f32 = torch.float32
     per_token = lambda width, dt: torch.empty((t, heads, width), dtype=dt, device=device)
@@ -82,8 +78,8 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
         r.tensor, w.tensor, k.tensor, a.tensor, b.tensor, wmat, rd, bd, kd_rows, ymat, qb, qk, decay,
         layout.table, scale, r.token_stride, r.head_stride, w.token_stride, w.head_stride,
         k.token_stride, k.head_stride, a.token_stride, a.head_stride, b.token_stride, b.head_stride,
-        H=heads, K=kd, L=CHUNK, BK=bk, BKC=bk if whole else min(CUBE_BLOCK_K, bk), DOT_T=dot_t,
-        EMULATE=emulate, num_warps=4)
+        H=heads, K=kd, L=CHUNK, BK=bk, BKC=bk if whole else min(CUBE_BLOCK_K, bk), **dot,
+        num_warps=4)
 
     bv = triton.next_power_of_2(vd) if whole else min(WALK_BLOCK_V, triton.next_power_of_2(vd))
     states = torch.empty((chunks, heads, kd, vd), dtype=dtype, device=device)
@@ -93,12 +89,12 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
         v.tensor, wmat, ymat, bd, kd_rows, decay, states, u, h0 if h0 is not None else decay,
         final if final is not None else decay, cu_seqlens, layout.first_chunk, v.token_stride, v.head_stride,
         H=heads, K=kd, V=vd, L=CHUNK, BK=bk, BV=bv, HAS_H0=h0 is not None, STORE_FINAL=final is not None,
-        DOT_T=dot_t, EMULATE=emulate, num_warps=4)
+        **dot, num_warps=4)
 
     bvo = triton.next_power_of_2(vd) if whole else min(64, triton.next_power_of_2(vd))
     _chunk_output_kernel[(triton.cdiv(vd, bvo), chunks, heads)](
         v.tensor, rd, qb, qk, u, states, o, layout.table, v.token_stride, v.head_stride,
-        H=heads, K=kd, V=vd, L=CHUNK, BK=bk, BV=bvo, DOT_T=dot_t, EMULATE=emulate, num_warps=4)
+        H=heads, K=kd, V=vd, L=CHUNK, BK=bk, BV=bvo, **dot, num_warps=4)
     return o, final
 
 
