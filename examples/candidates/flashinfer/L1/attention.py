@@ -21,6 +21,7 @@ The cache layout is FlashInfer's "NHD" paged layout: [pages, page_size, kv_heads
 and V apart, which is the suite's. Needs a CUDA GPU with ``flashinfer-python`` installed (its
 kernels compile just in time with the machine's nvcc on first use).
 """
+import os
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -31,7 +32,11 @@ from kernels_reference.forward_context import AttentionMetadata, get_forward_con
 from kernels_reference.ops.kv_store.store import store_kv_cache_triton
 
 WORKSPACE_BYTES = 256 << 20  # split-KV partial results, shared by every wrapper of a device
-TENSOR_CORE_GROUP = 4  # query heads per KV head above which decode runs on tensor cores (vLLM)
+# Query heads per KV head above which decode runs on tensor cores: vLLM's rule, 4. The environment
+# may set another (0: tensor cores for every decode): on an H100 on 2026-12-05 the CUDA-core decode
+# failed two Qwen3-8B decode cases (4 query heads per KV head) that the tensor-core one has not been
+# tried on: FK_FLASHINFER_TENSOR_CORE_GROUP=0 with the fi-kernel step of benchmarks/gpu_steps.sh.
+TENSOR_CORE_GROUP = int(os.environ.get("FK_FLASHINFER_TENSOR_CORE_GROUP", "4"))
 
 
 class _StepPlan:
