@@ -5,9 +5,10 @@ resource. This pre-flight runs each named task's reference on its CPU cases thro
 (``forward_triton``) in Triton's interpreter with the GPU's tiles (``FK_GPU_TILES=1``), records
 every launch (kernel, argument types, constexpr values, warps, stages), then, in a second process
 without the interpreter, compiles each distinct launch for the H100/H200 (sm_90) with the installed
-Triton and its ptxas. One line per launch: compiled (seconds), or the compiler's error. The GPU
-machine's Triton may be another version than this machine's: a kernel that compiles here is likely,
-not certain, to compile there.
+Triton and its ptxas (kernels whose ``EMULATE`` switch upcasts half products in the interpreter are
+also compiled with it off, as the GPU runs them). One line per launch: compiled (seconds), or the
+compiler's error. The GPU machine's Triton may be another version than this machine's: a kernel
+that compiles here is likely, not certain, to compile there.
 
     python3 -m benchmarks hopper_compile rwkv7 gated_linear_attention mamba_chunk_scan
 """
@@ -20,9 +21,11 @@ import sys
 import tempfile
 import time
 
-# constexprs the reference's host code sets only under the interpreter (``EMULATE`` in the gated delta,
-# GLA and RWKV-7 kernels, ``F32_DOT`` in Mamba-2's): bf16 products upcast to float32 there
-INTERPRETER_SWITCHES = ("EMULATE", "F32_DOT")
+# constexprs the reference's host code sets True exactly when the kernel runs in the interpreter
+# (``EMULATE`` of the gated delta rule's, GLA's and RWKV-7's products: half operands upcast to float32
+# there), so False on the GPU for every dtype. (Mamba-2's and the MoE GEMM's ``F32_DOT`` also depends
+# on the dtype, and the CPU cases' dtypes are not always the GPU's: not switched.)
+INTERPRETER_SWITCHES = ("EMULATE",)
 _TORCH_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "int32": "i32",
                 "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
 
@@ -98,8 +101,8 @@ def compile_all(in_path):
                 signature[name] = "constexpr"
                 constexprs[name] = tl.dtype(arg["tl_dtype"]) if "tl_dtype" in arg else arg["value"]
         variants = [constexprs]
-        # The interpreter-only switches (half-type products emulated in float32) are True in every
-        # recorded launch; the GPU runs half types with them off, so that variant is compiled too.
+        # The interpreter-only switches are True in every recorded launch and False on the GPU:
+        # that variant is compiled too.
         if any(constexprs.get(k) is True for k in INTERPRETER_SWITCHES):
             variants.append({k: (False if k in INTERPRETER_SWITCHES else v) for k, v in constexprs.items()})
         for values in variants:
@@ -111,7 +114,7 @@ def compile_all(in_path):
                 print(f"ok     {time.perf_counter() - start:5.1f} s  {launch['module']}.{launch['name']}  {shown}")
             except Exception as exc:  # one launch's failure is that line's result
                 failures += 1
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                first = " | ".join(str(exc).strip().splitlines()[-3:]) if str(exc).strip() else type(exc).__name__
                 print(f"FAILED          {launch['module']}.{launch['name']}  {shown}\n"
                       f"    {type(exc).__name__}: {first[:300]}")
     return failures
