@@ -35,7 +35,9 @@ from typing import Optional, Tuple
 
 import torch
 
-from .layout import TokenHeads, chunk_rows, chunked_scan_start, interpreting, mm as _mm, tile as _tile, walk_start
+from ...triton_rows import whole_tiles
+from .layout import (TokenHeads, chunk_rows, chunked_scan_start, mm as _mm, store_rows, tile as _tile,
+                     walk_start)
 
 try:
     import triton
@@ -63,12 +65,12 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
     if layout is None:
         return o, final
     chunks = layout.table.shape[0]
-    interp = interpreting()
+    whole = whole_tiles()
     block_k = triton.next_power_of_2(kd)
     block_v_all = triton.next_power_of_2(vd)
     # The interpreter pays per program and per op, not per element: whole heads per program there.
-    state_bv = block_v_all if interp else min(block_v_all, STATE_BLOCK_V)
-    output_bv = block_v_all if interp else min(block_v_all, OUTPUT_BLOCK_V)
+    state_bv = block_v_all if whole else min(block_v_all, STATE_BLOCK_V)
+    output_bv = block_v_all if whole else min(block_v_all, OUTPUT_BLOCK_V)
     group = hv // hk
     heads = dict(HV=hv, GROUP=group, K=kd, V=vd, BT=CHUNK, BK=block_k, USE_L2NORM=use_qk_l2norm)
 
@@ -79,7 +81,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
         k.tensor, v.tensor, g.tensor, beta.tensor, w, u, b, layout.table,
         k.token_stride, k.head_stride, v.token_stride, v.head_stride,
         g.token_stride, g.head_stride, beta.token_stride, beta.head_stride,
-        BV=block_v_all if interp else min(64, block_v_all), **heads, **dot, num_warps=4)
+        BV=block_v_all if whole else min(64, block_v_all), **heads, **dot, num_warps=4)
 
     starts = torch.empty((chunks, hv, kd, vd), dtype=dtype, device=device)
     h0 = initial_state
@@ -151,12 +153,6 @@ if triton is not None:
         return kk * tl.exp(gap) * beta_i[:, None]
 
     @triton.jit
-    def _store_rows(ptr, rows, ok, HV: tl.constexpr, i_hv, cols, width, value):
-        out_rows = rows.to(tl.int64)[:, None] * HV + i_hv
-        tl.store(ptr + out_rows * width + cols[None, :], value.to(ptr.dtype.element_ty),
-                 mask=ok[:, None] & (cols < width)[None, :])
-
-    @triton.jit
     def _chunk_wy_kernel(k, v, g, beta, w, u, b, table,
                          sk_t, sk_h, sv_t, sv_h, sg_t, sg_h, sb_t, sb_h,
                          HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
@@ -207,11 +203,11 @@ if triton is not None:
         x1 = k1 * (be1 * tl.exp(c1))[:, None]
         x2 = k2 * (be2 * tl.exp(c2))[:, None]
         x3 = k3 * (be3 * tl.exp(c3))[:, None]
-        _store_rows(w, r0, ok0, HV, i_hv, offs_k, K, _mm(t00, x0, DOT_T, EMULATE))
-        _store_rows(w, r1, ok1, HV, i_hv, offs_k, K, _mm(t10, x0, DOT_T, EMULATE) + _mm(t11, x1, DOT_T, EMULATE))
-        _store_rows(w, r2, ok2, HV, i_hv, offs_k, K, _mm(t20, x0, DOT_T, EMULATE) + _mm(t21, x1, DOT_T, EMULATE)
+        store_rows(w, r0, ok0, HV, i_hv, offs_k, K, _mm(t00, x0, DOT_T, EMULATE))
+        store_rows(w, r1, ok1, HV, i_hv, offs_k, K, _mm(t10, x0, DOT_T, EMULATE) + _mm(t11, x1, DOT_T, EMULATE))
+        store_rows(w, r2, ok2, HV, i_hv, offs_k, K, _mm(t20, x0, DOT_T, EMULATE) + _mm(t21, x1, DOT_T, EMULATE)
                     + _mm(t22, x2, DOT_T, EMULATE))
-        _store_rows(w, r3, ok3, HV, i_hv, offs_k, K, _mm(t30, x0, DOT_T, EMULATE) + _mm(t31, x1, DOT_T, EMULATE)
+        store_rows(w, r3, ok3, HV, i_hv, offs_k, K, _mm(t30, x0, DOT_T, EMULATE) + _mm(t31, x1, DOT_T, EMULATE)
                     + _mm(t32, x2, DOT_T, EMULATE) + _mm(t33, x3, DOT_T, EMULATE))
         for i_v in range(0, tl.cdiv(V, BV)):
             offs_v = i_v * BV + tl.arange(0, BV)
@@ -219,11 +215,11 @@ if triton is not None:
             y1 = _tile(v, r1, ok1, sv_t, i_hv * sv_h, offs_v, V) * be1[:, None]
             y2 = _tile(v, r2, ok2, sv_t, i_hv * sv_h, offs_v, V) * be2[:, None]
             y3 = _tile(v, r3, ok3, sv_t, i_hv * sv_h, offs_v, V) * be3[:, None]
-            _store_rows(u, r0, ok0, HV, i_hv, offs_v, V, _mm(t00, y0, DOT_T, EMULATE))
-            _store_rows(u, r1, ok1, HV, i_hv, offs_v, V, _mm(t10, y0, DOT_T, EMULATE) + _mm(t11, y1, DOT_T, EMULATE))
-            _store_rows(u, r2, ok2, HV, i_hv, offs_v, V, _mm(t20, y0, DOT_T, EMULATE)
+            store_rows(u, r0, ok0, HV, i_hv, offs_v, V, _mm(t00, y0, DOT_T, EMULATE))
+            store_rows(u, r1, ok1, HV, i_hv, offs_v, V, _mm(t10, y0, DOT_T, EMULATE) + _mm(t11, y1, DOT_T, EMULATE))
+            store_rows(u, r2, ok2, HV, i_hv, offs_v, V, _mm(t20, y0, DOT_T, EMULATE)
                         + _mm(t21, y1, DOT_T, EMULATE) + _mm(t22, y2, DOT_T, EMULATE))
-            _store_rows(u, r3, ok3, HV, i_hv, offs_v, V, _mm(t30, y0, DOT_T, EMULATE) + _mm(t31, y1, DOT_T, EMULATE)
+            store_rows(u, r3, ok3, HV, i_hv, offs_v, V, _mm(t30, y0, DOT_T, EMULATE) + _mm(t31, y1, DOT_T, EMULATE)
                         + _mm(t32, y2, DOT_T, EMULATE) + _mm(t33, y3, DOT_T, EMULATE))
 
     @triton.jit

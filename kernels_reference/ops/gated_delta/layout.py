@@ -99,6 +99,14 @@ if triton is not None:
     DOT_TYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
     @triton.jit
+    def store_rows(ptr, rows, row_ok, H: tl.constexpr, i_h, cols, width, value):
+        """``value`` [rows, cols] into head i_h of a [T, H, width] buffer, in the buffer's dtype; rows
+        the chunk does not hold and columns past width are left alone (the counterpart of ``tile``)."""
+        out_rows = rows.to(tl.int64)[:, None] * H + i_h
+        tl.store(ptr + out_rows * width + cols[None, :], value.to(ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & (cols < width)[None, :])
+
+    @triton.jit
     def chunk_rows(table, i_c, BT: tl.constexpr):
         """Chunk i_c of a ``chunk_layout`` table: the BT token rows from its first token, and which
         of them the chunk holds."""

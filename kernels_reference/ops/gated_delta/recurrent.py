@@ -9,7 +9,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from .layout import TokenHeads, interpreting, scan_outputs
+from ...triton_rows import whole_tiles
+from .layout import TokenHeads, scan_outputs
 
 try:
     import triton
@@ -28,7 +29,7 @@ def recurrent_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads
     if nothing:
         return o, final
     block_k = triton.next_power_of_2(kd)
-    block_v = triton.next_power_of_2(vd) if interpreting() else min(32, triton.next_power_of_2(vd))
+    block_v = triton.next_power_of_2(vd) if whole_tiles() else min(32, triton.next_power_of_2(vd))
     h0 = initial_state
     _recurrent_kernel[(triton.cdiv(vd, block_v), n * hv)](
         q.tensor, k.tensor, v.tensor, g.tensor, beta.tensor, o,

@@ -6,8 +6,9 @@ Bicubic resampling at fixed sizes reads a 4 x 4 neighbourhood of the native tabl
 with weights that depend only on the sizes: ``bicubic_taps`` gives each output row and column its
 four source indices (clamped to the edge) and weights, kept per (grid, height, width, device). One
 program computes one output cell's resampled row for a block of channels in float32 and adds it to
-that cell of up to ``IMAGES_PER_PROGRAM`` images of the batch. At batch 1 and 224 px the op was launch-bound in torch (five launches: 27 us on the H100
-where Inductor's fused version took 14, 2026-12-05, docs/perf/h100-2026-12-05.md).
+that cell of up to ``IMAGES_PER_PROGRAM`` images of the batch. At batch 1 and 224 px the op was
+launch-bound in torch (five launches: 27 us on the H100 where Inductor's fused version took 14,
+2026-12-05, docs/perf/h100-2026-12-05.md).
 """
 from __future__ import annotations
 

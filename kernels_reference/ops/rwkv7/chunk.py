@@ -33,7 +33,8 @@ from typing import Optional, Tuple
 import torch
 
 from ...triton_rows import whole_tiles
-from ..gated_delta.layout import TokenHeads, chunk_rows, chunked_scan_start, mm as _mm, tile as _tile, walk_start
+from ..gated_delta.layout import (TokenHeads, chunk_rows, chunked_scan_start, mm as _mm, store_rows, tile as _tile,
+                                  walk_start)
 
 try:
     import triton
@@ -101,12 +102,6 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
 if triton is not None:
 
     @triton.jit
-    def _rows_at(buffer, rows, row_ok, i_h, H: tl.constexpr, width: tl.constexpr, cols, values):
-        """Store ``values`` [rows, cols] into a [T, H, width] buffer at head i_h."""
-        p = buffer + (rows.to(tl.int64)[:, None] * H + i_h) * width + cols[None, :]
-        tl.store(p, values.to(buffer.dtype.element_ty), mask=row_ok[:, None] & (cols < width)[None, :])
-
-    @triton.jit
     def _chunk_prep_kernel(r, w, k, a, b, wmat, rd, bd, kd_rows, ymat, qb, qk, decay, table, scale,
                            sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h,
                            H: tl.constexpr, K: tl.constexpr, L: tl.constexpr, BK: tl.constexpr,
@@ -138,9 +133,9 @@ if triton is not None:
             q_rb += tl.sum(b_r[:, None, :] * b_b[None, :, :] * e_upto, 2)
             q_rk += tl.sum(b_r[:, None, :] * b_k[None, :, :] * e_upto, 2)
             to_end = tl.exp(total[None, :] - c)
-            _rows_at(rd, rows, ok, i_h, H, K, cols, b_r * tl.exp(c))
-            _rows_at(bd, rows, ok, i_h, H, K, cols, b_b * to_end)
-            _rows_at(kd_rows, rows, ok, i_h, H, K, cols, b_k * to_end)
+            store_rows(rd, rows, ok, H, i_h, cols, K, b_r * tl.exp(c))
+            store_rows(bd, rows, ok, H, i_h, cols, K, b_b * to_end)
+            store_rows(kd_rows, rows, ok, H, i_h, cols, K, b_k * to_end)
             tl.store(decay + (i_c.to(tl.int64) * H + i_h) * K + cols, tl.exp(total), mask=cols < K)
         # (I - T)^{-1} by forward substitution: row t = e_t + sum_{s<t} T[t,s] row s
         inv = (i[:, None] == i[None, :]).to(tl.float32)
@@ -148,16 +143,16 @@ if triton is not None:
             t_row = tl.sum(tl.where(i[:, None] == t, t_ab, 0.0), 0)
             new = tl.where(i == t, 1.0, 0.0) + tl.sum(t_row[:, None] * inv, 0)
             inv = tl.where(i[:, None] == t, new[None, :], inv)
-        _rows_at(ymat, rows, ok, i_h, H, L, i, tl.dot(inv, t_ak, input_precision="ieee"))
-        _rows_at(qb, rows, ok, i_h, H, L, i, q_rb)
-        _rows_at(qk, rows, ok, i_h, H, L, i, q_rk)
+        store_rows(ymat, rows, ok, H, i_h, i, L, tl.dot(inv, t_ak, input_precision="ieee"))
+        store_rows(qb, rows, ok, H, i_h, i, L, q_rb)
+        store_rows(qk, rows, ok, H, i_h, i, L, q_rk)
         # W = (I - T)^{-1} (A e^{c_{t-1}}), key block by key block
         for k0 in range(0, K, BKC):
             cols = k0 + tl.arange(0, BKC)
             b_w = _tile(w, rows, ok, sw_t, i_h * sw_h, cols, K)
             b_a = _tile(a, rows, ok, sa_t, i_h * sa_h, cols, K)
             c_prev = tl.cumsum(b_w, 0) - b_w
-            _rows_at(wmat, rows, ok, i_h, H, K, cols, tl.dot(inv, b_a * tl.exp(c_prev), input_precision="ieee"))
+            store_rows(wmat, rows, ok, H, i_h, cols, K, tl.dot(inv, b_a * tl.exp(c_prev), input_precision="ieee"))
 
     @triton.jit
     def _chunk_walk_kernel(v, wmat, ymat, bd, kd_rows, decay, states, u, h0, final, cu_seqlens, first_chunk,
@@ -181,8 +176,7 @@ if triton is not None:
             b_y = _tile(ymat, rows, ok, H * L, i_h * L, i, L)
             b_v = _tile(v, rows, ok, sv_t, i_h * sv_h, offs_v, V)
             b_u = _mm(b_w, h, DOT_T, EMULATE) + _mm(b_y, b_v, DOT_T, EMULATE)
-            tl.store(u + (rows.to(tl.int64)[:, None] * H + i_h) * V + offs_v[None, :], b_u,
-                     mask=ok[:, None] & mask_v[None, :])
+            store_rows(u, rows, ok, H, i_h, offs_v, V, b_u)
             b_bd = _tile(bd, rows, ok, H * K, i_h * K, offs_k, K)
             b_kd = _tile(kd_rows, rows, ok, H * K, i_h * K, offs_k, K)
             g = tl.load(decay + (chunk * H + i_h) * K + offs_k, mask=mask_k, other=0.0)
@@ -208,5 +202,4 @@ if triton is not None:
                    DOT_T, EMULATE)
         acc += _mm(_tile(qk, rows, ok, H * L, i_h * L, i, L), _tile(v, rows, ok, sv_t, i_h * sv_h, offs_v, V),
                    DOT_T, EMULATE)
-        tl.store(o + (rows.to(tl.int64)[:, None] * H + i_h) * V + offs_v[None, :], acc.to(o.dtype.element_ty),
-                 mask=ok[:, None] & mask_v[None, :])
+        store_rows(o, rows, ok, H, i_h, offs_v, V, acc)

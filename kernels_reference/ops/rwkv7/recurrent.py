@@ -65,13 +65,12 @@ if triton is not None:
         """Token t's (r, w, k, v, a, b) in float32. Past the sequence's end (the prefetch after its last
         token, or an empty sequence) it reads a token of the batch that is never used."""
         t = tl.maximum(tl.minimum(t, eos - 1), 0)
-        mk, mv = mask_k, mask_v
-        b_r = tl.load(r + t * sr_t + i_h * sr_h + offs_k, mask=mk, other=0.0).to(tl.float32)
-        b_w = tl.load(w + t * sw_t + i_h * sw_h + offs_k, mask=mk, other=0.0).to(tl.float32)
-        b_k = tl.load(k + t * sk_t + i_h * sk_h + offs_k, mask=mk, other=0.0).to(tl.float32)
-        b_v = tl.load(v + t * sv_t + i_h * sv_h + offs_v, mask=mv, other=0.0).to(tl.float32)
-        b_a = tl.load(a + t * sa_t + i_h * sa_h + offs_k, mask=mk, other=0.0).to(tl.float32)
-        b_b = tl.load(b + t * sb_t + i_h * sb_h + offs_k, mask=mk, other=0.0).to(tl.float32)
+        b_r = tl.load(r + t * sr_t + i_h * sr_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        b_w = tl.load(w + t * sw_t + i_h * sw_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        b_k = tl.load(k + t * sk_t + i_h * sk_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        b_v = tl.load(v + t * sv_t + i_h * sv_h + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+        b_a = tl.load(a + t * sa_t + i_h * sa_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        b_b = tl.load(b + t * sb_t + i_h * sb_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
         return b_r, b_w, b_k, b_v, b_a, b_b
 
     @triton.jit
