@@ -43,9 +43,9 @@ import torch
 import torch.nn.functional as F
 
 from fk_pytest.compare import triton_interpreter_active
-from kernels_reference.forward_context import page_table as step_page_table
 from fk_pytest.peers import (COMPILE, EAGER, PRODUCTION, OpPeers, Peer, PeerContext, Skipped, Target, Unsupported,
                              compiled_native, package_version)
+from kernels_reference.forward_context import page_table as step_page_table
 
 from .dense import SMALL_MODELS
 from .moe_inputs import MOE_MODELS
