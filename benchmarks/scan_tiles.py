@@ -46,11 +46,9 @@ SWEEPS = {
         dict(HEADS_FIRST=True, OUTPUT_TILES=(128, 32, 4, 3)),
     ]),
     "gated_linear_attention": ("kernels_reference.ops.gla.chunk", "long-carried,mixed-fresh", [], [
-        dict(STATE_TILES=(32, 64, 4, 2), DIAG_K=32),
-        dict(STATE_TILES=(32, 64, 4, 2), DIAG_K=8),
-        dict(STATE_TILES=(32, 64, 4, 2), DIAG_K=4),
-        dict(STATE_TILES=(32, 64, 4, 2), DIAG_K=16),
-        dict(STATE_TILES=(64, 64, 4, 2), DIAG_K=8),
+        dict(STATE_TILES=(32, 64, 4, 2), ROWS_BK=32),
+        dict(STATE_TILES=(32, 64, 4, 2), ROWS_BK=64),
+        dict(STATE_TILES=(64, 64, 4, 2), ROWS_BK=32),
     ]),
     "rwkv7": ("kernels_reference.ops.rwkv7.recurrent,kernels_reference.ops.rwkv7.chunk",
               "long-carried,varlen-carried", [], [

@@ -9,10 +9,15 @@ cumulative log decay inside a chunk (a vector over K) and S0 the state the chunk
 Every exponent above is <= 0 except the pairwise b_t - b_s when it is split into two factors: the
 decay is per key channel, so the intra-chunk scores are no plain product Q K^T, and writing them as
 (q_t e^{b_t}) . (k_s e^{-b_s}) overflows float32 once a channel decays by more than ~88 within the
-chunk. The scores are therefore built on 16-token sub-chunks: a block of rows i and columns j < i
-factors around the first row n of sub-chunk i, (q_t e^{b_t - b_n}) . (k_s e^{b_n - b_s}), where both
-exponents are <= 0 (s < n <= t), and goes to the tensor cores; a diagonal block is summed
-elementwise with exp(b_t - b_s) masked to s <= t.
+chunk. The scores are therefore built a 16-token block of rows i at a time, both sides factored
+around the block's first row n: (q_t e^{b_t - b_n}) . (k_s e^{b_n - b_s}) for every key s up to the
+end of block i, one product on the tensor cores. For keys before n both exponents are <= 0; for
+keys inside block i the key side's exponent is >= 0 but bounded by how much a channel decays across
+16 tokens. A block whose decay exceeds DIAG_SAFE_NATS (far beyond trained gates: gla-1.3b's fastest
+channels forget ~0.2 nats a token) has its diagonal block summed elementwise instead, with
+exp(b_t - b_s) masked to s <= t, which is exact for any decay. (Before 2026-12-05 every diagonal
+block was summed that way and each sub-chunk pair below it was a product of its own: 757 us of
+scores on the 32k-token case on an H100, against 290 us now; docs/perf/h100-scan-tiles.md.)
 
 Four kernels, all but the state pass parallel over chunks:
 * ``_local_cumsum_kernel``: b within each chunk, float32 [T, H, K].
@@ -23,7 +28,7 @@ Four kernels, all but the state pass parallel over chunks:
 * ``_chunk_output_kernel``, one program per (chunk, head, V block): o = (Q * e^b) S0 + A V.
 
 Matrix products take their operands in the input dtype (bf16: tensor cores) with float32
-accumulation, except the scores' sub-chunk products (float32 operands, TF32 on the GPU); decays,
+accumulation, except the scores' products (float32 operands, TF32 on the GPU); decays,
 cumulative sums and the carried state stay float32.
 """
 from typing import Optional, Tuple
@@ -46,6 +51,12 @@ SUB_CHUNK = 16
 STATE_TILES = (32, 64, 4, 2)
 # K step of the scores' diagonal sub-chunk blocks, summed elementwise over a [16, 16, DIAG_K] cube
 DIAG_K = 32
+# K step of the scores' products (one per 16-row block, against all the chunk's keys up to it)
+ROWS_BK = 32
+# The scores kernel factors a diagonal block's exp(b_t - b_s) around the block's first row n as
+# exp(b_t - b_n) exp(b_n - b_s); the second factor is >= 1 and stays finite while every channel's
+# decay across the 16 rows is under DIAG_SAFE_NATS. A block that decays faster is summed elementwise.
+DIAG_SAFE_NATS = 40.0
 
 
 def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, scale: float,
@@ -80,11 +91,13 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
         **dot, num_warps=s_warps, num_stages=s_stages)
 
     scores = torch.empty((t, heads, CHUNK), dtype=torch.float32, device=device)
+    precision = "ieee" if dot["EMULATE"] or dtype == torch.float32 else "tf32"
+    bkd = bk if whole else min(DIAG_K, bk)
     _intra_scores_kernel[(chunks, heads)](
         q.tensor, k.tensor, b, scores, layout.table, scale,
         q.token_stride, q.head_stride, k.token_stride, k.head_stride,
-        H=heads, K=kd, BT=CHUNK, BC=SUB_CHUNK, BK=bk if whole else min(32, bk), BKD=bk if whole else min(DIAG_K, bk),
-        PRECISION="ieee" if dot["EMULATE"] or dtype == torch.float32 else "tf32", num_warps=4)
+        H=heads, K=kd, BT=CHUNK, BC=SUB_CHUNK, BK=bk if whole else min(ROWS_BK, bk), BKD=bkd,
+        SAFE=DIAG_SAFE_NATS, PRECISION=precision, num_warps=4)
 
     _chunk_output_kernel[(triton.cdiv(vd, bv), chunks, heads)](
         q.tensor, v.tensor, b, states, scores, o, layout.table, scale,
@@ -147,45 +160,65 @@ if triton is not None:
         return b_q, b_bi, b_k, b_bj
 
     @triton.jit
+    def _diag_cube(q, k, b, rows, ok, scale, sq_t, sq_h, sk_t, sk_h, i_h,
+                   H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, BKD: tl.constexpr):
+        """A diagonal sub-chunk block's causal scores, elementwise over [BC, BC, BKD] cubes: exact
+        for any decay (every exponent b_t - b_s with s <= t is <= 0); a narrower K step than the
+        products' keeps the cube in registers."""
+        r = tl.arange(0, BC)
+        causal = r[:, None] >= r[None, :]
+        acc = tl.zeros((BC, BC), dtype=tl.float32)
+        for k0 in range(0, K, BKD):
+            cols = k0 + tl.arange(0, BKD)
+            b_q, b_bi, b_k, b_bj = _pair_tiles(q, k, b, rows, ok, rows, ok, cols, scale, sq_t, sq_h, sk_t, sk_h,
+                                               i_h, H, K)
+            gap = tl.where(causal[:, :, None], b_bi[:, None, :] - b_bj[None, :, :], 0.0)
+            acc += tl.sum(b_q[:, None, :] * b_k[None, :, :] * tl.exp(gap), 2)
+        return tl.where(causal, acc, 0.0)
+
+    @triton.jit
     def _intra_scores_kernel(q, k, b, scores, table, scale, sq_t, sq_h, sk_t, sk_h,
                              H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                             BK: tl.constexpr, BKD: tl.constexpr, PRECISION: tl.constexpr):
+                             BK: tl.constexpr, BKD: tl.constexpr, SAFE: tl.constexpr, PRECISION: tl.constexpr):
+        """The causal scores of one chunk and head, a 16-row block i at a time: rows i against every
+        key row up to the end of block i in one product, both sides factored around block i's first
+        row n. For keys before n both exponents are <= 0; for the diagonal block's keys the key
+        side's exponent b_n - b_s is >= 0, clamped at SAFE: a block where any channel decays by more
+        than SAFE across it is recomputed elementwise (``_diag_cube``)."""
         i_c, i_h = tl.program_id(0), tl.program_id(1)
         start = tl.load(table + 2 * i_c)
         end = tl.load(table + 2 * i_c + 1)
         r = tl.arange(0, BC)
-        causal = r[:, None] >= r[None, :]
+        c = tl.arange(0, BT)
+        rows_c = start + c
         for i in tl.static_range(BT // BC):
             rows_i = start + i * BC + r
             ok_i = rows_i < end
-            if start + i * BC < end:  # sub-chunk i holds tokens, so every sub-chunk before it is full
+            if start + i * BC < end:
                 ref = (start + i * BC).to(tl.int64)
-                for j in tl.static_range(i + 1):
-                    rows_j = start + j * BC + r
-                    ok_j = rows_j < end
-                    acc = tl.zeros((BC, BC), dtype=tl.float32)
-                    if j < i:
-                        for k0 in range(0, K, BK):
-                            cols = k0 + tl.arange(0, BK)
-                            b_q, b_bi, b_k, b_bj = _pair_tiles(q, k, b, rows_i, ok_i, rows_j, ok_j, cols, scale,
-                                                               sq_t, sq_h, sk_t, sk_h, i_h, H, K)
-                            b_ref = tl.load(b + (ref * H + i_h) * K + cols, mask=cols < K, other=0.0)
-                            q_side = b_q * tl.exp(tl.where(ok_i[:, None], b_bi - b_ref[None, :], 0.0))
-                            k_side = b_k * tl.exp(b_ref[None, :] - b_bj)
-                            acc += tl.dot(q_side, tl.trans(k_side), input_precision=PRECISION)
-                    else:
-                        # the diagonal block, elementwise over [BC, BC, BKD]: a narrower K step than
-                        # the products' keeps that cube in registers
-                        for k0 in range(0, K, BKD):
-                            cols = k0 + tl.arange(0, BKD)
-                            b_q, b_bi, b_k, b_bj = _pair_tiles(q, k, b, rows_i, ok_i, rows_j, ok_j, cols, scale,
-                                                               sq_t, sq_h, sk_t, sk_h, i_h, H, K)
-                            gap = b_bi[:, None, :] - b_bj[None, :, :]
-                            gap = tl.where(causal[:, :, None], gap, 0.0)
-                            acc += tl.sum(b_q[:, None, :] * b_k[None, :, :] * tl.exp(gap), 2)
-                        acc = tl.where(causal, acc, 0.0)
-                    out = scores + (rows_i.to(tl.int64)[:, None] * H + i_h) * BT + (j * BC + r)[None, :]
-                    tl.store(out, acc, mask=ok_i[:, None])
+                ok_c = (rows_c < end) & (c < (i + 1) * BC)  # the keys up to the end of block i
+                acc = tl.zeros((BC, BT), dtype=tl.float32)
+                top = tl.full([], 0.0, tl.float32)  # the largest key-side exponent seen
+                for k0 in range(0, K, BK):
+                    cols = k0 + tl.arange(0, BK)
+                    b_q, b_bi, b_k, b_bc = _pair_tiles(q, k, b, rows_i, ok_i, rows_c, ok_c, cols, scale,
+                                                       sq_t, sq_h, sk_t, sk_h, i_h, H, K)
+                    b_ref = tl.load(b + (ref * H + i_h) * K + cols, mask=cols < K, other=0.0)
+                    up = tl.where(ok_c[:, None], b_ref[None, :] - b_bc, 0.0)
+                    top = tl.maximum(top, tl.max(up))
+                    q_side = b_q * tl.exp(tl.where(ok_i[:, None], b_bi - b_ref[None, :], 0.0))
+                    k_side = b_k * tl.exp(tl.minimum(up, SAFE))
+                    acc += tl.dot(q_side, tl.trans(k_side), input_precision=PRECISION)
+                acc = tl.where((i * BC + r)[:, None] >= c[None, :], acc, 0.0)
+                safe = top <= SAFE
+                # the diagonal block's columns are left to the elementwise sum where it is not safe
+                keep = (c < i * BC) | (c >= (i + 1) * BC) | (tl.zeros([BT], tl.float32) + top <= SAFE)
+                out = scores + (rows_i.to(tl.int64)[:, None] * H + i_h) * BT + c[None, :]
+                tl.store(out, acc, mask=ok_i[:, None] & keep[None, :])
+                if not safe:
+                    cube = _diag_cube(q, k, b, rows_i, ok_i, scale, sq_t, sq_h, sk_t, sk_h, i_h, H, K, BC, BKD)
+                    block = scores + (rows_i.to(tl.int64)[:, None] * H + i_h) * BT + (i * BC + r)[None, :]
+                    tl.store(block, cube, mask=ok_i[:, None])
 
     @triton.jit
     def _chunk_output_kernel(q, v, b, states, scores, o, table, scale, sq_t, sq_h, sv_t, sv_h,
