@@ -33,6 +33,16 @@ def _mamba_groups_check(task, module, gen, device):
                                                                     torch.bfloat16)
 
 
+def _rwkv7_strong_decay_check(task, module, gen, device):
+    """The varlen batch with decays 30x the layer's (up to ~18 nats a token): the chunked prefill's
+    exact elementwise fallback, on chunks next to ones that take the products."""
+    varlen = next(c for c in task.cases("full") if "varlen-carried" in c.id)
+    inputs = task.make_inputs(varlen, gen, device)
+    strong = inputs["w"].clone()
+    strong[:, : strong.shape[1] // 2] *= 30  # the first half of the tokens only
+    return module, dict(inputs, w=strong)
+
+
 # task -> (kernel modules, comma-separated; default --cases; extra checks; [settings per choice], each
 # setting made on the module that has it)
 SWEEPS = {
@@ -51,13 +61,14 @@ SWEEPS = {
         dict(STATE_TILES=(64, 64, 4, 2), ROWS_BK=32),
     ]),
     "rwkv7": ("kernels_reference.ops.rwkv7.recurrent,kernels_reference.ops.rwkv7.chunk",
-              "long-carried,varlen-carried", [], [
-        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, CUBE_BLOCK_K=16),
-        dict(PREFILL_CHUNKED=False, BLOCK_V=32, WARPS=4),
-        dict(PREFILL_CHUNKED=False, BLOCK_V=16, WARPS=1),
+              "long-carried,varlen-carried", [_rwkv7_strong_decay_check], [
+        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, PREP_BLOCK_K=64, PREP_PRECISION="ieee"),
+        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, PREP_BLOCK_K=64, PREP_PRECISION="tf32x3"),
+        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, PREP_BLOCK_K=64, PREP_PRECISION="tf32"),
+        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, PREP_BLOCK_K=32, PREP_PRECISION="ieee"),
+        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=8, PREP_BLOCK_K=64, PREP_PRECISION="ieee"),
+        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=32, PREP_BLOCK_K=64, PREP_PRECISION="ieee"),
         dict(PREFILL_CHUNKED=False, BLOCK_V=16, WARPS=2),
-        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=32, CUBE_BLOCK_K=16),
-        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, CUBE_BLOCK_K=32),
     ]),
 }
 

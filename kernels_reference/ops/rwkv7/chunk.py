@@ -12,9 +12,12 @@ rank-one correction moves, gives
           Qb[t,s] = sum_k r_tk b_sk e^{c_tk - c_sk} scale,  Qk[t,s]: the same with k_s
     S_L = diag(e^{c_L}) S0 + (B e^{c_L - c})^T U + (K e^{c_L - c})^T V
 
-Every exponent is a difference c_t - c_s with s <= t, so <= 0 for any decay: the pairwise factors
-are summed elementwise over [L, L, key block] cubes instead of split into two exponentials that
-could overflow. Three kernels:
+The pairwise sums T, P, Qb, Qk are products of the rows split at the chunk's start,
+e^{c_t - c_s} = e^{c_t} e^{-c_s}: the second factor grows with the chunk's decay, which for RWKV-7
+(at most e^{-0.5} nats a token) stays under 10 nats over 16 tokens. A chunk whose decay reaches
+SAFE_NATS in some channel has them summed elementwise over [L, L, key block] cubes instead, where
+every exponent is a difference c_t - c_s <= 0 and nothing can overflow. (Before 2026-12-05 every
+chunk took the cubes: 6.8 ms of the 10.6 ms prefill of the 32k-token case on an H100.) Three kernels:
 
 * ``_chunk_prep_kernel``, one program per (chunk, head): T, P, Qb, Qk; (I - T)^{-1} by forward
   substitution (T is strictly lower triangular); W, Y and the decayed rows r e^c, b e^{c_L - c},
@@ -47,14 +50,22 @@ CHUNK = 16
 # recurrent one. On, for the task's bar: a case's bar is the reference's own error, and with the
 # recurrent kernel's float32 state it rejected honest chunked kernels, the form production runs
 # (this file's kernels as a candidate: 2.6-2.9x the bar on every bf16 prefill case of the CPU
-# profile; FLA's chunk_rwkv7 2.11x on an H100, 2026-12-05). Not yet compiled or timed on a GPU:
-# ``python3 -m benchmarks scan_tiles rwkv7`` times both forms side by side.
+# profile; FLA's chunk_rwkv7 2.11x on an H100, 2026-12-05). ``python3 -m benchmarks scan_tiles rwkv7``
+# times both forms side by side (on an H100 on 2026-12-05: 10.6 against 17.4-25.4 ms on 32k tokens,
+# before the prep kernel's products).
 PREFILL_CHUNKED = True
 # V columns of the state slice per walking program (more programs for one long sequence) and the
 # key block of the prep kernel's [L, L, key block] cubes; module-level so that
 # ``python3 -m benchmarks scan_tiles rwkv7`` can sweep them
 WALK_BLOCK_V = 16
 CUBE_BLOCK_K = 16
+# The prep kernel's pairwise sums as products: e^{c_t - c_s} = e^{c_t} e^{-c_s}, the second factor
+# growing with the chunk's decay. RWKV-7's log decay per token is at most e^{-0.5} ~ 0.61 nats, so a
+# 16-token chunk stays under ~10 nats; a chunk that decays by more than SAFE_NATS in any channel
+# (decays far beyond the layer's) is summed elementwise over cubes instead, exact for any decay.
+SAFE_NATS = 40.0
+PREP_BLOCK_K = 64  # key block of those products
+PREP_PRECISION = "ieee"  # their float32 operands: full float32 products (T is inverted next)
 
 
 def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a: TokenHeads, b: TokenHeads,
@@ -79,8 +90,9 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
         r.tensor, w.tensor, k.tensor, a.tensor, b.tensor, wmat, rd, bd, kd_rows, ymat, qb, qk, decay,
         layout.table, scale, r.token_stride, r.head_stride, w.token_stride, w.head_stride,
         k.token_stride, k.head_stride, a.token_stride, a.head_stride, b.token_stride, b.head_stride,
-        H=heads, K=kd, L=CHUNK, BK=bk, BKC=bk if whole else min(CUBE_BLOCK_K, bk), **dot,
-        num_warps=4)
+        H=heads, K=kd, L=CHUNK, BK=bk, BKP=bk if whole else min(PREP_BLOCK_K, bk),
+        BKC=bk if whole else min(CUBE_BLOCK_K, bk), SAFE=SAFE_NATS,
+        PRECISION="ieee" if dot["EMULATE"] else PREP_PRECISION, **dot, num_warps=4)
 
     bv = triton.next_power_of_2(vd) if whole else min(WALK_BLOCK_V, triton.next_power_of_2(vd))
     states = torch.empty((chunks, heads, kd, vd), dtype=dtype, device=device)
@@ -102,12 +114,11 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
 if triton is not None:
 
     @triton.jit
-    def _chunk_prep_kernel(r, w, k, a, b, wmat, rd, bd, kd_rows, ymat, qb, qk, decay, table, scale,
-                           sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h,
-                           H: tl.constexpr, K: tl.constexpr, L: tl.constexpr, BK: tl.constexpr,
-                           BKC: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
-        i_c, i_h = tl.program_id(0), tl.program_id(1)
-        rows, ok = chunk_rows(table, i_c, L)
+    def _pair_cubes(r, w, k, a, b, rows, ok, scale, sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h, i_h,
+                    K: tl.constexpr, L: tl.constexpr, BKC: tl.constexpr):
+        """T (a with b, a with k) and Qb, Qk summed elementwise over [L, L, BKC] cubes, every exponent
+        c_t - c_s <= 0 (masked before exp): exact for any decay, and eight times the exponentials of
+        the factored products."""
         i = tl.arange(0, L)
         before = i[:, None] > i[None, :]  # s < t
         upto = i[:, None] >= i[None, :]  # s <= t
@@ -117,7 +128,6 @@ if triton is not None:
         q_rk = tl.zeros((L, L), dtype=tl.float32)
         for k0 in range(0, K, BKC):
             cols = k0 + tl.arange(0, BKC)
-            # rows past the chunk load 0: no decay, no terms
             b_w = _tile(w, rows, ok, sw_t, i_h * sw_h, cols, K)
             b_a = _tile(a, rows, ok, sa_t, i_h * sa_h, cols, K)
             b_b = _tile(b, rows, ok, sb_t, i_h * sb_h, cols, K)
@@ -125,18 +135,62 @@ if triton is not None:
             b_r = _tile(r, rows, ok, sr_t, i_h * sr_h, cols, K) * scale
             c = tl.cumsum(b_w, 0)
             c_prev = c - b_w
-            total = tl.sum(b_w, 0)
             e_before = tl.exp(tl.where(before[:, :, None], c_prev[:, None, :] - c[None, :, :], float("-inf")))
             t_ab += tl.sum(b_a[:, None, :] * b_b[None, :, :] * e_before, 2)
             t_ak += tl.sum(b_a[:, None, :] * b_k[None, :, :] * e_before, 2)
             e_upto = tl.exp(tl.where(upto[:, :, None], c[:, None, :] - c[None, :, :], float("-inf")))
             q_rb += tl.sum(b_r[:, None, :] * b_b[None, :, :] * e_upto, 2)
             q_rk += tl.sum(b_r[:, None, :] * b_k[None, :, :] * e_upto, 2)
+        return t_ab, t_ak, q_rb, q_rk
+
+    @triton.jit
+    def _chunk_prep_kernel(r, w, k, a, b, wmat, rd, bd, kd_rows, ymat, qb, qk, decay, table, scale,
+                           sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h,
+                           H: tl.constexpr, K: tl.constexpr, L: tl.constexpr, BK: tl.constexpr,
+                           BKP: tl.constexpr, BKC: tl.constexpr, SAFE: tl.constexpr, PRECISION: tl.constexpr,
+                           DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+        i_c, i_h = tl.program_id(0), tl.program_id(1)
+        rows, ok = chunk_rows(table, i_c, L)
+        i = tl.arange(0, L)
+        before = i[:, None] > i[None, :]  # s < t
+        upto = i[:, None] >= i[None, :]  # s <= t
+        t_ab = tl.zeros((L, L), dtype=tl.float32)
+        t_ak = tl.zeros((L, L), dtype=tl.float32)
+        q_rb = tl.zeros((L, L), dtype=tl.float32)
+        q_rk = tl.zeros((L, L), dtype=tl.float32)
+        top = tl.full([], 0.0, tl.float32)  # the largest |c| seen: how far the factors below reach
+        for k0 in range(0, K, BKP):
+            cols = k0 + tl.arange(0, BKP)
+            # rows past the chunk load 0: no decay, no terms
+            b_w = _tile(w, rows, ok, sw_t, i_h * sw_h, cols, K)
+            b_a = _tile(a, rows, ok, sa_t, i_h * sa_h, cols, K)
+            b_b = _tile(b, rows, ok, sb_t, i_h * sb_h, cols, K)
+            b_k = _tile(k, rows, ok, sk_t, i_h * sk_h, cols, K)
+            b_r = _tile(r, rows, ok, sr_t, i_h * sr_h, cols, K) * scale
+            c = tl.cumsum(b_w, 0)
+            total = tl.sum(b_w, 0)
+            top = tl.maximum(top, tl.max(tl.abs(c)))
+            # e^{c_t - c_s} split at the chunk's start: e^{c_t} e^{-c_s}, the second factor clamped
+            # (a chunk that reaches the clamp is summed elementwise below instead)
+            grow = tl.exp(tl.minimum(-c, SAFE))
+            r_side = b_r * tl.exp(c)
+            a_side = b_a * tl.exp(c - b_w)
+            t_ab += tl.dot(a_side, tl.trans(b_b * grow), input_precision=PRECISION)
+            t_ak += tl.dot(a_side, tl.trans(b_k * grow), input_precision=PRECISION)
+            q_rb += tl.dot(r_side, tl.trans(b_b * grow), input_precision=PRECISION)
+            q_rk += tl.dot(r_side, tl.trans(b_k * grow), input_precision=PRECISION)
             to_end = tl.exp(total[None, :] - c)
-            store_rows(rd, rows, ok, H, i_h, cols, K, b_r * tl.exp(c))
+            store_rows(rd, rows, ok, H, i_h, cols, K, r_side)
             store_rows(bd, rows, ok, H, i_h, cols, K, b_b * to_end)
             store_rows(kd_rows, rows, ok, H, i_h, cols, K, b_k * to_end)
             tl.store(decay + (i_c.to(tl.int64) * H + i_h) * K + cols, tl.exp(total), mask=cols < K)
+        t_ab = tl.where(before, t_ab, 0.0)
+        t_ak = tl.where(before, t_ak, 0.0)
+        q_rb = tl.where(upto, q_rb, 0.0)
+        q_rk = tl.where(upto, q_rk, 0.0)
+        if top > SAFE:
+            t_ab, t_ak, q_rb, q_rk = _pair_cubes(r, w, k, a, b, rows, ok, scale, sr_t, sr_h, sw_t, sw_h, sk_t, sk_h,
+                                                 sa_t, sa_h, sb_t, sb_h, i_h, K, L, BKC)
         # (I - T)^{-1} by forward substitution: row t = e_t + sum_{s<t} T[t,s] row s
         inv = (i[:, None] == i[None, :]).to(tl.float32)
         for t in tl.static_range(1, L):
