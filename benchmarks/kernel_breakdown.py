@@ -6,6 +6,11 @@ default), the reference module is built as the task builds it, called three time
 time per call comes out largest first, with the wall time per call beside it:
 
     python3 -m benchmarks kernel_breakdown global_response_norm --case B32
+    python3 -m benchmarks kernel_breakdown mamba_chunk_scan --case one-zero --peer mamba-ssm
+
+``--peer NAME`` lists that peer's kernels too (a peer of the op in tasks/peers.py, built as
+``python3 -m fk_pytest.peers`` builds it, on the same inputs): where a library spends its time
+where the reference spends more.
 """
 import argparse
 import time
@@ -33,15 +38,25 @@ def kernel_times(call, calls: int = PROFILED_CALLS):
     return sorted(kernels.items(), key=lambda kv: -kv[1])
 
 
-def breakdown(task, case, device):
+def breakdown(task, case, device, peer_name=None):
     module = task.reference(**task.init_args(case)).to(device=device, dtype=case.dtype).eval()
     inputs = task.make_inputs(case, torch.Generator(device=device).manual_seed(0), device)
+    call = lambda: task.call(module, inputs)  # noqa: E731
+    if peer_name:
+        from fk_pytest.peers.contract import PeerContext, suite_ops
+
+        peers = suite_ops()[task.name].peers
+        peer = next((p for p in peers if p.name == peer_name), None)
+        if peer is None:
+            raise SystemExit(f"{task.name} has no peer {peer_name!r}: " + ", ".join(p.name for p in peers))
+        fn = peer.build(PeerContext(task, case, module, dict(module.state_dict()), device, compile=False))
+        call = lambda: fn(inputs)  # noqa: E731
     with torch.no_grad():
         for _ in range(WARMUP_CALLS):
-            task.call(module, inputs)
+            call()
         torch.cuda.synchronize()
         start = time.perf_counter()
-        kernels = kernel_times(lambda: task.call(module, inputs))
+        kernels = kernel_times(call)
         wall_us = (time.perf_counter() - start) / PROFILED_CALLS * 1e6
     return wall_us, kernels
 
@@ -50,6 +65,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tasks", nargs="+")
     parser.add_argument("--case", default="", help="only cases whose id contains this")
+    parser.add_argument("--peer", help="also list this peer's kernels on the same cases")
     args = parser.parse_args()
     device = torch.device("cuda")
     for name in args.tasks:
@@ -57,11 +73,12 @@ def main():
         for case in task.cases("full"):
             if args.case not in case.id:
                 continue
-            wall_us, kernels = breakdown(task, case, device)
-            total = sum(us for _, us in kernels)
-            print(f"{name} {case.id}: {total:.1f} us of kernels, {wall_us:.1f} us wall per call")
-            for key, us in kernels[:TOP]:
-                print(f"    {us:9.1f} us  {key[:90]}")
+            for who in ["reference"] + ([args.peer] if args.peer else []):
+                wall_us, kernels = breakdown(task, case, device, None if who == "reference" else who)
+                total = sum(us for _, us in kernels)
+                print(f"{name} {case.id} [{who}]: {total:.1f} us of kernels, {wall_us:.1f} us wall per call")
+                for key, us in kernels[:TOP]:
+                    print(f"    {us:9.1f} us  {key[:90]}")
 
 
 if __name__ == "__main__":

@@ -49,11 +49,11 @@ SWEEPS = {
     "mamba_chunk_scan": ("kernels_reference.ops.mamba_ssd.chunk_scan", "long-zero,mixed-zero,one-zero",
                          [_mamba_groups_check], [
         dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 32, 4, 3)),
-        dict(HEADS_FIRST=False, OUTPUT_TILES=(64, 32, 4, 3)),
-        dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 32, 4, 2)),
-        dict(HEADS_FIRST=True, OUTPUT_TILES=(32, 32, 4, 2)),
-        dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 64, 4, 3)),
-        dict(HEADS_FIRST=True, OUTPUT_TILES=(128, 32, 4, 3)),
+        dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 32, 2, 4)),
+        dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 32, 2, 5)),
+        dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 32, 4, 4)),
+        dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 64, 2, 4)),
+        dict(HEADS_FIRST=True, OUTPUT_TILES=(128, 32, 8, 3)),
     ]),
     "gated_linear_attention": ("kernels_reference.ops.gla.chunk", "long-carried,mixed-fresh", [], [
         dict(STATE_TILES=(32, 64, 4, 2), ROWS_BK=32),
