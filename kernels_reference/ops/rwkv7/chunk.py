@@ -114,6 +114,24 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
 if triton is not None:
 
     @triton.jit
+    def _zero_pairs(L: tl.constexpr):
+        """Four [L, L] float32 accumulators of pairwise sums (T with b, T with k, Qb, Qk)."""
+        z = tl.zeros((L, L), dtype=tl.float32)
+        return z, z, z, z
+
+    @triton.jit
+    def _token_tiles(r, w, k, a, b, rows, ok, cols, scale, sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h,
+                     i_h, K: tl.constexpr):
+        """The chunk's rows of w, a, b, k and scaled r over the key columns ``cols``, float32 (rows
+        past the chunk load 0: no decay, no terms)."""
+        b_w = _tile(w, rows, ok, sw_t, i_h * sw_h, cols, K)
+        b_a = _tile(a, rows, ok, sa_t, i_h * sa_h, cols, K)
+        b_b = _tile(b, rows, ok, sb_t, i_h * sb_h, cols, K)
+        b_k = _tile(k, rows, ok, sk_t, i_h * sk_h, cols, K)
+        b_r = _tile(r, rows, ok, sr_t, i_h * sr_h, cols, K) * scale
+        return b_w, b_a, b_b, b_k, b_r
+
+    @triton.jit
     def _pair_cubes(r, w, k, a, b, rows, ok, scale, sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h, i_h,
                     K: tl.constexpr, L: tl.constexpr, BKC: tl.constexpr):
         """T (a with b, a with k) and Qb, Qk summed elementwise over [L, L, BKC] cubes, every exponent
@@ -122,17 +140,11 @@ if triton is not None:
         i = tl.arange(0, L)
         before = i[:, None] > i[None, :]  # s < t
         upto = i[:, None] >= i[None, :]  # s <= t
-        t_ab = tl.zeros((L, L), dtype=tl.float32)
-        t_ak = tl.zeros((L, L), dtype=tl.float32)
-        q_rb = tl.zeros((L, L), dtype=tl.float32)
-        q_rk = tl.zeros((L, L), dtype=tl.float32)
+        t_ab, t_ak, q_rb, q_rk = _zero_pairs(L)
         for k0 in range(0, K, BKC):
             cols = k0 + tl.arange(0, BKC)
-            b_w = _tile(w, rows, ok, sw_t, i_h * sw_h, cols, K)
-            b_a = _tile(a, rows, ok, sa_t, i_h * sa_h, cols, K)
-            b_b = _tile(b, rows, ok, sb_t, i_h * sb_h, cols, K)
-            b_k = _tile(k, rows, ok, sk_t, i_h * sk_h, cols, K)
-            b_r = _tile(r, rows, ok, sr_t, i_h * sr_h, cols, K) * scale
+            b_w, b_a, b_b, b_k, b_r = _token_tiles(r, w, k, a, b, rows, ok, cols, scale, sr_t, sr_h, sw_t, sw_h,
+                                                   sk_t, sk_h, sa_t, sa_h, sb_t, sb_h, i_h, K)
             c = tl.cumsum(b_w, 0)
             c_prev = c - b_w
             e_before = tl.exp(tl.where(before[:, :, None], c_prev[:, None, :] - c[None, :, :], float("-inf")))
@@ -154,19 +166,12 @@ if triton is not None:
         i = tl.arange(0, L)
         before = i[:, None] > i[None, :]  # s < t
         upto = i[:, None] >= i[None, :]  # s <= t
-        t_ab = tl.zeros((L, L), dtype=tl.float32)
-        t_ak = tl.zeros((L, L), dtype=tl.float32)
-        q_rb = tl.zeros((L, L), dtype=tl.float32)
-        q_rk = tl.zeros((L, L), dtype=tl.float32)
+        t_ab, t_ak, q_rb, q_rk = _zero_pairs(L)
         top = tl.full([], 0.0, tl.float32)  # the largest |c| seen: how far the factors below reach
         for k0 in range(0, K, BKP):
             cols = k0 + tl.arange(0, BKP)
-            # rows past the chunk load 0: no decay, no terms
-            b_w = _tile(w, rows, ok, sw_t, i_h * sw_h, cols, K)
-            b_a = _tile(a, rows, ok, sa_t, i_h * sa_h, cols, K)
-            b_b = _tile(b, rows, ok, sb_t, i_h * sb_h, cols, K)
-            b_k = _tile(k, rows, ok, sk_t, i_h * sk_h, cols, K)
-            b_r = _tile(r, rows, ok, sr_t, i_h * sr_h, cols, K) * scale
+            b_w, b_a, b_b, b_k, b_r = _token_tiles(r, w, k, a, b, rows, ok, cols, scale, sr_t, sr_h, sw_t, sw_h,
+                                                   sk_t, sk_h, sa_t, sa_h, sb_t, sb_h, i_h, K)
             c = tl.cumsum(b_w, 0)
             total = tl.sum(b_w, 0)
             top = tl.maximum(top, tl.max(tl.abs(c)))
