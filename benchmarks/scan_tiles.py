@@ -43,6 +43,18 @@ def _rwkv7_strong_decay_check(task, module, gen, device):
     return module, dict(inputs, w=strong)
 
 
+def _rwkv7_repeated_key_check(task, module, gen, device):
+    """The varlen batch with every token's a and b along one key direction (a repeated token):
+    T ~ 0.9 for every pair of a chunk, where (I - T)^{-1} needs all its powers and amplifies T's
+    rounding most."""
+    varlen = next(c for c in task.cases("full") if "varlen-carried" in c.id)
+    inputs = task.make_inputs(varlen, gen, device)
+    a = inputs["a"]
+    kk = torch.nn.functional.normalize(torch.randn(a.shape[-1], generator=gen, device=device)
+                                       + 0.05 * torch.randn(a.shape, generator=gen, device=device), dim=-1)
+    return module, dict(inputs, a=(-kk).to(a.dtype), b=(0.9 * kk).to(a.dtype))
+
+
 # task -> (kernel modules, comma-separated; default --cases; extra checks; [settings per choice], each
 # setting made on the module that has it)
 SWEEPS = {
@@ -61,14 +73,12 @@ SWEEPS = {
         dict(STATE_TILES=(64, 64, 4, 2), ROWS_BK=32),
     ]),
     "rwkv7": ("kernels_reference.ops.rwkv7.recurrent,kernels_reference.ops.rwkv7.chunk",
-              "long-carried,varlen-carried", [_rwkv7_strong_decay_check], [
-        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, PREP_BLOCK_K=64, PREP_PRECISION="ieee"),
-        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, PREP_BLOCK_K=64, PREP_PRECISION="tf32x3"),
-        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, PREP_BLOCK_K=64, PREP_PRECISION="tf32"),
-        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=16, PREP_BLOCK_K=32, PREP_PRECISION="ieee"),
-        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=8, PREP_BLOCK_K=64, PREP_PRECISION="ieee"),
-        dict(PREFILL_CHUNKED=True, WALK_BLOCK_V=32, PREP_BLOCK_K=64, PREP_PRECISION="ieee"),
-        dict(PREFILL_CHUNKED=False, BLOCK_V=16, WARPS=2),
+              "long-carried,varlen-carried", [_rwkv7_strong_decay_check, _rwkv7_repeated_key_check], [
+        dict(PREFILL_CHUNKED=True, PREP_PRECISION="tf32", INVERSE_BY_POWERS=True),
+        dict(PREFILL_CHUNKED=True, PREP_PRECISION="tf32", INVERSE_BY_POWERS=False),
+        dict(PREFILL_CHUNKED=True, PREP_PRECISION="ieee", INVERSE_BY_POWERS=True),
+        dict(PREFILL_CHUNKED=True, PREP_PRECISION="tf32x3", INVERSE_BY_POWERS=True),
+        dict(PREFILL_CHUNKED=True, PREP_PRECISION="ieee", INVERSE_BY_POWERS=False),
     ]),
 }
 

@@ -151,6 +151,25 @@ def test_chunked_prefill_takes_any_decay_and_bf16_stays_near():
         assert o.dtype == torch.bfloat16 and _rel(o, truth_o) < 0.02 and _rel(state, truth_state) < 0.02
 
 
+def test_chunked_prefill_inverts_a_strong_in_chunk_correction(monkeypatch):
+    """Repeated keys (one direction, as a repeated token gives): T[t, s] ~ a_t . b_s is about 0.9 for
+    every pair, so (I - T)^{-1} needs every power of T up to T^15; random keys (|T| ~ 1/8) would not
+    notice a truncated inverse."""
+    from kernels_reference.ops.rwkv7 import chunk
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(chunk, "PREFILL_CHUNKED", True)
+    inputs = _inputs((40, 16), torch.float32, True, heads=1, seed=5)
+    gen = torch.Generator().manual_seed(6)
+    shape = inputs["a"].shape
+    kk = torch.nn.functional.normalize(torch.randn(shape[-1], generator=gen) + 0.05 * torch.randn(shape, generator=gen),
+                                       dim=-1)
+    inputs["a"], inputs["b"] = -kk, 0.9 * kk
+    o, state = ChunkRWKV7().forward_triton(**inputs)
+    truth_o, truth_state = _truth(inputs)
+    assert _rel(o, truth_o) < 1e-5 and _rel(state, truth_state) < 1e-5
+
+
 def test_unpacked_batch_equals_the_packed_one():
     """Without cu_seqlens the B rows are B sequences (FLA's equal-length form)."""
     packed = _inputs((5, 5), torch.float32, True)

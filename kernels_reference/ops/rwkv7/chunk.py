@@ -65,7 +65,14 @@ CUBE_BLOCK_K = 16
 # (decays far beyond the layer's) is summed elementwise over cubes instead, exact for any decay.
 SAFE_NATS = 40.0
 PREP_BLOCK_K = 64  # key block of those products
-PREP_PRECISION = "ieee"  # their float32 operands: full float32 products (T is inverted next)
+# Their float32 operands' precision on the GPU: "ieee" (full float32 on CUDA cores), "tf32x3" or
+# "tf32" (tensor cores). On an H100 (2026-12-05) tf32 took the prep kernel from 5.2 to 3.1 ms on the
+# 32k-token case and moved the check's relative error against the float64 recurrence from 0.00330 to
+# 0.00332; T's inverse and the products with it stay full float32.
+PREP_PRECISION = "tf32"
+# (I - T)^{-1} as a product of powers of T (a few 16 x 16 products) rather than by forward
+# substitution (15 dependent steps, each two reductions across the program's threads)
+INVERSE_BY_POWERS = True
 
 
 def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a: TokenHeads, b: TokenHeads,
@@ -92,7 +99,8 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
         k.token_stride, k.head_stride, a.token_stride, a.head_stride, b.token_stride, b.head_stride,
         H=heads, K=kd, L=CHUNK, BK=bk, BKP=bk if whole else min(PREP_BLOCK_K, bk),
         BKC=bk if whole else min(CUBE_BLOCK_K, bk), SAFE=SAFE_NATS,
-        PRECISION="ieee" if dot["EMULATE"] else PREP_PRECISION, **dot, num_warps=4)
+        PRECISION="ieee" if dot["EMULATE"] else PREP_PRECISION, INVERSE_BY_POWERS=INVERSE_BY_POWERS,
+        SQUARINGS=CHUNK.bit_length() - 2, **dot, num_warps=4)
 
     bv = triton.next_power_of_2(vd) if whole else min(WALK_BLOCK_V, triton.next_power_of_2(vd))
     states = torch.empty((chunks, heads, kd, vd), dtype=dtype, device=device)
@@ -160,6 +168,7 @@ if triton is not None:
                            sr_t, sr_h, sw_t, sw_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h,
                            H: tl.constexpr, K: tl.constexpr, L: tl.constexpr, BK: tl.constexpr,
                            BKP: tl.constexpr, BKC: tl.constexpr, SAFE: tl.constexpr, PRECISION: tl.constexpr,
+                           INVERSE_BY_POWERS: tl.constexpr, SQUARINGS: tl.constexpr,
                            DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_c, i_h = tl.program_id(0), tl.program_id(1)
         rows, ok = chunk_rows(table, i_c, L)
@@ -196,12 +205,22 @@ if triton is not None:
         if top > SAFE:
             t_ab, t_ak, q_rb, q_rk = _pair_cubes(r, w, k, a, b, rows, ok, scale, sr_t, sr_h, sw_t, sw_h, sk_t, sk_h,
                                                  sa_t, sa_h, sb_t, sb_h, i_h, K, L, BKC)
-        # (I - T)^{-1} by forward substitution: row t = e_t + sum_{s<t} T[t,s] row s
-        inv = (i[:, None] == i[None, :]).to(tl.float32)
-        for t in tl.static_range(1, L):
-            t_row = tl.sum(tl.where(i[:, None] == t, t_ab, 0.0), 0)
-            new = tl.where(i == t, 1.0, 0.0) + tl.sum(t_row[:, None] * inv, 0)
-            inv = tl.where(i[:, None] == t, new[None, :], inv)
+        eye = (i[:, None] == i[None, :]).to(tl.float32)
+        if INVERSE_BY_POWERS:
+            # T is strictly lower triangular, so T^L = 0 and (I - T)^{-1} = I + T + ... + T^{L-1}
+            # = (I + T)(I + T^2)(I + T^4)...: log2(L) - 1 squarings, each folded in by one product
+            power = t_ab
+            inv = eye + t_ab
+            for _ in tl.static_range(SQUARINGS):
+                power = tl.dot(power, power, input_precision="ieee")
+                inv += tl.dot(inv, power, input_precision="ieee")
+        else:
+            # by forward substitution: row t = e_t + sum_{s<t} T[t,s] row s
+            inv = eye
+            for t in tl.static_range(1, L):
+                t_row = tl.sum(tl.where(i[:, None] == t, t_ab, 0.0), 0)
+                new = tl.where(i == t, 1.0, 0.0) + tl.sum(t_row[:, None] * inv, 0)
+                inv = tl.where(i[:, None] == t, new[None, :], inv)
         store_rows(ymat, rows, ok, H, i_h, i, L, tl.dot(inv, t_ak, input_precision="ieee"))
         store_rows(qb, rows, ok, H, i_h, i, L, q_rb)
         store_rows(qk, rows, ok, H, i_h, i, L, q_rk)
