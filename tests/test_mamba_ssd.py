@@ -102,6 +102,29 @@ def test_chunk_table_cuts_each_sequence_from_its_own_start():
     assert count.tolist() == [0, 1, 3, 1] and first.tolist() == [0, 0, 1, 4] and bound >= 5
 
 
+@pytest.mark.parametrize("sequences, chunk", [(1, 256), (7, 16), (300, 8)])
+def test_chunk_table_agrees_with_a_walk_over_the_sequences(sequences, chunk):
+    """Random lengths (zeros among them), many chunks per program and more sequences than one
+    program's block of chunk ids: every chunk's (sequence, start, length) and each sequence's
+    (first chunk, count) as a plain loop over the sequences gives them; the tail of the upper
+    bound has length 0."""
+    gen = torch.Generator().manual_seed(sequences)
+    lengths = torch.randint(0, 3 * chunk, (sequences,), generator=gen)
+    lengths[:: 5] = 0
+    cu = torch.zeros(sequences + 1, dtype=torch.int64)
+    cu[1:] = torch.cumsum(lengths, 0)
+    bound, seq, start, length, first, count = chunk_table(cu, int(cu[-1]), chunk)
+    want, firsts, counts = [], [], []
+    for i, n in enumerate(lengths.tolist()):
+        firsts.append(len(want))
+        counts.append(-(-n // chunk))
+        want += [(i, int(cu[i]) + j, min(chunk, n - j)) for j in range(0, n, chunk)]
+    assert bound >= len(want)
+    got = list(zip(seq.tolist(), start.tolist(), length.tolist()))
+    assert got[:len(want)] == want and all(n == 0 for n in length[len(want):].tolist())
+    assert first.tolist() == firsts and count.tolist() == counts
+
+
 def test_an_empty_sequence_keeps_its_initial_state():
     inputs = _scan_inputs((0, 20), 2, 1, 16, torch.float32, True)
     y, states = ssd_chunk_scan(**inputs, chunk_size=16)
