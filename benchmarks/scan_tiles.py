@@ -83,6 +83,10 @@ SWEEPS = {
 }
 
 
+def _label(settings):
+    return " ".join(f"{k}={str(v).replace(' ', '')}" for k, v in settings.items())
+
+
 def _rel(x, truth):
     return float((x.double() - truth.double()).norm() / truth.double().norm())
 
@@ -115,11 +119,12 @@ def main():
     truths = [m.forward_native(**_float64(inputs)) for m, inputs in checks]
     case_inputs = {c.id: task.make_inputs(c, gen(), device) for c in cases}
     short = lambda case_id: case_id.split("-prefill-")[-1]
-    print(f"{'choice':>60s}  {'rel out':>8s}  {'rel state':>9s}  " + "  ".join(f"{short(c.id):>20s}" for c in cases))
+    width = max(len(_label(settings)) for settings in choices)  # whole labels: truncated ones read alike
+    print(f"{'choice':>{width}s}  {'rel out':>8s}  {'rel state':>9s}  " + "  ".join(f"{short(c.id):>20s}" for c in cases))
     for settings in choices:
         for name, value in settings.items():
             setattr(next(m for m in kernel_modules if hasattr(m, name)), name, value)
-        label = " ".join(f"{k}={str(v).replace(' ', '')}" for k, v in settings.items())[:60]
+        label = _label(settings)
         try:
             rels = []
             for (m, inputs), truth in zip(checks, truths):
@@ -130,9 +135,9 @@ def main():
                 kernels = kernel_times(lambda: module.forward_triton(**case_inputs[c.id]))
                 times[c.id] = (sum(us for _, us in kernels), {k[:32]: round(us, 1) for k, us in kernels[:5]})
         except Exception as exc:  # a choice that fails to compile or run costs its row only
-            print(f"{label:>60s}  failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+            print(f"{label:>{width}s}  failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
             continue
-        print(f"{label:>60s}  {max(r[0] for r in rels):8.5f}  {max(r[1] for r in rels):9.5f}  "
+        print(f"{label:>{width}s}  {max(r[0] for r in rels):8.5f}  {max(r[1] for r in rels):9.5f}  "
               + "  ".join(f"{times[c.id][0]:20.1f}" for c in cases), flush=True)
         slowest = max(cases, key=lambda c: times[c.id][0])
         print(f"    {slowest.id}: " + json.dumps(times[slowest.id][1]), flush=True)
