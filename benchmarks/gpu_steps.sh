@@ -141,11 +141,12 @@ step_cmd() {
     # The reference's kernels and their times on some tasks' cases (BREAKDOWN names the tasks and
     # the case filter, e.g. "global_response_norm --case B32").
     breakdown) echo "python3 -m benchmarks kernel_breakdown ${BREAKDOWN:-global_response_norm}" ;;
+    # The scans' tasks on the GPU after a change of their references' kernels: every workload case
+    # and 2 fuzz examples per fuzz test for the example tree (SCAN_CHECK narrows the task files;
+    # on an H100 on 2026-12-05 RWKV-7's L1 task alone took about 130 s of this)
+    scan-check) echo "$PYTEST \${SCAN_CHECK:-tasks/L1/test_rwkv7.py tasks/L1/test_gated_linear_attention.py tasks/L1/test_mamba_chunk_scan.py tasks/L2/test_rwkv7_attention.py} -k 'correctness or fuzz' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-candidate=examples/candidates/triton --fk-report=$OUT/scan-check.json" ;;
     # The linear-attention scans per tile choice of their long-prefill kernels (issue 28):
     # SCAN_TASKS names the tasks, each swept by `python3 -m benchmarks scan_tiles TASK`
-    # RWKV-7's tasks on the GPU with the chunked prefill as the reference's (its first compile there):
-    # every case's verdict for the example tree, the bar now the chunked form's own error
-    rwkv7-check) echo "$PYTEST tasks/L1/test_rwkv7.py tasks/L2/test_rwkv7_attention.py -k 'correctness or fuzz' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-candidate=examples/candidates/triton --fk-report=$OUT/rwkv7-check.json" ;;
     scan-tiles) echo "for t in \${SCAN_TASKS:-mamba_chunk_scan gated_linear_attention rwkv7}; do python3 -m benchmarks scan_tiles \$t; done" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
     *) echo "false unknown-step-$1" ;;
