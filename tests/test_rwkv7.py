@@ -131,6 +131,24 @@ def test_chunked_prefill_matches_the_recurrence_in_float32(monkeypatch, lengths,
     assert _rel(o, truth_o) < 1e-5 and _rel(state, truth_state) < 1e-5
 
 
+@pytest.mark.parametrize("gpu_tiles", [False, True], ids=["whole", "gpu-tiles"])
+def test_chunked_walk_with_its_loads_a_chunk_ahead_matches_the_recurrence(monkeypatch, gpu_tiles):
+    """The walk's prefetching form (WALK_PREFETCH, off until timed on a GPU): each next chunk's tiles
+    loaded a step ahead, the last chunk of a sequence reading nothing past it."""
+    from kernels_reference.ops.rwkv7 import chunk
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if gpu_tiles:
+        monkeypatch.setenv("FK_GPU_TILES", "1")
+    monkeypatch.setattr(chunk, "PREFILL_CHUNKED", True)
+    monkeypatch.setattr(chunk, "WALK_PREFETCH", True)
+    inputs = _inputs((1, 20, 33, 16), torch.float32, True, heads=1, k_dim=96 if gpu_tiles else 32,
+                     v_dim=80 if gpu_tiles else 48, seed=7)
+    o, state = ChunkRWKV7().forward_triton(**inputs)
+    truth_o, truth_state = _truth(inputs)
+    assert _rel(o, truth_o) < 1e-5 and _rel(state, truth_state) < 1e-5
+
+
 def test_chunked_prefill_takes_any_decay_and_bf16_stays_near():
     """Every exponent of the chunked form is a difference c_t - c_s <= 0, so decays far stronger than
     the layer's (w down to about -18 per token) neither overflow nor lose the state; bf16 operands

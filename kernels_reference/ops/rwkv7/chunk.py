@@ -59,6 +59,9 @@ PREFILL_CHUNKED = True
 # ``python3 -m benchmarks scan_tiles rwkv7`` can sweep them
 WALK_BLOCK_V = 16
 CUBE_BLOCK_K = 16
+# Whether the walk loads each next chunk's tiles a step ahead, by hand (what took Mamba-2's serial
+# state pass from 1131 to 174 us on an H100). Off until timed on a GPU: ``scan_tiles rwkv7`` sweeps it.
+WALK_PREFETCH = False
 # The prep kernel's pairwise sums as products: e^{c_t - c_s} = e^{c_t} e^{-c_s}, the second factor
 # growing with the chunk's decay. RWKV-7's log decay per token is at most e^{-0.5} ~ 0.61 nats, so a
 # 16-token chunk stays under ~10 nats; a chunk that decays by more than SAFE_NATS in any channel
@@ -110,7 +113,7 @@ def chunk_forward(r: TokenHeads, w: TokenHeads, k: TokenHeads, v: TokenHeads, a:
         v.tensor, wmat, ymat, bd, kd_rows, decay, states, u, h0 if h0 is not None else decay,
         final if final is not None else decay, cu_seqlens, layout.first_chunk, v.token_stride, v.head_stride,
         H=heads, K=kd, V=vd, L=CHUNK, BK=bk, BV=bv, HAS_H0=h0 is not None, STORE_FINAL=final is not None,
-        **dot, num_warps=4)
+        PREFETCH=WALK_PREFETCH, **dot, num_warps=4)
 
     bvo = triton.next_power_of_2(vd) if whole else min(64, triton.next_power_of_2(vd))
     _chunk_output_kernel[(triton.cdiv(vd, bvo), chunks, heads)](
@@ -233,10 +236,25 @@ if triton is not None:
             store_rows(wmat, rows, ok, H, i_h, cols, K, tl.dot(inv, b_a * tl.exp(c_prev), input_precision="ieee"))
 
     @triton.jit
+    def _walk_tiles(v, wmat, ymat, bd, kd_rows, decay, rows, ok, chunk, k_limit, sv_t, sv_h, i_h, offs_k, offs_v,
+                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr):
+        """What the walk reads of one chunk (rows past the sequence and a chunk past its last read 0):
+        W, Y, the V slice of v, the decayed b and k rows, and the chunk's decay e^{c_L} (its keys below
+        ``k_limit``: K, or 0 for no chunk)."""
+        i = tl.arange(0, L)
+        b_w = _tile(wmat, rows, ok, H * K, i_h * K, offs_k, K)
+        b_y = _tile(ymat, rows, ok, H * L, i_h * L, i, L)
+        b_v = _tile(v, rows, ok, sv_t, i_h * sv_h, offs_v, V)
+        b_bd = _tile(bd, rows, ok, H * K, i_h * K, offs_k, K)
+        b_kd = _tile(kd_rows, rows, ok, H * K, i_h * K, offs_k, K)
+        g = tl.load(decay + (chunk * H + i_h) * K + offs_k, mask=offs_k < k_limit, other=0.0)
+        return b_w, b_y, b_v, b_bd, b_kd, g
+
+    @triton.jit
     def _chunk_walk_kernel(v, wmat, ymat, bd, kd_rows, decay, states, u, h0, final, cu_seqlens, first_chunk,
                            sv_t, sv_h, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
                            BK: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
-                           DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+                           PREFETCH: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_v, i_nh = tl.program_id(0), tl.program_id(1)
         i_n, i_h = i_nh // H, i_nh % H
         offs_k = tl.arange(0, BK)
@@ -246,19 +264,27 @@ if triton is not None:
         tile = offs_k[:, None] * V + offs_v[None, :]
         bos, eos, chunk, h = walk_start(h0, cu_seqlens, first_chunk, i_n, i_nh, tile, mask_h, K, V, BK, BV, HAS_H0)
         i = tl.arange(0, L)
+        if PREFETCH:  # the first chunk's tiles before the loop, then each next chunk's a step ahead
+            b_w, b_y, b_v, b_bd, b_kd, g = _walk_tiles(v, wmat, ymat, bd, kd_rows, decay, bos + i, bos + i < eos,
+                                                       chunk, tl.where(bos < eos, K, 0), sv_t, sv_h, i_h, offs_k, offs_v, H, K, V, L)
         for start in range(bos, eos, L):
             rows = start + i
             ok = rows < eos
+            if PREFETCH:
+                # in flight while this chunk's dependent products run (the walk is latency-bound)
+                n_w, n_y, n_v, n_bd, n_kd, n_g = _walk_tiles(v, wmat, ymat, bd, kd_rows, decay, rows + L,
+                                                             rows + L < eos, chunk + 1,
+                                                             tl.where(start + L < eos, K, 0),
+                                                             sv_t, sv_h, i_h, offs_k, offs_v, H, K, V, L)
+            else:
+                b_w, b_y, b_v, b_bd, b_kd, g = _walk_tiles(v, wmat, ymat, bd, kd_rows, decay, rows, ok, chunk,
+                                                           K, sv_t, sv_h, i_h, offs_k, offs_v, H, K, V, L)
             tl.store(states + (chunk * H + i_h) * K * V + tile, h.to(states.dtype.element_ty), mask=mask_h)
-            b_w = _tile(wmat, rows, ok, H * K, i_h * K, offs_k, K)
-            b_y = _tile(ymat, rows, ok, H * L, i_h * L, i, L)
-            b_v = _tile(v, rows, ok, sv_t, i_h * sv_h, offs_v, V)
             b_u = _mm(b_w, h, DOT_T, EMULATE) + _mm(b_y, b_v, DOT_T, EMULATE)
             store_rows(u, rows, ok, H, i_h, offs_v, V, b_u)
-            b_bd = _tile(bd, rows, ok, H * K, i_h * K, offs_k, K)
-            b_kd = _tile(kd_rows, rows, ok, H * K, i_h * K, offs_k, K)
-            g = tl.load(decay + (chunk * H + i_h) * K + offs_k, mask=mask_k, other=0.0)
             h = h * g[:, None] + _mm(tl.trans(b_bd), b_u, DOT_T, EMULATE) + _mm(tl.trans(b_kd), b_v, DOT_T, EMULATE)
+            if PREFETCH:
+                b_w, b_y, b_v, b_bd, b_kd, g = n_w, n_y, n_v, n_bd, n_kd, n_g
             chunk += 1
         if STORE_FINAL:
             tl.store(final + i_nh.to(tl.int64) * K * V + tile, h, mask=mask_h)
