@@ -61,6 +61,24 @@ def test_gpu_tiling_matches_the_recurrence(monkeypatch, lengths):
     assert _rel(o, truth_o) < 1e-5 and _rel(state, truth_state) < 1e-5
 
 
+@pytest.mark.parametrize("gpu_tiles", [False, True], ids=["whole", "gpu-tiles"])
+def test_state_walk_with_its_loads_a_chunk_ahead_matches_the_recurrence(monkeypatch, gpu_tiles):
+    """The state walk's prefetching form (STATE_PREFETCH, off until timed on a GPU): each next
+    chunk's tiles loaded a step ahead, the last chunk of a sequence reading nothing past it; an empty
+    sequence among them."""
+    from kernels_reference.ops.gla import chunk
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if gpu_tiles:
+        monkeypatch.setenv("FK_GPU_TILES", "1")
+    monkeypatch.setattr(chunk, "STATE_PREFETCH", True)
+    inputs = _inputs((70, 0, 1, 64, 129), torch.float32, True, k_dim=96 if gpu_tiles else 32,
+                     v_dim=80 if gpu_tiles else 48, seed=8)
+    o, state = ChunkGLA().forward_triton(**inputs)
+    truth_o, truth_state = _truth(inputs)
+    assert _rel(o, truth_o) < 1e-5 and _rel(state, truth_state) < 1e-5
+
+
 def test_chunked_bf16_stays_near_the_recurrence(monkeypatch):
     """bf16 tensor-core operands (the interpreter truncates them, more than the GPU's rounding):
     about a percent, where a lost state or chunk would be O(1)."""

@@ -49,6 +49,10 @@ SUB_CHUNK = 16
 # (K block, V block, warps, pipeline stages) of the serial state walk; module-level so that
 # ``python3 -m benchmarks scan_tiles gated_linear_attention`` can sweep it
 STATE_TILES = (32, 64, 4, 2)
+# Whether the walk loads each next chunk's tiles a step ahead, by hand (what took Mamba-2's serial
+# state pass from 1131 to 174 us on an H100). Off until timed on a GPU: ``scan_tiles
+# gated_linear_attention`` sweeps it.
+STATE_PREFETCH = False
 # K step of the scores' diagonal sub-chunk blocks, summed elementwise over a [16, 16, DIAG_K] cube
 DIAG_K = 32
 # K step of the scores' products (one per 16-row block, against all the chunk's keys up to it)
@@ -88,7 +92,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, sc
         k.tensor, v.tensor, b, states, h0 if h0 is not None else b, final if final is not None else b,
         cu_seqlens, layout.first_chunk, k.token_stride, k.head_stride, v.token_stride, v.head_stride,
         H=heads, K=kd, V=vd, BT=CHUNK, BK=sk, BV=sv, HAS_H0=h0 is not None, STORE_FINAL=final is not None,
-        **dot, num_warps=s_warps, num_stages=s_stages)
+        PREFETCH=STATE_PREFETCH, **dot, num_warps=s_warps, num_stages=s_stages)
 
     scores = torch.empty((t, heads, CHUNK), dtype=torch.float32, device=device)
     precision = "ieee" if dot["EMULATE"] or dtype == torch.float32 else "tf32"
@@ -119,11 +123,27 @@ if triton is not None:
         tl.store(out, tl.cumsum(b_g, 0), mask=row_ok[:, None] & (cols < K)[None, :])
 
     @triton.jit
+    def _state_step_tiles(k, v, b, start, eos, sk_t, sk_h, sv_t, sv_h, i_h, offs_k, offs_v,
+                          H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr):
+        """What the state walk needs of the chunk at ``start`` (nothing past ``eos``: zeros): k
+        decayed to the chunk's end, the chunk's decay e^{b_last} and its v rows."""
+        rows = start + tl.arange(0, BT)
+        row_ok = rows < eos
+        last = tl.minimum(start + BT, eos) - 1
+        b_b = _tile(b, rows, row_ok, H * K, i_h * K, offs_k, K)
+        b_last = tl.load(b + (last.to(tl.int64) * H + i_h) * K + offs_k,
+                         mask=offs_k < tl.where(start < eos, K, 0), other=0.0)
+        b_k = _tile(k, rows, row_ok, sk_t, i_h * sk_h, offs_k, K)
+        b_v = _tile(v, rows, row_ok, sv_t, i_h * sv_h, offs_v, V)
+        # rows past the chunk have k = 0; their exponent b_last - 0 <= 0 cannot overflow
+        return b_k * tl.exp(b_last[None, :] - b_b), tl.exp(b_last), b_v
+
+    @triton.jit
     def _chunk_states_kernel(k, v, b, states, h0, final, cu_seqlens, first_chunk,
                              sk_t, sk_h, sv_t, sv_h,
                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                              BK: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
-                             DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+                             PREFETCH: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         i_n, i_h = i_nh // H, i_nh % H
         offs_k = i_k * BK + tl.arange(0, BK)
@@ -132,19 +152,21 @@ if triton is not None:
         mask_h = mask_k[:, None] & mask_v[None, :]
         tile = offs_k[:, None] * V + offs_v[None, :]
         bos, eos, chunk, h = walk_start(h0, cu_seqlens, first_chunk, i_n, i_nh, tile, mask_h, K, V, BK, BV, HAS_H0)
-        r = tl.arange(0, BT)
+        if PREFETCH:  # the first chunk's tiles before the loop, then each next chunk's a step ahead
+            k_to_end, decay, b_v = _state_step_tiles(k, v, b, bos, eos, sk_t, sk_h, sv_t, sv_h, i_h, offs_k, offs_v,
+                                                     H, K, V, BT)
         for start in range(bos, eos, BT):
+            if PREFETCH:
+                # in flight while this chunk's update runs (the walk is latency-bound)
+                n_k_to_end, n_decay, n_v = _state_step_tiles(k, v, b, start + BT, eos, sk_t, sk_h, sv_t, sv_h, i_h,
+                                                             offs_k, offs_v, H, K, V, BT)
+            else:
+                k_to_end, decay, b_v = _state_step_tiles(k, v, b, start, eos, sk_t, sk_h, sv_t, sv_h, i_h,
+                                                         offs_k, offs_v, H, K, V, BT)
             tl.store(states + (chunk * H + i_h) * K * V + tile, h.to(states.dtype.element_ty), mask=mask_h)
-            rows = start + r
-            row_ok = rows < eos
-            last = tl.minimum(start + BT, eos) - 1
-            b_b = _tile(b, rows, row_ok, H * K, i_h * K, offs_k, K)
-            b_last = tl.load(b + (last.to(tl.int64) * H + i_h) * K + offs_k, mask=mask_k, other=0.0)
-            b_k = _tile(k, rows, row_ok, sk_t, i_h * sk_h, offs_k, K)
-            b_v = _tile(v, rows, row_ok, sv_t, i_h * sv_h, offs_v, V)
-            # rows past the chunk have k = 0; their exponent b_last - 0 <= 0 cannot overflow
-            k_to_end = b_k * tl.exp(b_last[None, :] - b_b)
-            h = h * tl.exp(b_last)[:, None] + _mm(tl.trans(k_to_end), b_v, DOT_T, EMULATE)
+            h = h * decay[:, None] + _mm(tl.trans(k_to_end), b_v, DOT_T, EMULATE)
+            if PREFETCH:
+                k_to_end, decay, b_v = n_k_to_end, n_decay, n_v
             chunk += 1
         if STORE_FINAL:
             tl.store(final + i_nh.to(tl.int64) * K * V + tile, h, mask=mask_h)
