@@ -1,8 +1,8 @@
 """The linear-attention scans' Triton kernels per tile choice, checked and timed on a task's cases.
 
-The chunked and recurrent scans (kernels_reference/ops/mamba_ssd, gla, rwkv7) spend a long
-prefill in a few kernels whose tile sizes, warps, pipeline stages and grid order (and, for RWKV-7,
-whether prefill is chunked at all) are module-level settings. For one task, every choice of
+The chunked and recurrent scans (kernels_reference/ops/mamba_ssd, gla, rwkv7, gated_delta) spend
+a long prefill in a few kernels whose tile sizes, warps, pipeline stages, grid order and
+prefetching (and, for RWKV-7, whether prefill is chunked at all) are module-level settings. For one task, every choice of
 ``SWEEPS[task]`` (the shipped one first) is set on the kernel modules, checked against the float64
 recurrence (``forward_native``) on the task's short varlen batch with carried states, plus the
 sweep's extra check batches (the worst relative error of output and states is printed), then its
@@ -13,6 +13,7 @@ launches), with the slowest case's kernels beside:
     python3 -m benchmarks scan_tiles mamba_chunk_scan [--cases long-zero,mixed-zero]
     python3 -m benchmarks scan_tiles gated_linear_attention
     python3 -m benchmarks scan_tiles rwkv7
+    python3 -m benchmarks scan_tiles gated_delta_rule
 """
 import argparse
 import dataclasses
@@ -66,6 +67,10 @@ SWEEPS = {
         dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 32, 4, 4)),
         dict(HEADS_FIRST=True, OUTPUT_TILES=(64, 64, 2, 4)),
         dict(HEADS_FIRST=True, OUTPUT_TILES=(128, 32, 8, 3)),
+    ]),
+    "gated_delta_rule": ("kernels_reference.ops.gated_delta.chunk", "long-carried,mixed-fresh", [], [
+        dict(STATE_PREFETCH=False),
+        dict(STATE_PREFETCH=True),
     ]),
     "gated_linear_attention": ("kernels_reference.ops.gla.chunk", "long-carried,mixed-fresh", [], [
         dict(STATE_TILES=(32, 64, 4, 2), ROWS_BK=32, STATE_PREFETCH=False),

@@ -45,6 +45,20 @@ def test_triton_paths_match_the_recurrence_in_float32(monkeypatch, lengths, with
     assert _rel(o, truth_o) < 1e-5 and _rel(state, truth_state) < 1e-5
 
 
+def test_state_pass_with_its_loads_a_chunk_ahead_matches_the_recurrence(monkeypatch):
+    """The state pass's prefetching form (STATE_PREFETCH, off until timed on a GPU): each next
+    chunk's tiles loaded a step ahead, the last chunk of a sequence reading nothing past it; an
+    empty sequence among the others."""
+    from kernels_reference.ops.gated_delta import chunk
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(chunk, "STATE_PREFETCH", True)
+    inputs = _inputs(CHUNK_EDGES + (0, 130), torch.float32, True, seed=2)
+    o, state = GatedDeltaRule().forward_triton(**inputs)
+    truth_o, truth_state = _truth(inputs)
+    assert _rel(o, truth_o) < 1e-5 and _rel(state, truth_state) < 1e-5
+
+
 def test_chunked_bf16_stays_near_the_recurrence(monkeypatch):
     """bf16 tensor-core operands (the interpreter truncates them, ~5x the GPU's rounding error):
     a few percent at most, where a lost state or chunk would be O(1)."""

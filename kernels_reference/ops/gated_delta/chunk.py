@@ -51,6 +51,10 @@ CHUNK = 64
 # shared memory read out of range inside its dots at two and three stages and with 8 warps);
 # 64-wide blocks at two stages ran clean.
 STATE_BLOCK_V = 64
+# Whether the state pass loads each next chunk's tiles a step ahead, by hand (what took Mamba-2's
+# serial state pass from 1131 to 174 us on an H100; here two chunks' W, U and keys at K = 128 are
+# many registers). Off until timed on a GPU: ``python3 -m benchmarks scan_tiles gated_delta_rule``.
+STATE_PREFETCH = False
 OUTPUT_BLOCK_V = 64
 
 
@@ -88,7 +92,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
     _chunk_states_kernel[(triton.cdiv(vd, state_bv), n * hv)](
         k.tensor, w, u, b, starts, h0 if h0 is not None else b, final if final is not None else b,
         cu_seqlens, layout.first_chunk, k.token_stride, k.head_stride,
-        BV=state_bv, HAS_H0=h0 is not None, STORE_HT=final is not None, **heads, **dot,
+        BV=state_bv, HAS_H0=h0 is not None, STORE_HT=final is not None, PREFETCH=STATE_PREFETCH, **heads, **dot,
         num_warps=4, num_stages=2)
 
     _chunk_output_kernel[(triton.cdiv(vd, output_bv), chunks, hv)](
@@ -223,11 +227,30 @@ if triton is not None:
                         + _mm(t32, y2, DOT_T, EMULATE) + _mm(t33, y3, DOT_T, EMULATE))
 
     @triton.jit
+    def _state_step_tiles(k, w, u, b, start, eos, sk_t, sk_h, i_hk, i_hv, offs_k, offs_v,
+                          HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                          USE_L2NORM: tl.constexpr):
+        """What the state pass reads of the chunk at ``start`` (nothing past ``eos``: zeros): W, U,
+        the keys decayed to the chunk's end and the chunk's decay e^{b_last}."""
+        rows = start + tl.arange(0, BT)
+        row_ok = rows < eos
+        out_rows = rows.to(tl.int64)[:, None] * HV + i_hv
+        b_w = tl.load(w + out_rows * K + offs_k[None, :], mask=row_ok[:, None] & (offs_k < K)[None, :], other=0.0)
+        b_u = tl.load(u + out_rows * V + offs_v[None, :], mask=row_ok[:, None] & (offs_v < V)[None, :],
+                      other=0.0).to(tl.float32)
+        b_k = _key_tile(k, rows, row_ok, sk_t, sk_h, i_hk, offs_k, K, USE_L2NORM)
+        b_cum = tl.load(b + rows.to(tl.int64) * HV + i_hv, mask=row_ok, other=0.0)
+        last = tl.maximum(tl.minimum(start + BT, eos) - 1, 0)
+        b_last = tl.load(b + last.to(tl.int64) * HV + i_hv)
+        # rows past the chunk have k = 0; their exponent b_last - 0 <= 0 cannot overflow
+        return b_w, b_u, b_k * tl.exp(b_last - b_cum)[:, None], tl.exp(b_last)
+
+    @triton.jit
     def _chunk_states_kernel(k, w, u, b, starts, h0, ht, cu_seqlens, first_chunk, sk_t, sk_h,
                              HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                              BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                              USE_L2NORM: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
-                             DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+                             PREFETCH: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_v, i_nh = tl.program_id(0), tl.program_id(1)
         i_n, i_hv = i_nh // HV, i_nh % HV
         i_hk = i_hv // GROUP
@@ -239,24 +262,26 @@ if triton is not None:
         bos, eos, chunk, h = walk_start(h0, cu_seqlens, first_chunk, i_n, i_nh, state_tile, mask_h, K, V, BK, BV,
                                         HAS_H0)
         r = tl.arange(0, BT)
+        if PREFETCH:  # the first chunk's tiles before the loop, then each next chunk's a step ahead
+            b_w, b_u, k_to_end, decay = _state_step_tiles(k, w, u, b, bos, eos, sk_t, sk_h, i_hk, i_hv, offs_k,
+                                                          offs_v, HV, K, V, BT, USE_L2NORM)
         for start in range(bos, eos, BT):
+            if PREFETCH:
+                # in flight while this chunk's dependent products run (the pass is latency-bound)
+                n_w, n_u, n_k_to_end, n_decay = _state_step_tiles(k, w, u, b, start + BT, eos, sk_t, sk_h, i_hk,
+                                                                  i_hv, offs_k, offs_v, HV, K, V, BT, USE_L2NORM)
+            else:
+                b_w, b_u, k_to_end, decay = _state_step_tiles(k, w, u, b, start, eos, sk_t, sk_h, i_hk, i_hv,
+                                                              offs_k, offs_v, HV, K, V, BT, USE_L2NORM)
             tl.store(starts + (chunk * HV + i_hv) * K * V + state_tile, h.to(starts.dtype.element_ty), mask=mask_h)
             rows = start + r
             row_ok = rows < eos
-            out_rows = rows.to(tl.int64)[:, None] * HV + i_hv
-            b_w = tl.load(w + out_rows * K + offs_k[None, :], mask=row_ok[:, None] & mask_k[None, :], other=0.0)
-            b_u = tl.load(u + out_rows * V + offs_v[None, :], mask=row_ok[:, None] & mask_v[None, :],
-                          other=0.0).to(tl.float32)
             v_new = b_u - _mm(b_w, h, DOT_T, EMULATE)  # the chunk's corrections V' = U - W S0
-            tl.store(u + out_rows * V + offs_v[None, :], v_new.to(u.dtype.element_ty),
+            tl.store(u + (rows.to(tl.int64)[:, None] * HV + i_hv) * V + offs_v[None, :], v_new.to(u.dtype.element_ty),
                      mask=row_ok[:, None] & mask_v[None, :])
-            b_k = _key_tile(k, rows, row_ok, sk_t, sk_h, i_hk, offs_k, K, USE_L2NORM)
-            b_cum = tl.load(b + rows.to(tl.int64) * HV + i_hv, mask=row_ok, other=0.0)
-            last = tl.minimum(start + BT, eos) - 1
-            b_last = tl.load(b + last.to(tl.int64) * HV + i_hv)
-            # rows past the chunk have k = 0; their exponent b_last - 0 <= 0 cannot overflow
-            k_to_end = b_k * tl.exp(b_last - b_cum)[:, None]
-            h = h * tl.exp(b_last) + _mm(tl.trans(k_to_end), v_new, DOT_T, EMULATE)
+            h = h * decay + _mm(tl.trans(k_to_end), v_new, DOT_T, EMULATE)
+            if PREFETCH:
+                b_w, b_u, k_to_end, decay = n_w, n_u, n_k_to_end, n_decay
             chunk += 1
         if STORE_HT:
             tl.store(ht + i_nh.to(tl.int64) * K * V + state_tile, h, mask=mask_h)
