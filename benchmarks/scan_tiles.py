@@ -2,8 +2,9 @@
 
 The chunked and recurrent scans (kernels_reference/ops/mamba_ssd, gla, rwkv7, gated_delta) spend
 a long prefill in a few kernels whose tile sizes, warps, pipeline stages, grid order and
-prefetching (and, for RWKV-7, whether prefill is chunked at all) are module-level settings. For one task, every choice of
-``SWEEPS[task]`` (the shipped one first) is set on the kernel modules, checked against the float64
+prefetching (and, for RWKV-7, whether prefill is chunked at all) are module-level settings. For
+one task, every choice of ``SWEEPS[task]`` (the shipped one first) is set on the kernel modules,
+checked against the float64
 recurrence (``forward_native``) on the task's short varlen batch with carried states, plus the
 sweep's extra check batches (the worst relative error of output and states is printed), then its
 kernels are timed under torch.profiler on the task's full-profile cases named by ``--cases`` (GPU
@@ -128,7 +129,8 @@ def main():
     case_inputs = {c.id: task.make_inputs(c, gen(), device) for c in cases}
     short = lambda case_id: case_id.split("-prefill-")[-1]
     width = max(len(_label(settings)) for settings in choices)  # whole labels: truncated ones read alike
-    print(f"{'choice':>{width}s}  {'rel out':>8s}  {'rel state':>9s}  " + "  ".join(f"{short(c.id):>20s}" for c in cases))
+    print(f"{'choice':>{width}s}  {'rel out':>8s}  {'rel state':>9s}  "
+          + "  ".join(f"{short(c.id):>20s}" for c in cases))
     for settings in choices:
         for name, value in settings.items():
             setattr(next(m for m in kernel_modules if hasattr(m, name)), name, value)

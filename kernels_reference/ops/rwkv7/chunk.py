@@ -266,7 +266,8 @@ if triton is not None:
         i = tl.arange(0, L)
         if PREFETCH:  # the first chunk's tiles before the loop, then each next chunk's a step ahead
             b_w, b_y, b_v, b_bd, b_kd, g = _walk_tiles(v, wmat, ymat, bd, kd_rows, decay, bos + i, bos + i < eos,
-                                                       chunk, tl.where(bos < eos, K, 0), sv_t, sv_h, i_h, offs_k, offs_v, H, K, V, L)
+                                                       chunk, tl.where(bos < eos, K, 0), sv_t, sv_h, i_h, offs_k,
+                                                       offs_v, H, K, V, L)
         for start in range(bos, eos, L):
             rows = start + i
             ok = rows < eos
