@@ -1,14 +1,14 @@
 """The linear-attention scans' Triton kernels per tile choice, checked and timed on a task's cases.
 
-The chunked and recurrent scans (kernels_reference/ops/mamba_ssd, gla, rwkv7, gated_delta) spend
-a long prefill in a few kernels whose tile sizes, warps, pipeline stages, grid order and
-prefetching (and, for RWKV-7, whether prefill is chunked at all) are module-level settings. For
-one task, every choice of ``SWEEPS[task]`` (the shipped one first) is set on the kernel modules,
-checked against the float64 recurrence (``forward_native``) on the task's short varlen batch with
-carried states, plus the sweep's extra check batches (the worst relative error of output and states is printed), then its
-kernels are timed under torch.profiler on the task's full-profile cases named by ``--cases`` (GPU
-time per call summed over the kernels: eager event timing of these calls measures the host's
-launches), with the slowest case's kernels beside:
+The chunked and recurrent scans (kernels_reference/ops/mamba_ssd, gla, rwkv7, gated_delta) spend a
+long prefill in a few kernels whose tile sizes, warps, pipeline stages, grid order and prefetching
+(and, for RWKV-7, whether prefill is chunked at all) are module-level settings. For one task, every
+choice of ``SWEEPS[task]`` (the shipped one first) is set on the kernel modules, checked against
+the float64 recurrence (``forward_native``) on the task's short varlen batch with carried states,
+plus the sweep's extra check batches (the worst relative error of output and states is printed),
+then its kernels are timed under torch.profiler on the task's full-profile cases named by
+``--cases`` (GPU time per call summed over the kernels: eager event timing of these calls measures
+the host's launches), with the slowest case's kernels beside:
 
     python3 -m benchmarks scan_tiles mamba_chunk_scan [--cases long-zero,mixed-zero]
     python3 -m benchmarks scan_tiles gated_linear_attention
