@@ -147,7 +147,7 @@ step_cmd() {
     scan-check) echo "$PYTEST \${SCAN_CHECK:-tasks/L1/test_rwkv7.py tasks/L1/test_gated_linear_attention.py tasks/L1/test_mamba_chunk_scan.py tasks/L2/test_rwkv7_attention.py} -k 'correctness or fuzz' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-candidate=examples/candidates/triton --fk-report=$OUT/scan-check.json" ;;
     # The linear-attention scans per tile choice of their long-prefill kernels (issue 28):
     # SCAN_TASKS names the tasks, each swept by `python3 -m benchmarks scan_tiles TASK`
-    scan-tiles) echo "for t in \${SCAN_TASKS:-mamba_chunk_scan gated_linear_attention rwkv7}; do python3 -m benchmarks scan_tiles \$t; done" ;;
+    scan-tiles) echo "for t in \${SCAN_TASKS:-mamba_chunk_scan gated_linear_attention rwkv7 gated_delta_rule}; do python3 -m benchmarks scan_tiles \$t; done" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
     *) echo "false unknown-step-$1" ;;
   esac
