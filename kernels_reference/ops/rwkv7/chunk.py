@@ -19,17 +19,18 @@ SAFE_NATS in some channel has them summed elementwise over [L, L, key block] cub
 every exponent is a difference c_t - c_s <= 0 and nothing can overflow. (Before 2026-12-05 every
 chunk took the cubes: 6.8 ms of the 10.6 ms prefill of the 32k-token case on an H100.) Three kernels:
 
-* ``_chunk_prep_kernel``, one program per (chunk, head): T, P, Qb, Qk; (I - T)^{-1} by forward
-  substitution (T is strictly lower triangular); W, Y and the decayed rows r e^c, b e^{c_L - c},
-  k e^{c_L - c} and e^{c_L} that the other two kernels read.
+* ``_chunk_prep_kernel``, one program per (chunk, head): T, P, Qb, Qk; (I - T)^{-1} as
+  (I + T)(I + T^2)(I + T^4)(I + T^8) (T is strictly lower triangular, so T^16 = 0; or by forward
+  substitution, INVERSE_BY_POWERS); W, Y and the decayed rows r e^c, b e^{c_L - c}, k e^{c_L - c}
+  and e^{c_L} that the other two kernels read.
 * ``_chunk_walk_kernel``, one program per (sequence, head, V block): walks the sequence's chunks in
   order with the state slice in float32 registers: U = W S + Y V, the state each chunk starts from
   stored, then S <- e^{c_L} S + (B e^{c_L - c})^T U + (K e^{c_L - c})^T V.
 * ``_chunk_output_kernel``, one program per (chunk, head, V block): o = (r e^c) S0 + Qb U + Qk V.
 
 Products take their operands in the input dtype (bf16 on the tensor cores) with float32
-accumulation, as FLA's chunked DPLR kernels do; decays, T's inverse and the carried state stay
-float32.
+accumulation, as FLA's chunked DPLR kernels do, except the pairwise sums' (float32 operands, TF32 on
+the GPU: PREP_PRECISION); decays, T's inverse and the carried state stay float32.
 """
 from typing import Optional, Tuple
 
