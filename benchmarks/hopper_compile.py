@@ -6,7 +6,8 @@ resource. This pre-flight runs each named task's reference on its CPU cases thro
 every launch (kernel, argument types, constexpr values, warps, stages), then, in a second process
 without the interpreter, compiles each distinct launch for the H100/H200 (sm_90) with the installed
 Triton and its ptxas (kernels whose ``EMULATE`` switch upcasts half products in the interpreter are
-also compiled with it off, as the GPU runs them). One line per launch: compiled (seconds), or the
+also compiled with it off, as the GPU runs them, and with their products' "ieee" input precision as
+TF32, the GPU's choice for half inputs). One line per launch: compiled (seconds), or the
 compiler's error. The GPU machine's Triton may be another version than this machine's: a kernel
 that compiles here is likely, not certain, to compile there.
 
@@ -26,6 +27,10 @@ import time
 # there), so False on the GPU for every dtype. (Mamba-2's and the MoE GEMM's ``F32_DOT`` also depends
 # on the dtype, and the CPU cases' dtypes are not always the GPU's: not switched.)
 INTERPRETER_SWITCHES = ("EMULATE",)
+# Input precisions of tl.dot that the host code sets to "ieee" in the interpreter (GLA's scores,
+# RWKV-7's pairwise sums): on the GPU, with half inputs, they are TF32. The GPU's variant of such a
+# launch is compiled with this value too.
+GPU_PRECISIONS = {"PRECISION": "tf32"}
 _TORCH_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "int32": "i32",
                 "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
 
@@ -105,6 +110,10 @@ def compile_all(in_path):
         # that variant is compiled too.
         if any(constexprs.get(k) is True for k in INTERPRETER_SWITCHES):
             variants.append({k: (False if k in INTERPRETER_SWITCHES else v) for k, v in constexprs.items()})
+        gpu = variants[-1]
+        if any(gpu.get(k) == "ieee" for k in GPU_PRECISIONS):
+            variants.append({k: (GPU_PRECISIONS[k] if k in GPU_PRECISIONS and v == "ieee" else v)
+                             for k, v in gpu.items()})
         for values in variants:
             shown = ", ".join(f"{k}={v}" for k, v in values.items() if not isinstance(v, tl.dtype))[:110]
             start = time.perf_counter()
