@@ -24,12 +24,17 @@ import torch
 from fk_pytest.registry import get_task
 
 
+def _varlen_case(task):
+    """The task's short variable-length batch whose sequences carry initial states: every sweep's
+    check batch, and the one the extra checks below vary."""
+    return next(c for c in task.cases("full") if "varlen" in c.id and ("state" in c.id or "carried" in c.id))
+
+
 def _mamba_groups_check(task, module, gen, device):
     """8 groups of heads, state 64, chunk 128: two C.B tiles per chunk side, heads sharing a table."""
     from tasks.linear_inputs import Mamba2Dims
     from tasks.mamba_ssd import prefill_inputs
-    varlen = next(c for c in task.cases("full") if "varlen-state" in c.id)
-    dims = dataclasses.replace(Mamba2Dims(**varlen["dims"]), n_groups=8, state_size=64, chunk_size=128)
+    dims = dataclasses.replace(Mamba2Dims(**_varlen_case(task)["dims"]), n_groups=8, state_size=64, chunk_size=128)
     return type(module)(chunk_size=128).to(device), prefill_inputs(dims, [1, 127, 128, 129, 700], True, gen, device,
                                                                     torch.bfloat16)
 
@@ -37,8 +42,7 @@ def _mamba_groups_check(task, module, gen, device):
 def _rwkv7_strong_decay_check(task, module, gen, device):
     """The varlen batch with decays 30x the layer's (up to ~18 nats a token): the chunked prefill's
     exact elementwise fallback, on chunks next to ones that take the products."""
-    varlen = next(c for c in task.cases("full") if "varlen-carried" in c.id)
-    inputs = task.make_inputs(varlen, gen, device)
+    inputs = task.make_inputs(_varlen_case(task), gen, device)
     strong = inputs["w"].clone()
     strong[:, : strong.shape[1] // 2] *= 30  # the first half of the tokens only
     return module, dict(inputs, w=strong)
@@ -48,8 +52,7 @@ def _rwkv7_repeated_key_check(task, module, gen, device):
     """The varlen batch with every token's a and b along one key direction (a repeated token):
     T ~ 0.9 for every pair of a chunk, where (I - T)^{-1} needs all its powers and amplifies T's
     rounding most."""
-    varlen = next(c for c in task.cases("full") if "varlen-carried" in c.id)
-    inputs = task.make_inputs(varlen, gen, device)
+    inputs = task.make_inputs(_varlen_case(task), gen, device)
     a = inputs["a"]
     kk = torch.nn.functional.normalize(torch.randn(a.shape[-1], generator=gen, device=device)
                                        + 0.05 * torch.randn(a.shape, generator=gen, device=device), dim=-1)
@@ -121,8 +124,7 @@ def main():
     device = torch.device("cuda")
     gen = lambda: torch.Generator(device=device).manual_seed(0)
     module = task.reference(**task.init_args(cases[0])).to(device)
-    varlen = next(c for c in full if "varlen" in c.id and ("state" in c.id or "carried" in c.id))
-    checks = [(module, task.make_inputs(varlen, gen(), device))]
+    checks = [(module, task.make_inputs(_varlen_case(task), gen(), device))]
     checks += [check(task, module, gen(), device) for check in extra_checks]
     truths = [m.forward_native(**_float64(inputs)) for m, inputs in checks]
     case_inputs = {c.id: task.make_inputs(c, gen(), device) for c in cases}
