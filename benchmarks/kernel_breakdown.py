@@ -10,7 +10,8 @@ time per call comes out largest first, with the wall time per call beside it:
 
 ``--peer NAME`` lists that peer's kernels too (a peer of the op in tasks/peers.py, built as
 ``python3 -m fk_pytest.peers`` builds it, on the same inputs): where a library spends its time
-where the reference spends more.
+where the reference spends more; the configs its Triton autotuners chose follow its kernels (a
+library tuned per GPU tells which tiles won on this one).
 """
 import argparse
 import time
@@ -36,6 +37,23 @@ def kernel_times(call, calls: int = PROFILED_CALLS):
         if us:
             kernels[event.key] = us / calls
     return sorted(kernels.items(), key=lambda kv: -kv[1])
+
+
+def autotuned_choices(prefix: str = ""):
+    """{kernel: [chosen config per tuned key]} of every Triton autotuner in loaded modules whose name
+    starts with ``prefix``: what a library's autotuning picked on this GPU for the shapes it saw."""
+    import sys
+
+    from triton.runtime.autotuner import Autotuner
+
+    chosen = {}
+    for mod_name, mod in list(sys.modules.items()):
+        if not mod_name.startswith(prefix) or mod is None:
+            continue
+        for attr, value in list(vars(mod).items()):
+            if isinstance(value, Autotuner) and value.cache:
+                chosen[f"{mod_name}.{attr}"] = [str(config) for config in value.cache.values()]
+    return chosen
 
 
 def breakdown(task, case, device, peer_name=None):
@@ -79,6 +97,10 @@ def main():
                 print(f"{name} {case.id} [{who}]: {total:.1f} us of kernels, {wall_us:.1f} us wall per call")
                 for key, us in kernels[:TOP]:
                     print(f"    {us:9.1f} us  {key[:90]}")
+                if who != "reference":
+                    for kernel, configs in autotuned_choices().items():
+                        if not kernel.startswith("kernels_reference"):
+                            print(f"    tuned {kernel}: " + " | ".join(configs))
 
 
 if __name__ == "__main__":
