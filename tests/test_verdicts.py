@@ -95,6 +95,26 @@ def test_contiguous_rows_kernel_is_right_on_packed_rows():
     assert counts == {status.PASSED: len(packed)}
 
 
+def test_the_interpreted_reference_runs_only_for_a_candidate_over_the_plain_bar(monkeypatch):
+    """On the CPU a bf16 bar also counts the reference's own Triton path run in the interpreter (its
+    truncating conversions); a bar is the worst of the reference's errors, so that run can only
+    raise it and is made only for a candidate over the bar without it: none for the cases the
+    packed-rows kernel gets right, one per case it gets wrong, and those still fail."""
+    import fk_pytest.correctness as correctness
+
+    made, real = [], correctness.with_paths
+    monkeypatch.setattr(correctness, "with_paths", lambda *a, **k: made.append(1) or real(*a, **k))
+    cls = load(CANDIDATES / "rms_contiguous_rows", "rms_norm")
+    bf16 = [c for c in get_task("rms_norm").cases("cpu") if c.dtype == torch.bfloat16]
+    packed = [c for c in bf16 if c["layout"] == "contiguous"][:2]
+    strided = [c for c in bf16 if c["layout"] != "contiguous"][:3]
+    assert packed and strided
+    counts, _ = verdicts("rms_norm", cls, packed)
+    assert counts == {status.PASSED: len(packed)} and made == []
+    counts, results = verdicts("rms_norm", cls, strided)
+    assert counts[status.WRONG_RESULT] >= 1 and len(made) == counts[status.WRONG_RESULT], (counts, made)
+
+
 def test_an_error_inside_torch_names_the_line_of_user_code_that_led_there():
     def candidate_line():
         return torch.zeros(4).split([5])  # raises inside torch's own Python code
