@@ -68,7 +68,9 @@ SCENARIO_NAMES = {
     # SmolLM2 serves 8192 positions: the 32k-token long-context scenario does not apply to it.
     "full": {TRAINED: ("chat", "batch-1", "batch-32"),
              **{m: ("chat", "long-context", "batch-1", "batch-32") for m in LLAMA_FAMILY},
-             **{m: ("chat", "batch-32") for m in MOE_MODELS + STATE_MODELS}},
+             **{m: ("chat", "batch-32") for m in MOE_MODELS},
+             # the state models also read 64k-token prompts: the context they are served for
+             **{m: ("chat", "batch-32", "long-prefill") for m in STATE_MODELS}},
 }
 # (model, scenario, degree): the cases also served at tensor-parallel degree > 1, where a tree's
 # all-reduces (attention's output projection, the expert block) run inside the served model.

@@ -45,3 +45,18 @@ def test_state_model_case_is_sensitive_and_right_trees_get_full_credit(model, mo
     tri = score(candidate_lookup(CandidateSource(ROOT / "examples/candidates/triton")))
     assert tri.status == status.PASSED and tri.credit == 1.0, tri.message
     assert tri.interpreted
+
+
+def test_the_state_models_read_64k_token_prompts_on_the_full_profile():
+    """The long-prefill scenario (two 65536-token prompts) is served to both state models on the full
+    profile, and only to them; chunked prefill then carries each sequence's state over eight chunks."""
+    from kernels_reference.engine.scenarios import SCENARIOS
+    from tasks.e2e import E2E as SPEC, STATE_MODELS
+
+    long = [c for c in SPEC.cases("full", scale=1.0) if c["scenario"] == "long-prefill"]
+    assert sorted(c["model"] for c in long) == sorted(STATE_MODELS)
+    for case in long:
+        requests = SPEC.requests(case)
+        assert [len(p) for p, _ in requests] == [65536, 65536]
+        assert SCENARIOS["long-prefill"].engine_args["max_num_batched_tokens"] * 8 == 65536
+        assert SPEC.engine_args(case)["chunked_prefill"]

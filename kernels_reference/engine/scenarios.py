@@ -20,6 +20,8 @@ Published statistics used:
 * Long context: Llama-3.1 serves a 128k-token context; four 32000-token prompts with short outputs
   (retrieval / document QA) are a long-context load that one H200 holds, and that still fits the
   32768-position models (Qwen2.5, Mistral) with the output.
+* Long prefill (the state models: Mamba-2, Qwen3-Next): two 65536-token prompts, a context length
+  where a per-sequence state of constant size, not a cache that grows, is what the model is for.
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ class LengthDistribution:
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
-    name: str  # "chat", "long-context", "batch-1", "batch-32"
+    name: str  # "chat", "long-context", "batch-1", "batch-32", "long-prefill"
     description: str  # incl. the published statistics and their source
     engine_args: Dict[str, Any]  # LLM(...) kwargs: max_num_seqs, max_num_batched_tokens, block_size
     num_requests: int = 1
@@ -106,4 +108,13 @@ SCENARIOS: Dict[str, Scenario] = {s.name: s for s in (
         "V1 server defaults.",
         dict(VLLM_SERVER_ENGINE_ARGS), num_requests=32,
         prompt=LengthDistribution(1024), output=LengthDistribution(512)),
+    Scenario(
+        "long-prefill",
+        "Long prefill: 2 prompts of 65536 tokens with 128-token outputs (a whole document or code base "
+        "read once), the load a linear-attention or state-space model is served for: its state per "
+        "sequence stays one size however long the context, where attention's cache and cost grow with "
+        "it. Prefill runs in 8192-token chunks, each carrying its sequences' states to the next. vLLM "
+        "V1 server defaults.",
+        dict(VLLM_SERVER_ENGINE_ARGS), num_requests=2,
+        prompt=LengthDistribution(65536), output=LengthDistribution(128)),
 )}
