@@ -18,7 +18,7 @@ import torch
 from . import status
 from .build import copy_model, release_memory, with_paths
 from .compose import Composition, swap_children
-from .e2e import (DECODE, FAIL_AT, MIN_STABLE_TOKENS, PATHS, PREFILL, VALID_CREDIT, E2EResult, E2ESpec,
+from .e2e import (DECODE, DECODE_PATH, FAIL_AT, MIN_STABLE_TOKENS, PATHS, PREFILL, VALID_CREDIT, E2EResult, E2ESpec,
                   MutantResult, Predictions, Request, as_mutant, blend, catch_at, credit, noise_floor,
                   noise_tallies, sampling_allowance, stable_positions, tally)
 from .e2e_tp import candidate_at_degree
@@ -144,11 +144,11 @@ def mutant_predictions(llm, run: "ScenarioRun", kind: str) -> Dict[str, Predicti
     """A mutant's predictions per path; the second path is skipped when the first already took all
     credit (d >= FAIL_AT whatever the floor): it cannot undo a catch. A decode-path mutant (wrong on
     decode steps only) is scored decode-forced first; every other kind prefill-forced first, the
-    cheaper path where the engine is not in CUDA graphs (one pass over the prompts and targets
-    against one decode step per target: 0.3 s against 2.6 s per SmolLM2 scenario on 2 CPU cores
-    on 2026-12-06), and a bug that is wrong everywhere is caught there as well."""
+    cheaper path (one pass over prompts and targets, where decode-forced prefills the same prompts
+    and then takes one step per target: 0.3 s against 2.6 s per SmolLM2 scenario on 2 CPU cores on
+    2026-12-06), and a bug that is wrong everywhere is caught there as well."""
     out, stable = {}, run.stable()
-    for path in ((DECODE, PREFILL) if kind == "decode-path" else (PREFILL, DECODE)):
+    for path in ((DECODE, PREFILL) if kind == DECODE_PATH else (PREFILL, DECODE)):
         out[path] = forced(llm, run, path)
         if tally(out[path], run.expected, stable).d >= FAIL_AT:
             break
