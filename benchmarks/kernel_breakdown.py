@@ -39,16 +39,16 @@ def kernel_times(call, calls: int = PROFILED_CALLS):
     return sorted(kernels.items(), key=lambda kv: -kv[1])
 
 
-def autotuned_choices(prefix: str = ""):
-    """{kernel: [chosen config per tuned key]} of every Triton autotuner in loaded modules whose name
-    starts with ``prefix``: what a library's autotuning picked on this GPU for the shapes it saw."""
+def autotuned_choices():
+    """{kernel: [chosen config per tuned key]} of every Triton autotuner in loaded modules outside
+    kernels_reference: what a library's autotuning picked on this GPU for the shapes it saw."""
     import sys
 
     from triton.runtime.autotuner import Autotuner
 
     chosen = {}
     for mod_name, mod in list(sys.modules.items()):
-        if not mod_name.startswith(prefix) or mod is None:
+        if mod is None or mod_name.startswith("kernels_reference"):
             continue
         for attr, value in list(vars(mod).items()):
             if isinstance(value, Autotuner) and value.cache:
@@ -99,8 +99,7 @@ def main():
                     print(f"    {us:9.1f} us  {key[:90]}")
                 if who != "reference":
                     for kernel, configs in autotuned_choices().items():
-                        if not kernel.startswith("kernels_reference"):
-                            print(f"    tuned {kernel}: " + " | ".join(configs))
+                        print(f"    tuned {kernel}: " + " | ".join(configs))
 
 
 if __name__ == "__main__":

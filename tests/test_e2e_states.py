@@ -55,8 +55,7 @@ def test_the_state_models_read_64k_token_prompts_on_the_full_profile():
 
     long = [c for c in SPEC.cases("full", scale=1.0) if c["scenario"] == "long-prefill"]
     assert sorted(c["model"] for c in long) == sorted(STATE_MODELS)
+    assert SCENARIOS["long-prefill"].engine_args["max_num_batched_tokens"] * 8 == 65536
     for case in long:
-        requests = SPEC.requests(case)
-        assert [len(p) for p, _ in requests] == [65536, 65536]
-        assert SCENARIOS["long-prefill"].engine_args["max_num_batched_tokens"] * 8 == 65536
+        assert [len(p) for p, _ in SPEC.requests(case)] == [65536, 65536]
         assert SPEC.engine_args(case)["chunked_prefill"]
