@@ -43,16 +43,19 @@ def autotuned_choices():
     """{kernel: [chosen config per tuned key]} of every Triton autotuner in loaded modules outside
     kernels_reference: what a library's autotuning picked on this GPU for the shapes it saw."""
     import sys
+    import warnings
 
     from triton.runtime.autotuner import Autotuner
 
     chosen = {}
-    for mod_name, mod in list(sys.modules.items()):
-        if mod is None or mod_name.startswith("kernels_reference"):
-            continue
-        for attr, value in list(vars(mod).items()):
-            if isinstance(value, Autotuner) and value.cache:
-                chosen[f"{mod_name}.{attr}"] = [str(config) for config in value.cache.values()]
+    with warnings.catch_warnings():  # deprecated module attributes (torch.distributed.reduce_op) warn when looked at
+        warnings.simplefilter("ignore")
+        for mod_name, mod in list(sys.modules.items()):
+            if mod is None or mod_name.startswith("kernels_reference"):
+                continue
+            for attr, value in list(vars(mod).items()):
+                if isinstance(value, Autotuner) and value.cache:
+                    chosen[f"{mod_name}.{attr}"] = [str(config) for config in value.cache.values()]
     return chosen
 
 
