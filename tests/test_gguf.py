@@ -149,8 +149,14 @@ def hf_reads():
     merges: 3.5-6.6 s on a 2-core CPU) and HF builds one per call. The parse is llama.cpp's
     parser either way and the reader is read-only (tensor data memory-mapped with mode "r"), so
     HF reads the same bytes the same way; our loader keeps its own parse (kernels_reference.gguf),
-    so the two sides of the comparison stay independent."""
+    so the two sides of the comparison stay independent.
+
+    Likewise HF's tensor-name map: ``get_gguf_hf_weights_map`` asks gguf for a fresh
+    ``TensorNameMap(arch, layers)`` once per submodule it recurses into (about 400 for SmolLM2,
+    4-6 s of building the same table); the map is a pure function of its two arguments and HF
+    only looks names up in it, so one per argument pair is handed back each time."""
     real, parsed = gguf.GGUFReader, {}
+    real_name_map, name_maps = gguf.get_tensor_name_map, {}
 
     def shared_reader(path, *args, **kwargs):
         key = (os.path.realpath(str(path)), args, tuple(sorted(kwargs.items())))
@@ -158,14 +164,21 @@ def hf_reads():
             parsed[key] = real(path, *args, **kwargs)
         return parsed[key]
 
+    def shared_name_map(arch, n_blocks):
+        if (arch, n_blocks) not in name_maps:
+            name_maps[arch, n_blocks] = real_name_map(arch, n_blocks)
+        return name_maps[arch, n_blocks]
+
     @contextlib.contextmanager
     def one_parse():
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(gguf, "GGUFReader", shared_reader)  # HF imports it from gguf at each call
+            mp.setattr(gguf, "GGUFReader", shared_reader)  # HF imports both from gguf at each call
+            mp.setattr(gguf, "get_tensor_name_map", shared_name_map)
             yield
 
     yield one_parse
     parsed.clear()
+    name_maps.clear()
 
 
 def _hf_model(path, one_parse):
