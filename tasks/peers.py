@@ -72,9 +72,17 @@ def decode_shape(case) -> Optional[Tuple[int, int]]:
     return (int(m[1]), int(m[2])) if m else None
 
 
-def _wide_decode(case) -> bool:
-    shape = decode_shape(case)
-    return shape is not None and shape[0] >= 32 and shape[1] >= 2048
+def decode_batch(case) -> Optional[int]:
+    """The batch of any decode case (paged attention ``...-decode-B32-C2048-...``, a recurrent state
+    update ``...-decode-B32-bf16``), else None."""
+    m = re.search(r"-decode-B(\d+)-", case.id)
+    return int(m[1]) if m else None
+
+
+def _serving_decode(case) -> bool:
+    """A decode step of a serving batch: 32 sequences or more, any context."""
+    batch = decode_batch(case)
+    return batch is not None and batch >= 32
 
 
 def _long_decode(case) -> bool:
@@ -83,8 +91,17 @@ def _long_decode(case) -> bool:
 
 
 MEMORY_BOUND = Target(f">= 85% of copy bandwidth at >= {BANDWIDTH_TOKENS} tokens", 0.85, _many_tokens)
-DECODE_WIDE = Target("paged decode B>=32 C>=2048: >= 80% of copy bandwidth", 0.80, _wide_decode)
+# Paged decode of serving batches, every KV layout the tasks use (4 and 8 KV heads at d128, MLA's
+# latent cache): the bar of the issue "Attention measured against the kernels serving stacks run".
+DECODE_WIDE = Target("paged decode B>=32: >= 85% of copy bandwidth", 0.85, _serving_decode)
 DECODE_LONG = Target("paged decode B1 C8192: >= 70% of copy bandwidth", 0.70, _long_decode)
+# A recurrent model's decode step reads and writes every sequence's state (Mamba-2's [80, 64, 128]
+# float32 per sequence, the gated delta rule's, GLA's and RWKV-7's): pure state bandwidth.
+DECODE_STATE = Target("decode state update B>=32: >= 70% of copy bandwidth", 0.70, _serving_decode)
+# Attention against production kernels (FlashInfer, FlashAttention, cuDNN): no case behind the best
+# of them; and the ops of the dense table no case more than 5% behind any peer.
+ATTENTION_PRODUCTION_FLOOR = 1.0
+DENSE_SHAPE_FLOOR = 0.95
 
 
 # ---- Liger-Kernel --------------------------------------------------------------------------------
@@ -1277,32 +1294,37 @@ DWCONV_NORM_PEERS = (
 
 
 # ---- the ops -------------------------------------------------------------------------------------
-def _op(peers, targets=(), case_filter=llama_family_bf16) -> OpPeers:
-    return OpPeers(tuple(peers), tuple(targets), case_filter)
+def _op(peers, targets=(), case_filter=llama_family_bf16, shape_floor=None, production_floor=None) -> OpPeers:
+    return OpPeers(tuple(peers), tuple(targets), case_filter, shape_floor, production_floor)
+
+
+def _dense(peers, targets=(), case_filter=llama_family_bf16, production_floor=None) -> OpPeers:
+    """An op of the dense-model peer table: no case below DENSE_SHAPE_FLOOR of the best peer."""
+    return _op(peers, targets, case_filter, DENSE_SHAPE_FLOOR, production_floor)
 
 
 OPS: Dict[str, OpPeers] = {
-    "rms_norm": _op((EAGER, COMPILE, LIGER_RMS_NORM), (MEMORY_BOUND,)),
-    "silu_and_mul": _op((EAGER, COMPILE, LIGER_SILU), (MEMORY_BOUND,)),
-    "rotary_emb": _op((EAGER, COMPILE, LIGER_ROPE), (MEMORY_BOUND,)),
-    "attention": _op(ATTENTION_PEERS, (DECODE_WIDE, DECODE_LONG)),
-    "mla_attention": _op(MLA_PEERS, (), _bf16),
+    "rms_norm": _dense((EAGER, COMPILE, LIGER_RMS_NORM), (MEMORY_BOUND,)),
+    "silu_and_mul": _dense((EAGER, COMPILE, LIGER_SILU), (MEMORY_BOUND,)),
+    "rotary_emb": _dense((EAGER, COMPILE, LIGER_ROPE), (MEMORY_BOUND,)),
+    "attention": _dense(ATTENTION_PEERS, (DECODE_WIDE, DECODE_LONG), production_floor=ATTENTION_PRODUCTION_FLOOR),
+    "mla_attention": _dense(MLA_PEERS, (DECODE_WIDE,), _bf16, production_floor=ATTENTION_PRODUCTION_FLOOR),
     "deepseek_rotary_emb": _op((EAGER, COMPILE), (MEMORY_BOUND,), _bf16),
-    "vocab_parallel_embedding": _op((EAGER, COMPILE), (MEMORY_BOUND,)),
+    "vocab_parallel_embedding": _dense((EAGER, COMPILE), (MEMORY_BOUND,)),
     # The reference already calls cuBLAS through F.linear; eager and Inductor are still what a user has.
-    "qkv_parallel_linear": _op((EAGER, COMPILE)),
-    "merged_column_parallel_linear": _op((EAGER, COMPILE)),
-    "row_parallel_linear": _op((EAGER, COMPILE)),
-    "replicated_linear": _op((EAGER, COMPILE)),
-    "parallel_lm_head": _op((EAGER, COMPILE)),
+    "qkv_parallel_linear": _dense((EAGER, COMPILE)),
+    "merged_column_parallel_linear": _dense((EAGER, COMPILE)),
+    "row_parallel_linear": _dense((EAGER, COMPILE)),
+    "replicated_linear": _dense((EAGER, COMPILE)),
+    "parallel_lm_head": _dense((EAGER, COMPILE)),
     "fused_moe": _op((EAGER, MOE_COMPILE, GROUPED_MM), (MOE_PREFILL, MOE_DECODE), moe_bf16),
     "topk_softmax": _op((EAGER, COMPILE), (), moe_bf16),
     # No eager peer: forward_native is the float64-exact token-by-token recurrence, minutes a case.
     "mamba_chunk_scan": _op((MAMBA_CHUNK_SCAN,), (), _bf16),
-    "selective_state_update": _op((MAMBA_STATE_UPDATE,), (), _bf16),
-    "gated_delta_rule": _op((FLA_GATED_DELTA,), (), _bf16),
-    "gated_linear_attention": _op((FLA_GLA,), (), _bf16),
-    "rwkv7": _op((FLA_RWKV7,), (), _bf16),
+    "selective_state_update": _op((MAMBA_STATE_UPDATE,), (DECODE_STATE,), _bf16),
+    "gated_delta_rule": _op((FLA_GATED_DELTA,), (DECODE_STATE,), _bf16),
+    "gated_linear_attention": _op((FLA_GLA,), (DECODE_STATE,), _bf16),
+    "rwkv7": _op((FLA_RWKV7,), (DECODE_STATE,), _bf16),
     "layer_norm": _op((EAGER, COMPILE, TORCH_LAYER_NORM, LIGER_LAYER_NORM), (MEMORY_BOUND,), _bf16),
     "gelu": _op((EAGER, COMPILE, TORCH_GELU), (MEMORY_BOUND,), _bf16),
     "encoder_only_attention": _op(ENCODER_ATTENTION_PEERS, (), _bf16),

@@ -149,7 +149,7 @@ def test_selection_dedupes_filters_and_puts_target_cases_first():
     assert {s.case.id for s in picked} == {"qwen3-8b-decode-T1-bf16", "qwen3-8b-decode-T1-fused-add-bf16"}
 
     attention = select_cases(get_task("attention"), suite_ops()["attention"], "full", max_cases=3)
-    assert [s.case.id for s in attention][:2] == ["llama-3.1-8b-decode-B32-C2048-bf16",
+    assert [s.case.id for s in attention][:2] == ["llama-3.1-8b-decode-B32-C1280-bf16",
                                                   "llama-3.1-8b-decode-B1-C8192-bf16"]
     assert {"qwen3-8b-decode-B1-C8192-bf16", "mistral-7b-v0.3-decode-B1-C8192-bf16"} <= set(attention[1].same_as)
     assert attention[2].case.params.get("source") == "captured"  # then the captured serving steps
@@ -265,7 +265,7 @@ def test_command_line(tmp_path, capsys):
     assert main(["--list", "--ops", "rms_norm", "--peers", "flashinfer"]) == 2
     assert "--peers names no peer of the selected ops: flashinfer" in capsys.readouterr().err
     assert main(["--list", "--profile", "full", "--ops", "attention", "--max-cases-per-op", "2"]) == 0
-    assert "decode-B32-C2048" in capsys.readouterr().out
+    assert "decode-B32-C1280" in capsys.readouterr().out  # a batch >= 32 decode case first: a target judges it
 
 
 # The encoder and vision ops: on one small bf16 case each (the padded batch for multi_head_attention:
@@ -331,3 +331,52 @@ def test_encoder_and_vision_peer_cases_and_bandwidth_targets():
     assert not any(pooler_target.applies(s.case) for s in select_cases(get_task("pooler"), ops["pooler"], "full"))
     for op in ("encoder_only_attention", "multi_head_attention", "patch_embed", "convnext_dwconv_norm"):
         assert ops[op].targets == ()
+
+
+def test_serving_decode_targets_cover_every_kv_layout_and_the_state_updates():
+    """Paged decode at batch >= 32 is held to 85% of copy for 4 and 8 KV heads and MLA's latent cache,
+    at any context; a recurrent state update at batch >= 32 to 70%; batch 1-6 is not judged so."""
+    ops = suite_ops()
+    # The dense table's ops: no case more than 5% behind a peer; attention none behind production.
+    assert all(ops[op].shape_floor == 0.95 for op in ("rms_norm", "silu_and_mul", "rotary_emb", "attention",
+                                                     "mla_attention", "qkv_parallel_linear"))
+    assert ops["attention"].production_floor == ops["mla_attention"].production_floor == 1.0
+    assert ops["mamba_chunk_scan"].shape_floor is None and ops["rms_norm"].production_floor is None
+    wide = {op: [t for t in ops[op].targets if t.min_bw_frac == 0.85 and "decode" in t.name]
+            for op in ("attention", "mla_attention")}
+    for op, (target,) in wide.items():
+        judged = {c.id for c in get_task(op).cases("full") if target.applies(c)}
+        batches = {int(cid.split("-decode-B")[1].split("-")[0]) for cid in judged}
+        assert batches == {32, 139}, (op, judged)
+        assert any("-C1280-" in cid for cid in judged) and any("-C2048-" in cid for cid in judged)
+    assert {"qwen2.5-7b-decode-B32-C2048-bf16", "llama-3.1-8b-decode-B139-C1152-bf16"} <= {  # 4 and 8 KV heads
+        c.id for c in get_task("attention").cases("full") if wide["attention"][0].applies(c)}
+    for op in ("selective_state_update", "gated_delta_rule", "gated_linear_attention", "rwkv7"):
+        (target,) = ops[op].targets
+        assert target.min_bw_frac == 0.70
+        judged = [c.id for c in get_task(op).cases("full") if target.applies(c)]
+        assert judged and all("-decode-B32-" in cid or "-decode-B128-" in cid or "-decode-B256-" in cid
+                              for cid in judged), (op, judged)
+        assert not any(target.applies(c) for c in get_task(op).cases("full") if "-decode-B1-" in c.id)
+
+
+def test_an_op_floor_and_the_production_floor_can_each_fail_the_op():
+    cases = {}
+    records = [{"case": "a", "ratio": 1.2, "impls": {REFERENCE: {}},
+                "by_kind": {PRODUCTION: {"ratio": 1.2}, FRAMEWORK: {"ratio": 3.0}}},
+               {"case": "b", "ratio": 0.93, "impls": {REFERENCE: {}},
+                "by_kind": {PRODUCTION: {"ratio": 0.93}, FRAMEWORK: {"ratio": 2.0}}}]
+    assert op_summary(records, [], cases, informational=False)["ratio_target"]["held"] is True  # 0.93 >= 0.9
+    strict = op_summary(records, [], cases, informational=False, shape_floor=0.95)
+    assert strict["ratio_target"]["held"] is False and strict["ratio_target"]["shape_min"] == 0.95
+    assert strict["all_held"] is False
+    prod = op_summary(records, [], cases, informational=False, production_floor=1.0)
+    assert prod["ratio_target"]["held"] is True
+    assert prod["production_target"] == {"case_min": 1.0, "held": False, "min_ratio": 0.93, "min_ratio_case": "b"}
+    assert prod["all_held"] is False
+    records[1]["by_kind"][PRODUCTION]["ratio"] = None  # no production peer ran on b: judged on a alone
+    assert op_summary(records, [], cases, informational=False, production_floor=1.0)["production_target"]["held"]
+    for r in records:
+        r["by_kind"][PRODUCTION]["ratio"] = None  # none ran anywhere: nothing to hold, not a pass
+    none_ran = op_summary(records, [], cases, informational=False, production_floor=1.0)
+    assert none_ran["production_target"]["held"] is None and none_ran["all_held"] is None

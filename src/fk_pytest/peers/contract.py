@@ -121,9 +121,15 @@ class Target:
 
 @dataclasses.dataclass(frozen=True)
 class OpPeers:
+    """One op's peers and what the reference must reach against them: its bandwidth ``targets``; no
+    case's ratio to the best peer under ``shape_floor`` (None: the benchmark's default); and, where
+    ``production_floor`` is set, no case's ratio to the best *production* peer under it."""
+
     peers: Tuple[Peer, ...]
     targets: Tuple[Target, ...] = ()
     case_filter: Callable[[Case], bool] = lambda case: True
+    shape_floor: Optional[float] = None
+    production_floor: Optional[float] = None
 
 
 def suite_peers_module():

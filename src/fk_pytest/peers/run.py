@@ -56,6 +56,8 @@ def benchmark(opts: Options, op_names: Optional[Sequence[str]] = None, keyword: 
                          "peers": [{"name": p.name, "description": p.description, "kind": p.kind,
                                     "version": p.version_text()} for p in spec.peers],
                          "targets": [{"name": t.name, "min_bw_frac": t.min_bw_frac} for t in spec.targets],
+                         "ratio_shape_min": RATIO_SHAPE_FLOOR if spec.shape_floor is None else spec.shape_floor,
+                         "production_case_min": spec.production_floor,
                          "cases": [], "not_run": [], "summary": None}
         doc["ops"].append(entries[name])
 
@@ -102,7 +104,9 @@ def _finish(doc, entries, tasks, ops, started, complete: bool) -> None:
     informational = doc["run"]["device"] != "cuda"
     for name, entry in entries.items():
         case_of = {c.id: c for c in tasks[name].cases(doc["run"]["profile"])}
-        entry["summary"] = op_summary(entry["cases"], ops[name].targets, case_of, informational)
+        spec = ops[name]
+        entry["summary"] = op_summary(entry["cases"], spec.targets, case_of, informational, spec.shape_floor,
+                                      spec.production_floor)
     doc["run"]["elapsed_s"] = round(time.monotonic() - started, 1)
     doc["complete"] = complete
 

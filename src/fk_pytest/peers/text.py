@@ -40,8 +40,14 @@ def summary_rows(doc: Dict[str, Any]) -> List[Tuple[str, ...]]:
         verdict = _held(ratio["held"])
         if ratio["held"] is False and ratio.get("within_noise"):
             verdict += f" (within the +-{ratio['noise']:.0%} timing noise)"
+        if ratio.get("shape_min", RATIO_SHAPE_FLOOR) != RATIO_SHAPE_FLOOR:
+            verdict += f" (no shape < {ratio['shape_min']})"
+        production = _kind_text(s, PRODUCTION)
+        if s.get("production_target"):
+            p = s["production_target"]
+            production += f"; every case >= {p['case_min']}: {_held(p['held'])}"
         rows.append((op["op"], str(len(op["cases"])), _f(s["geomean_ratio"], ".3f"), low, verdict,
-                     _kind_text(s, PRODUCTION), _kind_text(s, FRAMEWORK), targets))
+                     production, _kind_text(s, FRAMEWORK), targets))
     return rows
 
 
@@ -83,7 +89,8 @@ def to_markdown(doc: Dict[str, Any], command: Optional[str] = None) -> str:
               "(a wrong peer is excluded), then all implementations timed interleaved in one loop "
               "(CUDA-graph replay where capturable, L2 flushed outside the timed window, rotated inputs). "
               f"**ratio = best peer time / reference time**; targets per op: geomean >= {RATIO_GEOMEAN_TARGET}, "
-              f"no shape < {RATIO_SHAPE_FLOOR}, and the bandwidth targets (fraction of the measured copy "
+              f"no shape < {RATIO_SHAPE_FLOOR} (or the op's own floor, named in its row), where an op says so "
+              "no case under a floor against the production peers alone, and the bandwidth targets (fraction of the measured copy "
               "bandwidth reached by the reference).", ""]
     if run["device"] != "cuda":
         lines += ["Timings on the CPU are informational only.", ""]

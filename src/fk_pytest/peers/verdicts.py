@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from ..macro import geomean
 from ..task import Case
-from .contract import PEER_KINDS, REFERENCE, Target
+from .contract import PEER_KINDS, PRODUCTION, REFERENCE, Target
 
 # Done-when of the peer benchmark (per op): the reference is at least as fast as the best peer on
 # geomean over the shapes, and no single shape is more than 10% slower.
@@ -39,14 +39,17 @@ def case_verdict(impls: Dict[str, Dict[str, Any]], kinds: Optional[Dict[str, str
 
 
 def op_summary(cases: Sequence[Dict[str, Any]], targets: Sequence[Target], case_of: Dict[str, Case],
-               informational: bool) -> Dict[str, Any]:
-    """Ratio target and bandwidth targets of one op, each ``held`` True/False (None: nothing to judge)."""
+               informational: bool, shape_floor: Optional[float] = None,
+               production_floor: Optional[float] = None) -> Dict[str, Any]:
+    """Ratio target, production target (with ``production_floor``) and bandwidth targets of one op,
+    each ``held`` True/False (None: nothing to judge)."""
+    floor = RATIO_SHAPE_FLOOR if shape_floor is None else shape_floor
     ratios = [(c["ratio"], c["case"]) for c in cases if c.get("ratio") is not None]
     geo = geomean([r for r, _ in ratios])
     low = min(ratios, default=(None, None))
-    ratio_held = None if not ratios else bool(geo >= RATIO_GEOMEAN_TARGET and low[0] >= RATIO_SHAPE_FLOOR)
+    ratio_held = None if not ratios else bool(geo >= RATIO_GEOMEAN_TARGET and low[0] >= floor)
     within_noise = None if not ratios else bool(geo >= RATIO_GEOMEAN_TARGET * (1 - TIMING_NOISE)
-                                                and low[0] >= RATIO_SHAPE_FLOOR * (1 - TIMING_NOISE))
+                                                and low[0] >= floor * (1 - TIMING_NOISE))
     judged = []
     for target in targets:
         values = [(c["impls"][REFERENCE].get(target.metric), c["case"]) for c in cases
@@ -59,7 +62,6 @@ def op_summary(cases: Sequence[Dict[str, Any]], targets: Sequence[Target], case_
         judged.append({"name": target.name, "min_bw_frac": target.min_bw_frac, "metric": target.metric,
                        "cases": len(values),
                        "worst_bw_frac": worst[0], "worst_case": worst[1], "held": held, "note": note})
-    checks = [ratio_held] + [t["held"] for t in judged]
     by_kind = {}
     for kind in PEER_KINDS:
         per = [(c["by_kind"][kind]["ratio"], c["case"]) for c in cases
@@ -67,9 +69,19 @@ def op_summary(cases: Sequence[Dict[str, Any]], targets: Sequence[Target], case_
         low_kind = min(per, default=(None, None))
         by_kind[kind] = {"cases_with_ratio": len(per), "geomean_ratio": geomean([r for r, _ in per]),
                          "min_ratio": low_kind[0], "min_ratio_case": low_kind[1]}
-    return {"cases_with_ratio": len(ratios), "ratio_to_best_peer": geo, "by_kind": by_kind,
-            "geomean_ratio": geo, "min_ratio": low[0], "min_ratio_case": low[1],
-            "ratio_target": {"geomean_min": RATIO_GEOMEAN_TARGET, "shape_min": RATIO_SHAPE_FLOOR, "held": ratio_held,
-                             "within_noise": within_noise, "noise": TIMING_NOISE},
-            "targets": judged, "informational": informational,
-            "all_held": None if any(c is None for c in checks) else all(checks)}
+    checks = [ratio_held] + [t["held"] for t in judged]
+    out = {"cases_with_ratio": len(ratios), "ratio_to_best_peer": geo, "by_kind": by_kind,
+           "geomean_ratio": geo, "min_ratio": low[0], "min_ratio_case": low[1],
+           "ratio_target": {"geomean_min": RATIO_GEOMEAN_TARGET, "shape_min": floor, "held": ratio_held,
+                            "within_noise": within_noise, "noise": TIMING_NOISE},
+           "targets": judged, "informational": informational}
+    if production_floor is not None:
+        # Judged only where a production peer ran: an op whose production peers are all missing
+        # from this machine has nothing to hold against them (None), not a pass.
+        prod = by_kind[PRODUCTION]
+        held = None if not prod["cases_with_ratio"] else bool(prod["min_ratio"] >= production_floor)
+        out["production_target"] = {"case_min": production_floor, "held": held, "min_ratio": prod["min_ratio"],
+                                    "min_ratio_case": prod["min_ratio_case"]}
+        checks.append(held)
+    out["all_held"] = None if any(c is None for c in checks) else all(checks)
+    return out
