@@ -119,6 +119,11 @@ step_cmd() {
     # file from PyPI's simple index) under .whl/, unpacked and put on PYTHONPATH as source: its
     # compiled CUDA extension is never built or needed (tasks/peers.py says how it imports).
     peers-mamba) echo "mkdir -p /tmp/mamba-src && tar xzf .whl/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba-src && PYTHONPATH=/tmp/mamba-src/mamba_ssm-2.3.2.post1:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops mamba_chunk_scan,selective_state_update --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-150} --json $OUT/peers-mamba.json --md $OUT/peers-mamba.md" ;;
+    # The linear-attention family's gated norm, Gemma norm, conv window and the 2-D rope against their
+    # peers: fla-core's two gated norms and mamba-ssm's (the wheels and sdist of peers-fla and
+    # peers-mamba), Liger's RMSNorm in Gemma's form (`pip download --no-deps liger-kernel==0.8.5 -d
+    # .whl`), eager and Inductor. Carry .whl.
+    peers-norms) echo "pip install -q --no-deps --no-index --target /tmp/pylib .whl/fla_core-*.whl .whl/einops-*.whl .whl/liger_kernel-*.whl && mkdir -p /tmp/mamba-src && tar xzf .whl/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba-src && PYTHONPATH=/tmp/pylib:/tmp/mamba-src/mamba_ssm-2.3.2.post1:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm_gated,gemma_rms_norm,short_convolution,rope_2d --max-cases-per-op 6 --time-budget \${PEERS_BUDGET:-150} --json $OUT/peers-norms.json --md $OUT/peers-norms.md" ;;
     # The encoder, vision and conv ops against their peers (tasks/peers.py), in two halves so that
     # the compiles of each fit one step.
     peers-enc-a) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops layer_norm,gelu,pooler,dinov2_position_embedding,global_response_norm --json $OUT/peers-enc-a.json --md $OUT/peers-enc-a.md --time-budget 200" ;;

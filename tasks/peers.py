@@ -114,28 +114,32 @@ def _liger_ops(ctx: PeerContext, name: str):
         raise Skipped(f"liger_kernel is not installed ({exc})") from None
 
 
-def _liger_rms_norm(ctx: PeerContext):
-    """LigerRMSNorm's function with Llama's casting (fp32 rstd, normalised value rounded to the input
-    dtype before the weight) and offset 0; the fused-add variant with LigerFusedAddRMSNorm."""
-    ops = _liger_ops(ctx, "rms_norm")
-    weight, eps = ctx.reference.weight, ctx.reference.variance_epsilon
-    if ctx.case["layout"] != "contiguous":
-        ctx.note("strided input: liger makes it contiguous first (a copy)")
-    if ctx.case["variant"] != "fused-add":
-        return lambda inputs: ops.LigerRMSNormFunction.apply(inputs["x"], weight, eps, 0.0, "llama", False)
-    try:
-        fused = _liger_ops(ctx, "fused_add_rms_norm").LigerFusedAddRMSNormFunction
-    except Skipped:
-        fused = None
-    if fused is not None:
-        return lambda inputs: fused.apply(inputs["x"], inputs["residual"], weight, eps, 0.0, "llama", False)
-    ctx.note("this liger has no fused add: the add runs in torch, then LigerRMSNorm")
+def _liger_rms_norm(offset: float, casting: str):
+    """LigerRMSNorm's function with the weight ``offset`` (0: Llama's ``w``; 1: Gemma's ``1 + w``)
+    and its casting mode ('llama': fp32 rstd, the normalised value rounded to the input dtype before
+    the weight; 'gemma': all in fp32, rounded once); the fused-add variant with LigerFusedAddRMSNorm."""
+    def build(ctx: PeerContext):
+        ops = _liger_ops(ctx, "rms_norm")
+        weight, eps = ctx.reference.weight, ctx.reference.variance_epsilon
+        if ctx.case["layout"] != "contiguous":
+            ctx.note("strided input: liger makes it contiguous first (a copy)")
+        if ctx.case["variant"] != "fused-add":
+            return lambda inputs: ops.LigerRMSNormFunction.apply(inputs["x"], weight, eps, offset, casting, False)
+        try:
+            fused = _liger_ops(ctx, "fused_add_rms_norm").LigerFusedAddRMSNormFunction
+        except Skipped:
+            fused = None
+        if fused is not None:
+            return lambda inputs: fused.apply(inputs["x"], inputs["residual"], weight, eps, offset, casting, False)
+        ctx.note("this liger has no fused add: the add runs in torch, then LigerRMSNorm")
 
-    def add_then_norm(inputs):
-        total = inputs["x"] + inputs["residual"]
-        return ops.LigerRMSNormFunction.apply(total, weight, eps, 0.0, "llama", False), total
+        def add_then_norm(inputs):
+            total = inputs["x"] + inputs["residual"]
+            return ops.LigerRMSNormFunction.apply(total, weight, eps, offset, casting, False), total
 
-    return add_then_norm
+        return add_then_norm
+
+    return build
 
 
 def _liger_silu_and_mul(ctx: PeerContext):
@@ -181,7 +185,9 @@ def _liger_rotary_emb(ctx: PeerContext):
 
 LIGER = dict(kind=PRODUCTION, version=package_version("liger-kernel"))
 LIGER_RMS_NORM = Peer("liger", "Liger-Kernel RMSNorm (casting 'llama', offset 0; fused add where it has it)",
-                      _liger_rms_norm, **LIGER)
+                      _liger_rms_norm(0.0, "llama"), **LIGER)
+LIGER_GEMMA_RMS_NORM = Peer("liger", "Liger-Kernel RMSNorm as Gemma's (casting 'gemma', offset 1: x / rms(x) * "
+                            "(1 + w); fused add where it has it)", _liger_rms_norm(1.0, "gemma"), **LIGER)
 LIGER_SILU = Peer("liger", "Liger-Kernel SwiGLU (silu(gate) * up) forward", _liger_silu_and_mul, **LIGER)
 LIGER_ROPE = Peer("liger", "Liger-Kernel rope, cos/sin gathered from a float32 table", _liger_rotary_emb, **LIGER)
 
@@ -968,6 +974,57 @@ MAMBA_STATE_UPDATE = Peer("mamba-ssm", "mamba-ssm selective_state_update (Triton
                           _mamba_state_update, **MAMBA_SSM)
 
 
+# ---- the gated RMSNorm after the scans: flash-linear-attention and mamba-ssm -----------------------
+# Qwen3-Next normalises each 128-wide head row, then gates (FLA's FusedRMSNormGated, vLLM's
+# RMSNormGated with norm_before_gate); Mamba-2 gates first and normalises groups of the gated value
+# (mamba-ssm's RMSNormGated, which vLLM ported and FLA carries as layernorm_gated).
+def _fla_norm(ctx: PeerContext, module: str):
+    if ctx.device.type != "cuda":
+        raise Skipped("flash-linear-attention's norm kernels need a GPU (their launcher asks the driver for "
+                      "the device's multiprocessors, which Triton's interpreter has no driver for)")
+    try:
+        return importlib.import_module(f"fla.modules.norm.{module}")
+    except ImportError as exc:
+        raise Skipped(f"fla-core is not installed ({exc})") from None
+
+
+def _fla_fused_rms_norm_gated(ctx: PeerContext):
+    """FLA's ``FusedRMSNormGated`` function (``rms_norm_gated``, swish): the whole row normalised,
+    then times silu(gate): Qwen3-Next's form only."""
+    ref = ctx.reference
+    if not ref.norm_before_gate or ref.group_size not in (None, ref.hidden_size):
+        raise Unsupported("FusedRMSNormGated normalises the whole row and then gates; this layer gates first "
+                          "and normalises groups of the gated value (Mamba-2's form)")
+    ops = _fla_norm(ctx, "fused_norm_gate")
+    weight, eps = ref.weight, ref.eps
+    return lambda inputs: ops.rms_norm_gated(inputs["x"], inputs["z"], weight, None, activation="swish", eps=eps)
+
+
+def _grouped_rms_norm_gated(load):
+    """``rmsnorm_fn(x, weight, None, z, eps, group_size, norm_before_gate)`` of the module ``load(ctx)``
+    returns: mamba-ssm's layernorm_gated and FLA's copy of it take the layer's arguments as they are."""
+    def build(ctx: PeerContext):
+        ops, ref = load(ctx), ctx.reference
+
+        def run(inputs):
+            return ops.rmsnorm_fn(inputs["x"], ref.weight, None, z=inputs["z"], eps=ref.eps,
+                                  group_size=ref.group_size, norm_before_gate=ref.norm_before_gate)
+
+        return _on_interpreter(ctx, run)
+
+    return build
+
+
+FLA_FUSED_NORM_GATED = Peer("fla-fused", "flash-linear-attention FusedRMSNormGated (rms_norm_gated, swish): the row "
+                            "normalised, then gated", _fla_fused_rms_norm_gated, **FLA)
+FLA_NORM_GATED = Peer("fla", "flash-linear-attention RMSNormGated (layernorm_gated.rmsnorm_fn): groups, the gate "
+                      "before or after the norm", _grouped_rms_norm_gated(lambda ctx: _fla_norm(ctx, "layernorm_gated")),
+                      **FLA)
+MAMBA_NORM_GATED = Peer("mamba-ssm", "mamba-ssm RMSNormGated (ops.triton.layernorm_gated.rmsnorm_fn), the kernel "
+                        "vLLM ported", _grouped_rms_norm_gated(lambda ctx: _mamba_triton(ctx, "layernorm_gated")),
+                        **MAMBA_SSM)
+
+
 # ---- encoders and vision towers --------------------------------------------------------------------
 # The L1 ops of embedding and vision serving (issue 29): peers are what Hugging Face transformers
 # (SDPA), timm and torch.compile run for them. The ops call torch modules directly in those stacks
@@ -1320,6 +1377,14 @@ OPS: Dict[str, OpPeers] = {
     "fused_moe": _op((EAGER, MOE_COMPILE, GROUPED_MM), (MOE_PREFILL, MOE_DECODE), moe_bf16),
     "topk_softmax": _op((EAGER, COMPILE), (), moe_bf16),
     # No eager peer: forward_native is the float64-exact token-by-token recurrence, minutes a case.
+    "rms_norm_gated": _op((EAGER, COMPILE, FLA_FUSED_NORM_GATED, FLA_NORM_GATED, MAMBA_NORM_GATED), (), _bf16),
+    "gemma_rms_norm": _op((EAGER, COMPILE, LIGER_GEMMA_RMS_NORM), (), _bf16),
+    # Eager and Inductor of the native forms only. The 2-D rope is torch ops in timm and HF. The conv
+    # window has production kernels (vLLM's Triton causal_conv1d, which the reference's interface
+    # follows; FLA's causal_conv1d), but FLA's takes per-sequence [N, D, W] states in and out rather
+    # than vLLM's slot pool and cache indices: a peer of it (gather, call, scatter) is not written yet.
+    "short_convolution": _op((EAGER, COMPILE), (), _bf16),
+    "rope_2d": _op((EAGER, COMPILE), (), _bf16),
     "mamba_chunk_scan": _op((MAMBA_CHUNK_SCAN,), (), _bf16),
     "selective_state_update": _op((MAMBA_STATE_UPDATE,), (DECODE_STATE,), _bf16),
     "gated_delta_rule": _op((FLA_GATED_DELTA,), (DECODE_STATE,), _bf16),

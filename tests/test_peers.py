@@ -380,3 +380,37 @@ def test_an_op_floor_and_the_production_floor_can_each_fail_the_op():
         r["by_kind"][PRODUCTION]["ratio"] = None  # none ran anywhere: nothing to hold, not a pass
     none_ran = op_summary(records, [], cases, informational=False, production_floor=1.0)
     assert none_ran["production_target"]["held"] is None and none_ran["all_held"] is None
+
+
+@pytest.mark.parametrize("keyword, runs", [("qwen3", {"fla-fused", "fla", "mamba-ssm"}),  # norm, then gate
+                                           ("mamba2", {"fla", "mamba-ssm"})])  # gate, then groups' norm
+def test_gated_norm_peers_hand_the_libraries_the_gate_groups_and_norm_side(monkeypatch, keyword, runs):
+    """FLA's and mamba-ssm's gated RMSNorm peers, with torch stand-ins for their functions, give the
+    reference's answer on both models' forms; FusedRMSNormGated says it does not compute Mamba-2's;
+    a stand-in gating on the wrong side of the norm is caught by the task's check."""
+    from fakes import gated_norm as fake
+    peers = suite_peers_module()
+    monkeypatch.setattr(peers, "_fla_norm", lambda ctx, module: fake)
+    monkeypatch.setattr(peers, "_mamba_triton", lambda ctx, module: fake)
+    spec, task = suite_ops()["rms_norm_gated"], get_task("rms_norm_gated")
+    chosen = [p for p in spec.peers if p.name in ("fla-fused", "fla", "mamba-ssm")]
+    assert len(chosen) == 3
+    sel = select_cases(task, spec, "cpu", keyword=keyword, max_cases=1)[0]
+    from fk_pytest.peers import measure_case
+    record = measure_case(task, sel.case, chosen, _cpu())
+    assert {n for n in runs if record["impls"][n]["status"] == "ok"} == runs, record["impls"]
+    if "fla-fused" not in runs:
+        assert record["impls"]["fla-fused"]["status"] == "unsupported"
+        assert "gates first" in record["impls"]["fla-fused"]["reason"]
+    monkeypatch.setattr(fake, "GATE_SIDE_SWAPPED", True)
+    record = measure_case(task, sel.case, chosen, _cpu())
+    assert all(record["impls"][n]["status"] == "wrong" for n in runs), record["impls"]
+
+
+def test_the_linear_attention_norms_conv_and_2d_rope_have_peers():
+    ops = suite_ops()
+    names = {op: [p.name for p in ops[op].peers] for op in ("rms_norm_gated", "gemma_rms_norm", "short_convolution",
+                                                            "rope_2d")}
+    assert names["rms_norm_gated"] == ["eager", "compile", "fla-fused", "fla", "mamba-ssm"]
+    assert names["gemma_rms_norm"] == ["eager", "compile", "liger"]
+    assert names["short_convolution"] == names["rope_2d"] == ["eager", "compile"]
