@@ -237,12 +237,20 @@ class LlmE2E(E2ESpec):
             # The padded static-buffer decode path the GPU's graphs replay, run eagerly, with small
             # buckets so a decode batch of 3 is padded to 4.
             args.update(padded_decode=True, graph_batch_sizes=CPU_DECODE_BUCKETS)
+        else:
+            # Serving budgets (8192) take these scenarios' prompts whole: scoring splits the longest
+            # prompt mid-block instead, so a candidate is also scored on a prefill that continues
+            # from the cache. Timing (generate) keeps the serving budget.
+            chunk = scoring_chunk_tokens(self.requests(case), block, args.get("max_num_batched_tokens", 2048))
+            if chunk is not None:
+                args["scoring_chunk_tokens"] = chunk
         return args
 
     def rebatched_engine_args(self, case) -> dict:
         """Another token budget (odd, so chunk boundaries move) and batch size: the steps, GEMM
         shapes and reduction orders change, the semantics do not."""
         args = self.engine_args(case)
+        args.pop("scoring_chunk_tokens", None)  # its own chunking: a third of the serving budget
         args.update(max_num_batched_tokens=max(8, args["max_num_batched_tokens"] // 3 + 1),
                     max_num_seqs=max(1, min(args.get("max_num_seqs", 64), len(self.requests(case))) // 2 + 1),
                     chunked_prefill=True)
@@ -260,6 +268,17 @@ class LlmE2E(E2ESpec):
                 out[name] = dataclasses.replace(out[name], kind=GRADED)
             return out
         return {name: m for name, m in BUILTIN_MUTANTS.items() if trained or m.kind != GRADED}
+
+
+def scoring_chunk_tokens(requests, block: int, serving_budget: int) -> Optional[int]:
+    """The scoring budget that splits the longest prompt in two, off a KV-block boundary (the
+    second chunk starts mid-block, reading the first chunk's keys from the cache); None where the
+    serving budget already splits it."""
+    longest = max(len(prompt) for prompt, _ in requests)
+    chunk = max(2, longest // 2)
+    if chunk % block == 0:
+        chunk += 1
+    return chunk if chunk < min(longest, serving_budget) else None
 
 
 def model_config(model: str, profile: str) -> dict:

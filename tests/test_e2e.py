@@ -427,3 +427,23 @@ def test_random_weight_models_get_one_local_head_per_kv_group_and_mla_is_left_as
     plain = init_random_weights(model_for(model_config("deepseek-v2-lite", "cpu")), gen).to(deepseek.dtype)
     assert not any(isinstance(m, LlamaAttention) for m in built.modules())
     assert all(torch.equal(a, b) for a, b in zip(built.state_dict().values(), plain.state_dict().values()))
+
+
+def test_full_profile_scoring_splits_each_scenario_s_longest_prompt_mid_block():
+    """Serving budgets (8192 tokens) take the GPU scenarios' prompts whole; scoring runs them with a
+    budget that splits the longest prompt off a KV-block boundary (its second chunk reads the first
+    from the cache), while the timed serving budget and the re-batched noise run's own stay."""
+    from tasks.e2e import E2E as SPEC
+    split = 0
+    for case in SPEC.cases("full"):
+        args, rebatched = SPEC.engine_args(case), SPEC.rebatched_engine_args(case)
+        longest = max(len(p) for p, _ in SPEC.requests(case))
+        chunk = args.get("scoring_chunk_tokens")
+        assert args["max_num_batched_tokens"] == 8192 and "scoring_chunk_tokens" not in rebatched, case.id
+        assert rebatched["max_num_batched_tokens"] == 8192 // 3 + 1
+        if longest <= 8192:  # a prompt the serving budget would take whole
+            assert chunk is not None and chunk < longest and chunk % args["block_size"], (case.id, chunk)
+            split += 1
+        else:  # the serving budget splits it already
+            assert chunk is None, case.id
+    assert split >= 20

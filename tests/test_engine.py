@@ -245,6 +245,27 @@ def test_score_is_teacher_forced_greedy_through_the_engine():
         tight.score([[1, 2]], [0])
 
 
+def test_scoring_crosses_chunk_boundaries_the_serving_budget_would_not():
+    """``scoring_chunk_tokens`` splits scored prompts into chunks (more steps, the same greedy
+    predictions) while generate, the timed path, keeps the serving budget."""
+    _, model = _tiny()
+    params = SamplingParams(max_tokens=6)
+    outs = LLM(model, num_blocks=64, block_size=4).generate(PROMPTS, params)
+    seqs, lens = [p + o for p, o in zip(PROMPTS, outs)], [len(p) for p in PROMPTS]
+    whole, split = LLM(model, num_blocks=64, block_size=4), LLM(model, num_blocks=64, block_size=4,
+                                                                 scoring_chunk_tokens=3)
+    for llm in (whole, split):
+        assert llm.score(seqs, lens) == outs and llm.score_decode(seqs, lens) == outs
+    assert sum(split.runner.steps.values()) > sum(whole.runner.steps.values())
+    assert split.scheduler.budget == whole.scheduler.budget == 2048  # restored after scoring
+    whole.runner.steps.clear()
+    split.runner.steps.clear()
+    assert split.generate(PROMPTS, params) == whole.generate(PROMPTS, params) == outs
+    assert split.runner.steps == whole.runner.steps  # the same steps: no chunking when serving
+    with pytest.raises(ValueError, match="scoring_chunk_tokens must be a positive"):
+        LLM(model, num_blocks=8, scoring_chunk_tokens=0)
+
+
 def test_compile_gives_the_eager_tokens():
     """torch.compile of the body with the padded decode path (aot_eager backend: Dynamo and AOT
     tracing as Inductor gets them, without its slow C++ code generation on this CPU)."""

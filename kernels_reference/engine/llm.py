@@ -4,6 +4,7 @@ Models: any ``kernels_reference.L4`` causal LM (``allocate_kv_cache``, ``forward
 ``compute_logits``). ``LLM.from_config`` builds one from an HF-style config with random weights
 (or loads HF safetensors when paths are given).
 """
+import contextlib
 import dataclasses
 from typing import List, Optional, Sequence as Seq, Union
 
@@ -79,13 +80,19 @@ class LLM:
     run eagerly; on by default with graphs), ``compile`` (``torch.compile`` the model body; a dict
     gives ``torch.compile`` options), ``fused_decode`` (batch-1 decode steps of a Llama model built
     from the reference modules run with the per-layer glue fused into the GEMVs; a ``FusedDecodeConfig``
-    says what to fuse: ``fused_decode.py``)."""
+    says what to fuse: ``fused_decode.py``), ``scoring_chunk_tokens`` (the token budget of the steps
+    :meth:`score` and :meth:`score_decode` schedule, where smaller than ``max_num_batched_tokens``:
+    a scored prompt longer than it crosses chunk boundaries even where the serving budget would
+    take it whole; :meth:`generate`, which is what gets timed, keeps the serving budget)."""
 
     def __init__(self, model, num_blocks: int = 256, block_size: int = 16, max_num_seqs: int = 64,
                  max_num_batched_tokens: int = 2048, chunked_prefill: bool = True,
                  max_model_len: Optional[int] = None, cuda_graphs: bool = False,
                  padded_decode: Optional[bool] = None, compile: Union[bool, dict] = False,
-                 graph_batch_sizes: Optional[Seq[int]] = None, fused_decode: Union[bool, FusedDecodeConfig] = False):
+                 graph_batch_sizes: Optional[Seq[int]] = None, fused_decode: Union[bool, FusedDecodeConfig] = False,
+                 scoring_chunk_tokens: Optional[int] = None):
+        if scoring_chunk_tokens is not None and scoring_chunk_tokens < 1:
+            raise ValueError(f"scoring_chunk_tokens must be a positive token count, got {scoring_chunk_tokens}")
         self.model = model.eval()
         # A state slot per admitted sequence (at most max_num_seqs run at once): the runner
         # allocates one more, the padded decode path's spare.
@@ -97,6 +104,18 @@ class LLM:
         self.max_model_len = self.runner.max_model_len
         self.sampler = Sampler(self.runner.device)  # replaceable, e.g. by a shape-only run's
         self._next_id = 0
+        self.scoring_chunk_tokens = scoring_chunk_tokens
+
+    @contextlib.contextmanager
+    def _scoring_budget(self):
+        """The scheduler's budget lowered to ``scoring_chunk_tokens`` while a score runs."""
+        serving = self.scheduler.budget
+        if self.scoring_chunk_tokens is not None:
+            self.scheduler.budget = min(serving, self.scoring_chunk_tokens)
+        try:
+            yield
+        finally:
+            self.scheduler.budget = serving
 
     @staticmethod
     def from_config(config, dtype=torch.bfloat16, device="cpu", seed: int = 0,
@@ -151,7 +170,8 @@ class LLM:
                 preds[seq.seq_id][len(seq.token_ids)] = int(token)
             return [targets[seq.seq_id][len(seq.token_ids)] for seq in ready]
 
-        self._serve(forced)
+        with self._scoring_budget():
+            self._serve(forced)
         return [[] if s is None else [preds[s.seq_id][p] for p in range(s.prompt_len, len(targets[s.seq_id]))]
                 for s in seqs]
 
@@ -192,15 +212,16 @@ class LLM:
             seq = self._add(tokens[:-1], 0, None)
             first[seq.seq_id], preds[seq.seq_id] = prompt_len - 1, {}
             seqs.append(seq)
-        while self.scheduler.has_work():
-            batch = self.scheduler.schedule()
-            starts = [seq.num_cached for seq, _ in batch]
-            predicted = self.runner.predict_tokens(batch, [first[seq.seq_id] for seq, _ in batch])
-            for (seq, n), start, tokens in zip(batch, starts, predicted):
-                # Positions are keyed, so a preempted sequence's recomputation just overwrites.
-                preds[seq.seq_id].update(zip(range(start + n - len(tokens), start + n), tokens))
-                if seq.num_cached == len(seq.token_ids):
-                    self.scheduler.finish(seq)
+        with self._scoring_budget():
+            while self.scheduler.has_work():
+                batch = self.scheduler.schedule()
+                starts = [seq.num_cached for seq, _ in batch]
+                predicted = self.runner.predict_tokens(batch, [first[seq.seq_id] for seq, _ in batch])
+                for (seq, n), start, tokens in zip(batch, starts, predicted):
+                    # Positions are keyed, so a preempted sequence's recomputation just overwrites.
+                    preds[seq.seq_id].update(zip(range(start + n - len(tokens), start + n), tokens))
+                    if seq.num_cached == len(seq.token_ids):
+                        self.scheduler.finish(seq)
         return [[] if s is None else [preds[s.seq_id][p] for p in range(first[s.seq_id], len(s.token_ids))]
                 for s in seqs]
 
