@@ -26,9 +26,9 @@ from torch import nn
 
 from ..dispatch import compute_dtype
 from ..L1.encoder_attention import MultiHeadAttention
-from ..L1.gelu import GELU, gelu_approximation
 from ..L1.layer_norm import LayerNorm
-from ..L1.linear import ColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from ..L1.linear import QKVParallelLinear, RowParallelLinear
+from ..L2.vit_mlp import Dinov2MLP
 from ..native import run
 from ..records import RecordsInit
 
@@ -70,25 +70,6 @@ class Dinov2Attention(RecordsInit, nn.Module):
     def _forward(self, hidden_states, native):
         q, k, v = run(self.qkv_proj, native, hidden_states).split(self.hidden_size, dim=-1)  # column views
         return run(getattr(self, self.OUTPUT_NAME), native, run(self.attn, native, q, k, v))
-
-
-class Dinov2MLP(RecordsInit, nn.Module):
-    def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str = "gelu"):
-        super().__init__()
-        self.fc1 = ColumnParallelLinear(hidden_size, intermediate_size, bias=True)
-        self.act = GELU(gelu_approximation(hidden_act))
-        self.fc2 = RowParallelLinear(intermediate_size, hidden_size, bias=True)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self._forward(hidden_states, native=False)
-
-    def forward_native(self, hidden_states):
-        return self._forward(hidden_states, native=True)
-
-    def _forward(self, hidden_states, native):
-        # fc1's bias goes into the activation (the GEMM's bias + GELU epilogue)
-        up = torch.nn.functional.linear(hidden_states, self.fc1.weight)
-        return run(self.fc2, native, run(self.act, native, up, self.fc1.bias))
 
 
 class Dinov2Layer(RecordsInit, nn.Module):

@@ -21,9 +21,10 @@ import torch
 from torch import nn
 
 from ..L1.layer_norm import LayerNorm
+from ..L2.vit_mlp import Dinov2MLP
 from ..native import run
 from ..records import RecordsInit
-from .dinov2_layer import Dinov2Attention, Dinov2MLP, _first
+from .dinov2_layer import Dinov2Attention, _first
 
 SiglipMLP = Dinov2MLP  # fc1 -> GELU (bias fused) -> fc2, the same module under vLLM's names
 

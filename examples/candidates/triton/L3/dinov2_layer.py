@@ -5,9 +5,9 @@ import torch
 from torch import nn
 
 from ..L1.encoder_attention import MultiHeadAttention
-from ..L1.gelu import GELU
 from ..L1.layer_norm import LayerNorm
-from ..L1.linear import QKVParallelLinear, ReplicatedLinear, RowParallelLinear
+from ..L1.linear import QKVParallelLinear, RowParallelLinear
+from ..L2.vit_mlp import Dinov2MLP
 
 
 class _LayerScale(nn.Module):
@@ -32,18 +32,6 @@ class _Attention(nn.Module):
         return self.o_proj(self.attn(q, k, v))
 
 
-class _MLP(nn.Module):
-    def __init__(self, hidden_size, intermediate_size, hidden_act="gelu"):
-        super().__init__()
-        self.fc1 = ReplicatedLinear(hidden_size, intermediate_size, bias=True)
-        self.act = GELU("tanh" if hidden_act == "gelu_pytorch_tanh" else "none")
-        self.fc2 = RowParallelLinear(intermediate_size, hidden_size, bias=True)
-
-    def forward(self, x):
-        up = torch.matmul(x, self.fc1.weight.t())
-        return self.fc2(self.act(up, self.fc1.bias))
-
-
 class Dinov2Layer(nn.Module):
     def __init__(self, hidden_size, num_attention_heads, mlp_ratio=4.0, layer_norm_eps=1e-6, hidden_act="gelu",
                  layerscale_value=1.0):
@@ -52,7 +40,7 @@ class Dinov2Layer(nn.Module):
         self.attention = _Attention(hidden_size, num_attention_heads)
         self.layer_scale1 = _LayerScale(hidden_size, layerscale_value)
         self.norm2 = LayerNorm(hidden_size, eps=layer_norm_eps)
-        self.mlp = _MLP(hidden_size, int(hidden_size * mlp_ratio), hidden_act)
+        self.mlp = Dinov2MLP(hidden_size, int(hidden_size * mlp_ratio), hidden_act)
         self.layer_scale2 = _LayerScale(hidden_size, layerscale_value)
 
     def forward(self, hidden_states):

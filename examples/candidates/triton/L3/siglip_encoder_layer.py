@@ -1,13 +1,12 @@
 """SiglipEncoderLayer from this tree's modules: LayerNorm -> attention (one fused q/k/v GEMM, the
 Triton attention over the image batch) -> residual add, LayerNorm -> fc1 -> tanh GELU (fc1's bias
 fused) -> fc2 -> residual add."""
-import torch
 from torch import nn
 
 from ..L1.encoder_attention import MultiHeadAttention
-from ..L1.gelu import GELU
 from ..L1.layer_norm import LayerNorm
-from ..L1.linear import QKVParallelLinear, ReplicatedLinear, RowParallelLinear
+from ..L1.linear import QKVParallelLinear, RowParallelLinear
+from ..L2.vit_mlp import Dinov2MLP
 
 
 class _SelfAttention(nn.Module):
@@ -23,17 +22,6 @@ class _SelfAttention(nn.Module):
         return self.out_proj(self.attn(q, k, v))
 
 
-class _MLP(nn.Module):
-    def __init__(self, hidden_size, intermediate_size, hidden_act):
-        super().__init__()
-        self.fc1 = ReplicatedLinear(hidden_size, intermediate_size, bias=True)
-        self.act = GELU("tanh" if hidden_act == "gelu_pytorch_tanh" else "none")
-        self.fc2 = RowParallelLinear(intermediate_size, hidden_size, bias=True)
-
-    def forward(self, x):
-        return self.fc2(self.act(torch.matmul(x, self.fc1.weight.t()), self.fc1.bias))
-
-
 class SiglipEncoderLayer(nn.Module):
     def __init__(self, hidden_size, num_attention_heads, intermediate_size, layer_norm_eps=1e-6,
                  hidden_act="gelu_pytorch_tanh"):
@@ -41,7 +29,7 @@ class SiglipEncoderLayer(nn.Module):
         self.layer_norm1 = LayerNorm(hidden_size, eps=layer_norm_eps)
         self.self_attn = _SelfAttention(hidden_size, num_attention_heads)
         self.layer_norm2 = LayerNorm(hidden_size, eps=layer_norm_eps)
-        self.mlp = _MLP(hidden_size, intermediate_size, hidden_act)
+        self.mlp = Dinov2MLP(hidden_size, intermediate_size, hidden_act)
 
     def forward(self, hidden_states):
         hidden_states = hidden_states + self.self_attn(self.layer_norm1(hidden_states))
