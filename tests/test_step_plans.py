@@ -98,6 +98,21 @@ def test_flashinfer_tree_passes_the_attention_task_and_a_stale_plan_fails_it(fla
     assert [r.status for r in results] == [status.PASSED, status.WRONG_RESULT], [r.message for r in results]
 
 
+def test_the_flashinfer_tree_runs_float32_steps_without_flashinfer(flashinfer_attention):
+    """FlashInfer plans half types only (the stand-in refuses float32 as it does); the tree's float32
+    steps, which the task's fuzzing draws, gather each sequence and attend with torch: decode,
+    prefill and mixed steps pass the task's check, GQA included."""
+    task = get_task("attention")
+    fp32 = [dataclasses.replace(c, id=c.id.replace("-bf16", "-fp32"), dtype=torch.float32)
+            for c in task.cases("cpu")]
+    counts, results = verdicts("attention", flashinfer_attention(), fp32)
+    assert counts == {status.PASSED: len(results)}, [r.message for r in results if not r.passed][:3]
+    assert any("-decode-" in c.id for c in fp32) and any("-prefill-" in c.id for c in fp32)
+    with pytest.raises(KeyError):  # the stand-in does refuse what FlashInfer refuses
+        fake_flashinfer.BatchPrefillWithPagedKVCacheWrapper(None).plan(
+            *[torch.zeros(2, dtype=torch.int32)] * 4, 2, 1, 8, 4, q_data_type=torch.float32)
+
+
 def test_without_its_plan_the_flashinfer_tree_refuses_the_step(flashinfer_attention):
     """Called outside the engine and the tasks (no ``plan_step``), the layer says what is missing."""
     from kernels_reference.forward_context import AttentionMetadata, set_forward_context

@@ -43,6 +43,14 @@ class _Paged:
         self.buffers = buffers
         self.table = None
 
+    @staticmethod
+    def _check_dtypes(kw):
+        """FlashInfer's attention kernels exist for half types only: planning float32 fails in its
+        dtype lookup (``KeyError: torch.float32`` on an H100 on 2026-12-05), here alike."""
+        for name in ("q_data_type", "kv_data_type"):
+            if kw.get(name) is not None and kw[name] not in (torch.float16, torch.bfloat16):
+                raise KeyError(kw[name])
+
     def _keep(self, names, values):
         """The plan's arrays: copied into the caller's buffers in CUDA-graph mode, else kept."""
         if not self.graph:
@@ -62,6 +70,7 @@ class _Paged:
 class BatchPrefillWithPagedKVCacheWrapper(_Paged):
     def plan(self, qo_indptr, indptr, indices, last, num_qo_heads, num_kv_heads, head_dim, page_size,
              causal=False, sm_scale=None, **kw):
+        self._check_dtypes(kw)
         self._keep(("qo_indptr_buf", "paged_kv_indptr_buf", "paged_kv_indices_buf", "paged_kv_last_page_len_buf"),
                    (qo_indptr, indptr, indices, last))
         self.page, self.causal = page_size, causal
@@ -79,6 +88,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Paged):
 
 class BatchDecodeWithPagedKVCacheWrapper(_Paged):
     def plan(self, indptr, indices, last, num_qo_heads, num_kv_heads, head_dim, page_size, sm_scale=None, **kw):
+        self._check_dtypes(kw)
         self._keep(("paged_kv_indptr_buffer", "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer"),
                    (indptr, indices, last))
         self.page = page_size

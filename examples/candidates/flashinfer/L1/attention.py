@@ -14,6 +14,8 @@ call once per step before the forward, outside any CUDA graph
   Qwen2.5's 7).
 - Every other step (prefill, chunked prefill, mixed): ``BatchPrefillWithPagedKVCacheWrapper``,
   causal, decode rows as one-token queries.
+- Float32 (the task's fuzzing; FlashInfer's kernels are built for half types): each sequence's
+  keys gathered through its block table, then torch's SDPA.
 - The step's keys and values go into the cache first, with the reference's cache-store kernel
   (vLLM's FlashInfer backend also writes the cache with its own ``reshape_and_cache_flash``).
 
@@ -25,12 +27,14 @@ import os
 from typing import Dict, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import flashinfer
 from kernels_reference.forward_context import AttentionMetadata, get_forward_context, page_table
 from kernels_reference.ops.kv_store.store import store_kv_cache_triton
 
+HALF_TYPES = (torch.float16, torch.bfloat16)  # the dtypes FlashInfer's attention kernels are built for
 WORKSPACE_BYTES = 256 << 20  # split-KV partial results, shared by every wrapper of a device
 # Query heads per KV head above which decode runs on tensor cores: vLLM's rule, 4. The environment
 # may set another (0: tensor cores for every decode): on an H100 on 2026-12-05 the CUDA-core decode
@@ -73,6 +77,9 @@ class _StepPlan:
     def plan(self, meta: AttentionMetadata) -> None:
         if meta is self.planned:  # the other layers of the same step
             return
+        if self.dtype not in HALF_TYPES:  # nothing for FlashInfer to plan: the torch path runs it
+            self.planned, self.lengths = meta, (meta.query_lens_cpu, meta.seq_lens_cpu)
+            return
         indptr, indices, last = page_table(meta)  # host indptr and last, device indices
         decode = bool(meta.query_lens_cpu) and all(n == 1 for n in meta.query_lens_cpu)
         key = (decode, meta.query_lens_cpu, meta.seq_lens_cpu, meta.block_size)
@@ -101,6 +108,25 @@ class _StepPlan:
 
 
 _PLANS: Dict[tuple, _StepPlan] = {}
+
+
+def _attend_paged_torch(q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """What this tree runs where FlashInfer has no kernel (float32: FlashInfer's are built for half
+    types; no served model attends in float32, the task's fuzzing does): per sequence, its keys and
+    values gathered through its block table, SDPA with the causal mask aligned to the end of its keys."""
+    page, nk, hs = k_cache.shape[1:]
+    group = q.shape[1] // nk
+    out = torch.empty_like(q)
+    start = 0
+    for i, (n_q, n) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu)):
+        blocks = meta.block_tables[i, : -(-n // page)].long()
+        k, v = (c[blocks].reshape(-1, nk, hs)[:n].transpose(0, 1).repeat_interleave(group, 0) for c in (k_cache, v_cache))
+        rows = torch.arange(n_q, device=q.device)[:, None] + (n - n_q)
+        mask = torch.arange(n, device=q.device)[None, :] <= rows
+        out[start:start + n_q] = F.scaled_dot_product_attention(
+            q[start:start + n_q].transpose(0, 1), k, v, attn_mask=mask, scale=scale).transpose(0, 1)
+        start += n_q
+    return out
 
 
 class Attention(nn.Module):
@@ -140,4 +166,6 @@ class Attention(nn.Module):
                                "the step's metadata)")
         k_cache, v_cache = self.kv_cache
         store_kv_cache_triton(key, value, k_cache, v_cache, meta.slot_mapping)
+        if plan.dtype not in HALF_TYPES:
+            return _attend_paged_torch(q, k_cache, v_cache, meta, self.scale).reshape(t, nq * hs)
         return plan.wrapper.run(q, (k_cache, v_cache)).reshape(t, nq * hs)
