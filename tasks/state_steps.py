@@ -105,3 +105,48 @@ class StateTask(Task):
 def _sets_its_own_context(task) -> bool:
     from .paged import PagedTask
     return isinstance(task, PagedTask)
+
+
+@torch.no_grad()
+def logits_over_steps(model, ids, steps, slots, block_size, tables=None, method="forward_native"):
+    """Feed ``model`` the steps ``(sequences, tokens each)`` of token ids through its bound state
+    pools (slot ``slots[s]`` per sequence) and, with ``tables``, its paged KV caches; each
+    sequence's logits, concatenated over the steps."""
+    done = {s: 0 for s in ids}
+    got = {s: [] for s in ids}
+    for seqs, counts in steps:
+        meta = AttentionMetadata.build([done[s] for s in seqs], list(counts), block_size,
+                                       block_tables=[tables[s] for s in seqs] if tables else None,
+                                       state_slots=[slots[s] for s in seqs])
+        batch = torch.cat([ids[s][done[s]: done[s] + n] for s, n in zip(seqs, counts)])
+        with set_forward_context(meta):
+            hidden = getattr(model, method)(batch, meta.positions())
+        logits = model.compute_logits(hidden, native=method == "forward_native")
+        for s, part in zip(seqs, logits.split(list(counts))):
+            got[s].append(part)
+            done[s] += part.shape[0]
+    return {s: torch.cat(parts) for s, parts in got.items()}
+
+
+@torch.no_grad()
+def draw_hf_state_model(hf, gen, centred_norms: bool):
+    """An HF Qwen3-Next or Mamba-2 model's parameters at a trained scale: decay rates (``A_log``)
+    from slow to fast; the plain RMSNorm weights near 1 (every norm of Mamba-2; Qwen3-Next's gated
+    norm, ``linear_attn.norm``); other vectors near 0 (dt_bias, D, conv biases, and with
+    ``centred_norms`` Qwen3-Next's zero-centred norms, whose scale is ``1 + w``); unit-size
+    embedding rows; matrices, conv taps and stacked experts ([E, out, in]: fan_in is last) at
+    1/sqrt(fan_in)."""
+    for name, p in hf.named_parameters():
+        plain_norm = name.endswith("norm.weight") and (not centred_norms or name.endswith("linear_attn.norm.weight"))
+        if name.endswith("A_log"):
+            p.copy_(torch.linspace(0.02, 4.0, p.numel()).log().view(p.shape))
+        elif plain_norm or name.endswith("norm_f.weight"):
+            p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
+        elif p.dim() == 1:
+            p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+        elif name.endswith(("embed_tokens.weight", "embeddings.weight")):
+            p.copy_(torch.randn(p.shape, generator=gen))
+        else:
+            p.copy_(torch.randn(p.shape, generator=gen) * p.shape[-1] ** -0.5)
+    return hf
+

@@ -12,7 +12,7 @@ import torch
 
 from kernels_reference.engine import LLM, SamplingParams
 
-from state_models import draw_qwen3_next
+from tasks.state_steps import draw_hf_state_model
 
 transformers = pytest.importorskip("transformers")
 mamba2 = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
@@ -59,7 +59,7 @@ def _hf_mamba2(gen):
 def _hf_qwen3_next(gen):
     cfg = qwen3_next.Qwen3NextConfig(**QWEN3_NEXT)
     cfg._attn_implementation = "eager"
-    return draw_qwen3_next(qwen3_next.Qwen3NextForCausalLM(cfg).eval(), gen)
+    return draw_hf_state_model(qwen3_next.Qwen3NextForCausalLM(cfg).eval(), gen, centred_norms=True)
 
 
 _CACHE = {}

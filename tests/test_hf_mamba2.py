@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from state_models import logits_over_steps
+from tasks.state_steps import logits_over_steps
 
 modeling = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
 

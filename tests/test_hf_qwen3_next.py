@@ -4,7 +4,7 @@ import torch
 
 from kernels_reference.L1.gemma_rms_norm import GemmaRMSNorm
 
-from state_models import draw_qwen3_next, logits_over_steps
+from tasks.state_steps import draw_hf_state_model, logits_over_steps
 
 modeling = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
 
@@ -155,7 +155,7 @@ MODEL = dict(GDN, vocab_size=96, intermediate_size=96, num_hidden_layers=4, num_
 def _hf_model(gen):
     cfg = modeling.Qwen3NextConfig(**MODEL)
     cfg._attn_implementation = "eager"
-    return cfg, draw_qwen3_next(modeling.Qwen3NextForCausalLM(cfg).eval(), gen)
+    return cfg, draw_hf_state_model(modeling.Qwen3NextForCausalLM(cfg).eval(), gen, centred_norms=True)
 
 
 def _routing_gap(hf, ids):
