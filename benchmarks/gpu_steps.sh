@@ -29,6 +29,7 @@ step_cmd() {
     mla) echo "python3 -m benchmarks mla" ;;
     hf-moe) echo "python3 -m benchmarks hf_agreement --moe" ;;
     hf-states) echo "python3 -m benchmarks hf_agreement_states" ;;  # Mamba-2 2.7B whole, Qwen3-Next cut to 4 layers: ours vs HF
+    hf-encoders) echo "python3 -m benchmarks hf_agreement_encoders" ;;  # MiniLM, BGE-M3, SigLIP-2, DINOv2/v3, ConvNeXt-V2: ours vs HF
     l1-new) echo "$PYTEST tasks/L1/test_fused_moe.py tasks/L1/test_topk_softmax.py tasks/L1/test_mla_attention.py tasks/L1/test_deepseek_rotary_emb.py --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-report=$OUT/l1-new.json" ;;
     l2-new) echo "$PYTEST tasks/L2 tasks/L3 tasks/L4 -k '(mixtral or qwen3_moe or deepseek) and not e2e' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l2-l4-new.json" ;;
     l2-rest) echo "$PYTEST tasks/L2/test_qwen3_moe_block.py tasks/L3/test_mixtral_decoder_layer.py tasks/L3/test_qwen3_moe_decoder_layer.py tasks/L3/test_deepseek_v2_decoder_layer.py tasks/L4/test_mixtral_for_causal_lm.py tasks/L4/test_qwen3_moe_for_causal_lm.py tasks/L4/test_deepseek_v2_for_causal_lm.py -k correctness --fk-device=cuda --fk-profile=full --fk-report=$OUT/l2-rest.json" ;;
