@@ -73,6 +73,22 @@ def rel(x, truth):
     return float((x.float() - truth).norm() / truth.norm())
 
 
+def report(results, model, cells, e_hf, e_ours, started, **record):
+    """One model's table row, printed at once (``cells``: the columns between the model and the
+    errors), and its record appended to ``results``."""
+    seconds = time.time() - started
+    print("| " + " | ".join([model, *map(str, cells), f"{e_hf:.4g}", f"{e_ours:.4g}", f"{e_ours / e_hf:.3f}",
+                             f"{seconds:.0f}"]) + " |", flush=True)
+    results.append(dict(model=model, **record, hf_bf16_error=e_hf, ours_bf16_error=e_ours, ratio=e_ours / e_hf,
+                        seconds=seconds))
+
+
+def write_results(results, filename):
+    """The records as JSON under $OUT, where the device step sets it."""
+    if os.environ.get("OUT"):
+        (Path(os.environ["OUT"]) / filename).write_text(json.dumps(results, indent=1))
+
+
 def main():
     tiny, moe = "--tiny-cpu" in sys.argv, "--moe" in sys.argv
     dev = torch.device("cpu" if tiny else "cuda")
@@ -123,16 +139,11 @@ def main():
         ours_logits = torch.cat([torch.cat(r) for r in rows])
         hf_logits, truth_logits = torch.cat(hf_bf16), torch.cat(truth)
         e_hf, e_ours = rel(hf_logits, truth_logits), rel(ours_logits, truth_logits)
-        print(f"| {name} | {ours_logits.shape[0]} | {e_hf:.4g} | {e_ours:.4g} | {e_ours / e_hf:.3f} | {time.time() - t0:.0f} |",
-              flush=True)
-        results.append(dict(model=name, tokens=int(ours_logits.shape[0]), hf_bf16_error=e_hf, ours_bf16_error=e_ours,
-                            ratio=e_ours / e_hf, seconds=time.time() - t0,
-                            layers=config.num_hidden_layers, tiny=tiny))
+        tokens = int(ours_logits.shape[0])
+        report(results, name, [tokens], e_hf, e_ours, t0, tokens=tokens, layers=config.num_hidden_layers, tiny=tiny)
         del ours
         torch.cuda.empty_cache()
-    if os.environ.get("OUT"):
-        path = Path(os.environ["OUT"]) / f"h200_hf_agreement{'_moe' if moe else ''}.json"
-        path.write_text(json.dumps(results, indent=1))
+    write_results(results, f"h200_hf_agreement{'_moe' if moe else ''}.json")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ the decoder families (``benchmarks/hf_agreement.py``).
     python3 -m benchmarks hf_agreement_encoders --tiny-cpu (checks this script on the CPU, tiny widths)
 """
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import torch
 import transformers
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "src")]
-from benchmarks.hf_agreement import rel  # noqa: E402
+from benchmarks.hf_agreement import rel, report, write_results  # noqa: E402
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context  # noqa: E402
 from kernels_reference.L4 import convnext, siglip  # noqa: E402
 from kernels_reference.L4.bert import BertModel  # noqa: E402
@@ -158,15 +157,11 @@ def main():
             ours.to(device=dev, dtype=torch.bfloat16)
             got = ours_rows()
         e_hf, e_ours = rel(hf_bf16, truth), rel(got, truth)
-        print(f"| {name} | {got.numel()} | {e_hf:.4g} | {e_ours:.4g} | {e_ours / e_hf:.3f} | "
-              f"{time.time() - t0:.0f} |", flush=True)
-        results.append(dict(model=name, values=int(got.numel()), hf_bf16_error=e_hf,
-                            ours_bf16_error=e_ours, ratio=e_ours / e_hf, seconds=time.time() - t0, tiny=tiny))
+        report(results, name, [got.numel()], e_hf, e_ours, t0, values=int(got.numel()), tiny=tiny)
         del ours
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    if os.environ.get("OUT"):
-        (Path(os.environ["OUT"]) / "hf_agreement_encoders.json").write_text(json.dumps(results, indent=1))
+    write_results(results, "hf_agreement_encoders.json")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ differently in bf16 and float32 and moves the ratio.
     python3 -m benchmarks hf_agreement_states --tiny-cpu (checks this script on the CPU at tiny widths)
 """
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ import torch
 import transformers
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "src")]
-from benchmarks.hf_agreement import BLOCK, DECODE, PROMPTS, rel  # noqa: E402
+from benchmarks.hf_agreement import BLOCK, DECODE, PROMPTS, rel, report, write_results  # noqa: E402
 from kernels_reference.L4.llama import model_for  # noqa: E402
 from tasks.state_steps import draw_hf_state_model, logits_over_steps  # noqa: E402
 
@@ -104,16 +103,13 @@ def main():
         ours_logits = torch.cat([got[s].float() for s in names])
         hf_logits, truth_logits = torch.cat(hf_bf16), torch.cat(truth)
         e_hf, e_ours = rel(hf_logits, truth_logits), rel(ours_logits, truth_logits)
-        print(f"| {name} | {config.num_hidden_layers} | {ours_logits.shape[0]} | {e_hf:.4g} | {e_ours:.4g} | "
-              f"{e_ours / e_hf:.3f} | {time.time() - t0:.0f} |", flush=True)
-        results.append(dict(model=name, layers=config.num_hidden_layers, tokens=int(ours_logits.shape[0]),
-                            hf_bf16_error=e_hf, ours_bf16_error=e_ours, ratio=e_ours / e_hf,
-                            seconds=time.time() - t0, tiny=tiny))
+        tokens = int(ours_logits.shape[0])
+        report(results, name, [config.num_hidden_layers, tokens], e_hf, e_ours, t0,
+               layers=config.num_hidden_layers, tokens=tokens, tiny=tiny)
         del ours
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    if os.environ.get("OUT"):
-        (Path(os.environ["OUT"]) / "hf_agreement_states.json").write_text(json.dumps(results, indent=1))
+    write_results(results, "hf_agreement_states.json")
 
 
 if __name__ == "__main__":
