@@ -86,12 +86,11 @@ SWEEPS = {
     ]),
     "rwkv7": ("kernels_reference.ops.rwkv7.recurrent,kernels_reference.ops.rwkv7.chunk",
               "long-carried,varlen-carried", [_rwkv7_strong_decay_check, _rwkv7_repeated_key_check], [
-        dict(PREFILL_CHUNKED=True, PREP_PRECISION="tf32", INVERSE_BY_POWERS=True, WALK_PREFETCH=False),
         dict(PREFILL_CHUNKED=True, PREP_PRECISION="tf32", INVERSE_BY_POWERS=True, WALK_PREFETCH=True),
-        dict(PREFILL_CHUNKED=True, PREP_PRECISION="tf32", INVERSE_BY_POWERS=False, WALK_PREFETCH=False),
-        dict(PREFILL_CHUNKED=True, PREP_PRECISION="ieee", INVERSE_BY_POWERS=True),
-        dict(PREFILL_CHUNKED=True, PREP_PRECISION="tf32x3", INVERSE_BY_POWERS=True),
-        dict(PREFILL_CHUNKED=True, PREP_PRECISION="ieee", INVERSE_BY_POWERS=False),
+        dict(PREFILL_CHUNKED=True, PREP_PRECISION="tf32", INVERSE_BY_POWERS=True, WALK_PREFETCH=False),
+        dict(PREFILL_CHUNKED=True, PREP_PRECISION="ieee", INVERSE_BY_POWERS=False, WALK_PREFETCH=True),
+        # slower on an H100 on 2026-12-06 (6644-8782 against 6082 us without prefetching on 32k
+        # tokens, errors equal): tf32 with substitution, ieee and tf32x3 with powers
     ]),
 }
 

@@ -133,8 +133,8 @@ def test_chunked_prefill_matches_the_recurrence_in_float32(monkeypatch, lengths,
 
 @pytest.mark.parametrize("gpu_tiles", [False, True], ids=["whole", "gpu-tiles"])
 def test_chunked_walk_with_its_loads_a_chunk_ahead_matches_the_recurrence(monkeypatch, gpu_tiles):
-    """The walk's prefetching form (WALK_PREFETCH, off until timed on a GPU): each next chunk's tiles
-    loaded a step ahead, the last chunk of a sequence reading nothing past it."""
+    """The walk's prefetching form (WALK_PREFETCH, the default since it was timed on an H100): each
+    next chunk's tiles loaded a step ahead, the last chunk of a sequence reading nothing past it."""
     from kernels_reference.ops.rwkv7 import chunk
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
