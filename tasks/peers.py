@@ -43,8 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from fk_pytest.compare import triton_interpreter_active
-from fk_pytest.peers import (COMPILE, EAGER, PRODUCTION, OpPeers, Peer, PeerContext, Skipped, Target, Unsupported,
-                             compiled_native, package_version)
+from fk_pytest.peers import (COMPILE, EAGER, PRODUCTION, Ceiling, OpPeers, Peer, PeerContext, Skipped, Target,
+                             Unsupported, compiled_native, package_version)
 from kernels_reference.forward_context import page_table as step_page_table
 
 from .dense import SMALL_MODELS
@@ -94,7 +94,10 @@ MEMORY_BOUND = Target(f">= 85% of copy bandwidth at >= {BANDWIDTH_TOKENS} tokens
 # Paged decode of serving batches, every KV layout the tasks use (4 and 8 KV heads at d128, MLA's
 # latent cache): the bar of the issue "Attention measured against the kernels serving stacks run".
 DECODE_WIDE = Target("paged decode B>=32: >= 85% of copy bandwidth", 0.85, _serving_decode)
-DECODE_LONG = Target("paged decode B1 C8192: >= 70% of copy bandwidth", 0.70, _long_decode)
+# Batch-1 long context, re-targeted: a pure read of the same bytes reached only 0.73 of copy on the
+# H200, so the bar is the fastest read of its bytes timed beside it (tasks/read_ceilings.py).
+DECODE_LONG = Target("paged decode B1 C8192: >= 90% of the fastest read of its bytes", 0.90, _long_decode,
+                     metric="ceiling_frac")
 # A recurrent model's decode step reads and writes every sequence's state (Mamba-2's [80, 64, 128]
 # float32 per sequence, the gated delta rule's, GLA's and RWKV-7's): pure state bandwidth.
 DECODE_STATE = Target("decode state update B>=32: >= 70% of copy bandwidth", 0.70, _serving_decode)
@@ -1350,21 +1353,43 @@ DWCONV_NORM_PEERS = (
 )
 
 
+# ---- reads of a case's bytes without the op ------------------------------------------------------------
+def _read_ceiling(name: str):
+    """The read ``name`` of tasks/read_ceilings.py, imported when first built: its Triton kernel is
+    then made for the interpreter where TRITON_INTERPRET is set by then (Triton decides at definition)."""
+    def build(ctx: PeerContext):
+        if ctx.device.type != "cuda" and not triton_interpreter_active():
+            raise Skipped("the paged read is a Triton kernel: a GPU, or TRITON_INTERPRET=1 on the CPU")
+        from . import read_ceilings
+        return getattr(read_ceilings, name)
+    return build
+
+
+PAGED_DECODE_READS = (
+    Ceiling("paged", "every cached K/V block of each sequence read through its block table (Triton)",
+            _read_ceiling("paged_read"), _long_decode),
+    Ceiling("contiguous", "as many bytes read from one contiguous range of each cache (torch.sum)",
+            _read_ceiling("contiguous_read"), _long_decode),
+)
+
+
 # ---- the ops -------------------------------------------------------------------------------------
-def _op(peers, targets=(), case_filter=llama_family_bf16, shape_floor=None, production_floor=None) -> OpPeers:
-    return OpPeers(tuple(peers), tuple(targets), case_filter, shape_floor, production_floor)
+def _op(peers, targets=(), case_filter=llama_family_bf16, shape_floor=None, production_floor=None,
+        ceilings=()) -> OpPeers:
+    return OpPeers(tuple(peers), tuple(targets), case_filter, shape_floor, production_floor, tuple(ceilings))
 
 
-def _dense(peers, targets=(), case_filter=llama_family_bf16, production_floor=None) -> OpPeers:
+def _dense(peers, targets=(), case_filter=llama_family_bf16, production_floor=None, ceilings=()) -> OpPeers:
     """An op of the dense-model peer table: no case below DENSE_SHAPE_FLOOR of the best peer."""
-    return _op(peers, targets, case_filter, DENSE_SHAPE_FLOOR, production_floor)
+    return _op(peers, targets, case_filter, DENSE_SHAPE_FLOOR, production_floor, ceilings)
 
 
 OPS: Dict[str, OpPeers] = {
     "rms_norm": _dense((EAGER, COMPILE, LIGER_RMS_NORM), (MEMORY_BOUND,)),
     "silu_and_mul": _dense((EAGER, COMPILE, LIGER_SILU), (MEMORY_BOUND,)),
     "rotary_emb": _dense((EAGER, COMPILE, LIGER_ROPE), (MEMORY_BOUND,)),
-    "attention": _dense(ATTENTION_PEERS, (DECODE_WIDE, DECODE_LONG), production_floor=ATTENTION_PRODUCTION_FLOOR),
+    "attention": _dense(ATTENTION_PEERS, (DECODE_WIDE, DECODE_LONG), production_floor=ATTENTION_PRODUCTION_FLOOR,
+                        ceilings=PAGED_DECODE_READS),
     "mla_attention": _dense(MLA_PEERS, (DECODE_WIDE,), _bf16, production_floor=ATTENTION_PRODUCTION_FLOOR),
     "deepseek_rotary_emb": _op((EAGER, COMPILE), (MEMORY_BOUND,), _bf16),
     "vocab_parallel_embedding": _dense((EAGER, COMPILE), (MEMORY_BOUND,)),

@@ -414,3 +414,35 @@ def test_the_linear_attention_norms_conv_and_2d_rope_have_peers():
     assert names["rms_norm_gated"] == ["eager", "compile", "fla-fused", "fla", "mamba-ssm"]
     assert names["gemma_rms_norm"] == ["eager", "compile", "liger"]
     assert names["short_convolution"] == names["rope_2d"] == ["eager", "compile"]
+
+
+def test_paged_decode_is_held_to_the_fastest_read_of_its_own_bytes(monkeypatch):
+    """The B1 long-context decode target is a fraction of the fastest read of the case's bytes, timed
+    in the same loop: the paged read sums exactly the sequences' cached blocks through their tables,
+    the contiguous one as many bytes, and the reference's ``ceiling_frac`` is the faster's time over
+    its own; neither read is a peer or enters the ratio."""
+    from fk_pytest.peers import measure_case
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # before the first import: Triton decides at definition
+    from tasks import read_ceilings
+    spec, task = suite_ops()["attention"], get_task("attention")
+    (long_target,) = [t for t in spec.targets if t.metric == "ceiling_frac"]
+    assert long_target.min_bw_frac == 0.9 and [c.name for c in spec.ceilings] == ["paged", "contiguous"]
+    decode = next(c for c in task.cases("cpu") if "-decode-" in c.id and len(c["context"]) > 1)
+    case = dataclasses.replace(decode, id=decode.id.replace("-decode-", "-decode-B1-C8192-x-"))
+    assert long_target.applies(case) and not long_target.applies(decode)
+
+    inputs = task.make_inputs(case, torch.Generator().manual_seed(0), torch.device("cpu"))
+    meta, k, v = inputs["metadata"], inputs["k_cache_0"], inputs["v_cache_0"]
+    want = sum(float(c[meta.block_tables[i, : -(-n // k.shape[1])].long()].double().sum())
+               for i, n in enumerate(meta.seq_lens_cpu) for c in (k, v))
+    assert float(read_ceilings.paged_read(inputs).double().sum()) == pytest.approx(want, rel=1e-5)
+    assert float(read_ceilings.contiguous_read(inputs)) != pytest.approx(want, rel=1e-5)  # other bytes, as many
+
+    record = measure_case(task, case, [], _cpu(), ceilings=spec.ceilings)
+    assert set(record["ceilings"]) == {"paged", "contiguous"}
+    assert all(r["status"] == "ok" and r["us"] > 0 for r in record["ceilings"].values())
+    fastest = min(r["us"] for r in record["ceilings"].values())
+    ref = record["impls"][REFERENCE]
+    assert ref["ceiling_frac"] == pytest.approx(fastest / ref["us"])
+    assert set(record["impls"]) == {REFERENCE} and record["best_peer"] is None

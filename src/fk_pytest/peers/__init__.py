@@ -37,8 +37,8 @@ import is re-exported here.
 from __future__ import annotations
 
 from .cli import main
-from .contract import (COMPILE, EAGER, FRAMEWORK, PEER_KINDS, PRODUCTION, REFERENCE, OpPeers, Peer, PeerContext,
-                       PeerNotRun, Skipped, Target, Unsupported, compiled_native, package_version, suite_ops,
+from .contract import (COMPILE, EAGER, FRAMEWORK, PEER_KINDS, PRODUCTION, REFERENCE, Ceiling, OpPeers, Peer,
+                       PeerContext, PeerNotRun, Skipped, Target, Unsupported, compiled_native, package_version, suite_ops,
                        suite_peers_module)
 from .measure import Options, check_outputs, measure_case, rates
 from .run import SCHEMA, benchmark
@@ -48,7 +48,8 @@ from .verdicts import (RATIO_GEOMEAN_TARGET, RATIO_SHAPE_FLOOR, TIMING_NOISE, ca
                        op_summary)
 
 __all__ = [
-    "COMPILE", "EAGER", "FRAMEWORK", "PEER_KINDS", "PRODUCTION", "REFERENCE", "OpPeers", "Peer", "PeerContext",
+    "COMPILE", "EAGER", "FRAMEWORK", "PEER_KINDS", "PRODUCTION", "REFERENCE", "Ceiling", "OpPeers", "Peer",
+    "PeerContext",
     "PeerNotRun", "Skipped", "Target", "Unsupported", "compiled_native", "package_version", "suite_ops",
     "suite_peers_module",
     "Selected", "select_cases", "shape_key",

@@ -120,16 +120,31 @@ class Target:
 
 
 @dataclasses.dataclass(frozen=True)
+class Ceiling:
+    """A read of the bytes a case must read, without the op: ``build(ctx)`` returns ``fn(inputs)``,
+    timed in the same interleaved loop as the reference and the peers on the cases ``applies`` to,
+    never checked (it computes nothing the op does) and never a peer. The fastest of an op's
+    ceilings is what a ``ceiling_frac`` target holds the reference to (its time / the reference's)."""
+
+    name: str
+    description: str
+    build: Callable[[PeerContext], Callable[[Dict[str, Any]], Any]]
+    applies: Callable[[Case], bool]
+
+
+@dataclasses.dataclass(frozen=True)
 class OpPeers:
     """One op's peers and what the reference must reach against them: its bandwidth ``targets``; no
     case's ratio to the best peer under ``shape_floor`` (None: the benchmark's default); and, where
-    ``production_floor`` is set, no case's ratio to the best *production* peer under it."""
+    ``production_floor`` is set, no case's ratio to the best *production* peer under it; ``ceilings``
+    are reads of the case's bytes timed beside them (:class:`Ceiling`)."""
 
     peers: Tuple[Peer, ...]
     targets: Tuple[Target, ...] = ()
     case_filter: Callable[[Case], bool] = lambda case: True
     shape_floor: Optional[float] = None
     production_floor: Optional[float] = None
+    ceilings: Tuple[Ceiling, ...] = ()
 
 
 def suite_peers_module():

@@ -17,7 +17,10 @@ from ..errors import CandidateError
 from ..task import DTYPE_NAMES, Case, Task
 # The runners are the suite's own timing method; the peer benchmark drives N of them instead of two.
 from ..timing import L2Flusher, Timing, _CpuRunner, _GpuRunner, time_pair_cpu, time_pair_cuda
-from .contract import REFERENCE, Peer, PeerContext, PeerNotRun
+from .contract import REFERENCE, Ceiling, Peer, PeerContext, PeerNotRun
+
+# Ceilings share the timing loop under this prefix, which no peer's name starts with.
+CEILING = "ceiling:"
 from .verdicts import case_verdict
 
 
@@ -72,8 +75,10 @@ def short_error(exc: BaseException) -> str:
 
 
 def measure_case(task: Task, case: Case, peers: Sequence[Peer], opts: Options,
-                 roofline: Optional[Dict[str, float]] = None, flusher=None) -> Dict[str, Any]:
-    """Check and time the reference and every peer on one case; returns the case's record."""
+                 roofline: Optional[Dict[str, float]] = None, flusher=None,
+                 ceilings: Sequence[Ceiling] = ()) -> Dict[str, Any]:
+    """Check and time the reference and every peer on one case, with the ceilings that apply to it
+    timed beside them; returns the case's record."""
     device, seed = opts.device, _seed(case, opts.seed)
     state = master_state(task, case, seed, device)
     reference = instantiate(task.reference, task, case, state, device, case.dtype)
@@ -107,18 +112,34 @@ def measure_case(task: Task, case: Case, peers: Sequence[Peer], opts: Options,
         else:
             impls[peer.name]["reason"] = message
     del truth, ref_outs
+    reads: Dict[str, Dict[str, Any]] = {}
+    for ceiling in ceilings:
+        if not ceiling.applies(case):
+            continue
+        try:
+            timed[CEILING + ceiling.name] = ceiling.build(PeerContext(task, case, reference, state, device,
+                                                                      opts.compile))
+            reads[ceiling.name] = {"status": "ok"}
+        except Exception as exc:
+            reads[ceiling.name] = {"status": "error", "reason": short_error(exc)}
 
     more = seed + n_sets  # the amortised timing's extra input sets (fk_pytest.timing)
     timings, failed = _time(timed, sets, opts, flusher, lambda n: draw_inputs(task, case, device, range(more, more + n)))
     nbytes, flops = int(task.io_bytes(case)), int(task.flops(case))
     impls[REFERENCE] = {"status": "ok"}
     for name, reason in failed.items():
-        impls[name].update(status="error", reason=reason)
+        (reads[name[len(CEILING):]] if name.startswith(CEILING) else impls[name]).update(status="error", reason=reason)
     for name, timing in timings.items():
-        impls[name].update(rates(timing, nbytes, flops, roofline))
+        (reads[name[len(CEILING):]] if name.startswith(CEILING) else impls[name]).update(
+            rates(timing, nbytes, flops, roofline))
+    fastest = min((r["us"] for r in reads.values() if r.get("us")), default=None)
+    if fastest and impls[REFERENCE].get("us"):  # the fastest read's time over the reference's
+        impls[REFERENCE]["ceiling_frac"] = fastest / impls[REFERENCE]["us"]
     record = {"case": case.id, "same_as": [], "model": case.model, "dtype": DTYPE_NAMES.get(case.dtype),
               "params": dict(case.params), "weight": case.weight, "bytes": nbytes, "flops": flops,
               "impls": {REFERENCE: impls.pop(REFERENCE), **impls}}
+    if reads:
+        record["ceilings"] = reads
     record.update(case_verdict(record["impls"], {p.name: p.kind for p in peers}))
     return record
 

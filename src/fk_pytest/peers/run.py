@@ -73,7 +73,7 @@ def benchmark(opts: Options, op_names: Optional[Sequence[str]] = None, keyword: 
             task, spec = tasks[name], ops[name]
             _reset_compiled_state(opts)
             try:
-                rec = measure_case(task, sel.case, spec.peers, opts, roofline, flusher)
+                rec = measure_case(task, sel.case, spec.peers, opts, roofline, flusher, spec.ceilings)
             except Exception as exc:  # the reference itself failed on this case: say so, go on
                 rec = {"case": sel.case.id, "params": dict(sel.case.params), "error": short_error(exc),
                        "impls": {REFERENCE: {"status": "error", "reason": short_error(exc)}},
