@@ -36,7 +36,7 @@ def paged_read(inputs) -> torch.Tensor:
     k, v = _layer_caches(inputs)
     page = k.shape[1]
     width = max(_blocks_per_sequence(meta, page))
-    out = torch.empty((meta.num_seqs, width), dtype=torch.float32, device=k.device)
+    out = torch.zeros((meta.num_seqs, width), dtype=torch.float32, device=k.device)  # blocks past a sequence: 0
     block_elems = k[0].numel()
     _read_blocks_kernel[(width, meta.num_seqs)](k, v, meta.block_tables, meta.seq_lens, out,
                                                 meta.block_tables.stride(0), block_elems, width, page,
