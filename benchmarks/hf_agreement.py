@@ -37,6 +37,7 @@ import transformers
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "src")]
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context  # noqa: E402
 from kernels_reference.L4.llama import init_random_weights, model_for  # noqa: E402
+from tasks.configs import load_config  # noqa: E402
 
 MODELS = {"llama-3.1-8b": transformers.LlamaConfig, "qwen3-8b": transformers.Qwen3Config,
           "mistral-7b-v0.3": transformers.MistralConfig, "qwen2.5-7b": transformers.Qwen2Config}
@@ -54,9 +55,14 @@ TINY_MLA = dict(num_key_value_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_
                 q_lora_rank=None)
 
 
+def config_kwargs(name, drop=()):
+    """A model's config from tasks/configs as HF config arguments: our notes (``_*``), the serving
+    dtype and the keys in ``drop`` (ours, not the HF class's) left out."""
+    return {k: v for k, v in load_config(name).items() if not k.startswith("_") and k not in ("torch_dtype", *drop)}
+
+
 def hf_config(name, cls, tiny=False, layers=None):
-    cfg = {k: v for k, v in json.loads((Path("tasks/configs") / f"{name}.json").read_text()).items()
-           if not k.startswith("_") and k not in ("torch_dtype", "qk_norm")}
+    cfg = config_kwargs(name, drop=("qk_norm",))
     if layers:
         cfg["num_hidden_layers"] = layers
     if tiny:  # a quick check of this script on a CPU, not a measurement

@@ -14,7 +14,6 @@ the decoder families (``benchmarks/hf_agreement.py``).
     python3 -m benchmarks hf_agreement_encoders            (device machine, repo root)
     python3 -m benchmarks hf_agreement_encoders --tiny-cpu (checks this script on the CPU, tiny widths)
 """
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ import torch
 import transformers
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "src")]
-from benchmarks.hf_agreement import rel, report, write_results  # noqa: E402
+from benchmarks.hf_agreement import config_kwargs, rel, report, write_results  # noqa: E402
 from kernels_reference.forward_context import AttentionMetadata, set_forward_context  # noqa: E402
 from kernels_reference.L4 import convnext, siglip  # noqa: E402
 from kernels_reference.L4.bert import BertModel  # noqa: E402
@@ -42,8 +41,7 @@ TINY_TEXTS = (9, 30, 5, 12)
 
 
 def config_of(name, cls, tiny):
-    cfg = {k: v for k, v in json.loads((Path("tasks/configs") / f"{name}.json").read_text()).items()
-           if not k.startswith("_") and k not in ("torch_dtype", "architectures", "pooling_type", "normalize")}
+    cfg = config_kwargs(name, drop=("architectures", "pooling_type", "normalize"))
     if tiny:
         cfg.update(TINY[name])
     return cls(**cfg)

@@ -19,7 +19,6 @@ differently in bf16 and float32 and moves the ratio.
     python3 -m benchmarks hf_agreement_states            (device machine, repo root)
     python3 -m benchmarks hf_agreement_states --tiny-cpu (checks this script on the CPU at tiny widths)
 """
-import json
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ import torch
 import transformers
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "src")]
-from benchmarks.hf_agreement import BLOCK, DECODE, PROMPTS, rel, report, write_results  # noqa: E402
+from benchmarks.hf_agreement import BLOCK, DECODE, PROMPTS, config_kwargs, rel, report, write_results  # noqa: E402
 from kernels_reference.L4.llama import model_for  # noqa: E402
 from tasks.state_steps import draw_hf_state_model, logits_over_steps  # noqa: E402
 
@@ -46,8 +45,7 @@ TINY = {"mamba2-2.7b": dict(hidden_size=64, num_heads=4, head_dim=32, state_size
 
 
 def hf_config(name, cls, layers, tiny):
-    cfg = {k: v for k, v in json.loads((Path("tasks/configs") / f"{name}.json").read_text()).items()
-           if not k.startswith("_") and k not in ("torch_dtype", "architectures")}
+    cfg = config_kwargs(name, drop=("architectures",))
     if layers:
         cfg["num_hidden_layers"] = layers
     if tiny:  # a quick check of this script on a CPU, not a measurement
