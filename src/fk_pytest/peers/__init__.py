@@ -49,8 +49,7 @@ from .verdicts import (RATIO_GEOMEAN_TARGET, RATIO_SHAPE_FLOOR, TIMING_NOISE, ca
 
 __all__ = [
     "COMPILE", "EAGER", "FRAMEWORK", "PEER_KINDS", "PRODUCTION", "REFERENCE", "Ceiling", "OpPeers", "Peer",
-    "PeerContext",
-    "PeerNotRun", "Skipped", "Target", "Unsupported", "compiled_native", "package_version", "suite_ops",
+    "PeerContext", "PeerNotRun", "Skipped", "Target", "Unsupported", "compiled_native", "package_version", "suite_ops",
     "suite_peers_module",
     "Selected", "select_cases", "shape_key",
     "Options", "check_outputs", "measure_case", "rates",

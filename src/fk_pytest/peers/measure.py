@@ -18,10 +18,10 @@ from ..task import DTYPE_NAMES, Case, Task
 # The runners are the suite's own timing method; the peer benchmark drives N of them instead of two.
 from ..timing import L2Flusher, Timing, _CpuRunner, _GpuRunner, time_pair_cpu, time_pair_cuda
 from .contract import REFERENCE, Ceiling, Peer, PeerContext, PeerNotRun
+from .verdicts import case_verdict
 
 # Ceilings share the timing loop under this prefix, which no peer's name starts with.
 CEILING = "ceiling:"
-from .verdicts import case_verdict
 
 
 @dataclasses.dataclass
@@ -127,11 +127,11 @@ def measure_case(task: Task, case: Case, peers: Sequence[Peer], opts: Options,
     timings, failed = _time(timed, sets, opts, flusher, lambda n: draw_inputs(task, case, device, range(more, more + n)))
     nbytes, flops = int(task.io_bytes(case)), int(task.flops(case))
     impls[REFERENCE] = {"status": "ok"}
+    entry = lambda name: reads[name[len(CEILING):]] if name.startswith(CEILING) else impls[name]  # noqa: E731
     for name, reason in failed.items():
-        (reads[name[len(CEILING):]] if name.startswith(CEILING) else impls[name]).update(status="error", reason=reason)
+        entry(name).update(status="error", reason=reason)
     for name, timing in timings.items():
-        (reads[name[len(CEILING):]] if name.startswith(CEILING) else impls[name]).update(
-            rates(timing, nbytes, flops, roofline))
+        entry(name).update(rates(timing, nbytes, flops, roofline))
     fastest = min((r["us"] for r in reads.values() if r.get("us")), default=None)
     if fastest and impls[REFERENCE].get("us"):  # the fastest read's time over the reference's
         impls[REFERENCE]["ceiling_frac"] = fastest / impls[REFERENCE]["us"]
