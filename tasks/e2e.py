@@ -226,12 +226,13 @@ class LlmE2E(E2ESpec):
     def engine_args(self, case) -> dict:
         args = dict(SCENARIOS[case["scenario"]].engine_args)
         block = args.setdefault("block_size", 16)
-        need = sum(-(-(len(p) + n) // block) for p, n in self.requests(case)) + 1
+        requests = self.requests(case)
+        need = sum(-(-(len(p) + n) // block) for p, n in requests) + 1
         args["num_blocks"] = need  # every request whole at once: no preemption changes the steps
         # No more sequences than the scenario has requests: the decode graphs are captured per
         # batch size up to max_num_seqs (1024 would be 68 graphs per engine), and a batch larger
         # than the request count never runs.
-        args["max_num_seqs"] = min(args.get("max_num_seqs", 64), len(self.requests(case)))
+        args["max_num_seqs"] = min(args.get("max_num_seqs", 64), len(requests))
         if case["profile"] == "cpu":
             args["max_num_batched_tokens"] = CPU_TOKEN_BUDGET
             # The padded static-buffer decode path the GPU's graphs replay, run eagerly, with small
@@ -241,7 +242,7 @@ class LlmE2E(E2ESpec):
             # Serving budgets (8192) take these scenarios' prompts whole: scoring splits the longest
             # prompt mid-block instead, so a candidate is also scored on a prefill that continues
             # from the cache. Timing (generate) keeps the serving budget.
-            chunk = scoring_chunk_tokens(self.requests(case), block, args.get("max_num_batched_tokens", 2048))
+            chunk = scoring_chunk_tokens(requests, block, args.get("max_num_batched_tokens", 2048))
             if chunk is not None:
                 args["scoring_chunk_tokens"] = chunk
         return args
