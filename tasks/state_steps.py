@@ -114,8 +114,9 @@ def logits_over_steps(model, ids, steps, slots, block_size, tables=None, method=
     sequence's logits, concatenated over the steps."""
     done = {s: 0 for s in ids}
     got = {s: [] for s in ids}
+    device = next(iter(ids.values())).device  # the metadata lives where the kernels read it
     for seqs, counts in steps:
-        meta = AttentionMetadata.build([done[s] for s in seqs], list(counts), block_size,
+        meta = AttentionMetadata.build([done[s] for s in seqs], list(counts), block_size, device=device,
                                        block_tables=[tables[s] for s in seqs] if tables else None,
                                        state_slots=[slots[s] for s in seqs])
         batch = torch.cat([ids[s][done[s]: done[s] + n] for s, n in zip(seqs, counts)])
@@ -136,17 +137,20 @@ def draw_hf_state_model(hf, gen, centred_norms: bool):
     ``centred_norms`` Qwen3-Next's zero-centred norms, whose scale is ``1 + w``); unit-size
     embedding rows; matrices, conv taps and stacked experts ([E, out, in]: fan_in is last) at
     1/sqrt(fan_in)."""
+    def draw(shape):  # on the generator's device: a full-width model draws on the GPU in seconds
+        return torch.randn(shape, generator=gen, device=gen.device)
+
     for name, p in hf.named_parameters():
         plain_norm = name.endswith("norm.weight") and (not centred_norms or name.endswith("linear_attn.norm.weight"))
         if name.endswith("A_log"):
             p.copy_(torch.linspace(0.02, 4.0, p.numel()).log().view(p.shape))
         elif plain_norm or name.endswith("norm_f.weight"):
-            p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
+            p.copy_(1.0 + 0.3 * draw(p.shape))
         elif p.dim() == 1:
-            p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+            p.copy_(0.3 * draw(p.shape))
         elif name.endswith(("embed_tokens.weight", "embeddings.weight")):
-            p.copy_(torch.randn(p.shape, generator=gen))
+            p.copy_(draw(p.shape))
         else:
-            p.copy_(torch.randn(p.shape, generator=gen) * p.shape[-1] ** -0.5)
+            p.copy_(draw(p.shape) * p.shape[-1] ** -0.5)
     return hf
 
