@@ -135,6 +135,7 @@ def test_one_runner_with_a_fixed_k_stops_on_its_own_median(monkeypatch):
 
     monkeypatch.setattr(timing, "_event_pair", pair)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None)
     runner = Runner()
     out = timing.time_pair_cuda({"candidate": runner}, lambda: None, budget_s=10.0, min_rounds=50,
                                 max_rounds=500, more_sets=lambda n: [{}] * n, target_ci=0.01, calls=7)

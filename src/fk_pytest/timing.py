@@ -37,6 +37,15 @@ from .build import clone_inputs
 
 
 AMORTISE_TARGET_US = 100.0  # a K-call replay lasts at least this long (the launch floor is ~4 us)
+# A GPU busy-wait queued between the L2 flush and each timed window, so that the window's start
+# event and launch are enqueued while the GPU is still busy: a window opened on an idle GPU times
+# the host's launch latency too. (An H100 peer run of 2026-12-06 timed a 3 us decode kernel's
+# one-call replay at 24 us after eager peers that synchronise the host, and its 3-call replay no
+# longer than that.) About 50 us at 2 GHz; outside the timed window, so it costs rounds, not accuracy.
+LEAD_CYCLES = 100_000
+# Amortised timing is refused when more than this share of rounds has a K-call replay no longer
+# than the one-call replay (a negative or zero marginal cost is a broken measurement, not a fast call).
+MAX_NONPOSITIVE_ROUNDS = 0.25
 MAX_CALLS_PER_REPLAY = 64
 MAX_AMORTISED_BYTES = 1 << 30  # input sets kept for the K calls, per implementation
 
@@ -241,7 +250,7 @@ def flushed_replay_us(graph: "torch.cuda.CUDAGraph", flush: Callable[[], None], 
     the GPU timing test use it where a whole graph is the unit timed)."""
     times = []
     for _ in range(tries):
-        flush()
+        _lead_in(flush)
         start, end = _event_pair()
         start.record()
         graph.replay()
@@ -251,12 +260,18 @@ def flushed_replay_us(graph: "torch.cuda.CUDAGraph", flush: Callable[[], None], 
     return statistics.median(times)
 
 
+def _lead_in(flush: Callable[[], None]) -> None:
+    """What precedes every timed window: the L2 flush, then ``LEAD_CYCLES`` of GPU busy-wait."""
+    flush()
+    torch.cuda._sleep(LEAD_CYCLES)
+
+
 def _estimate_single_us(runners: Dict[str, _GpuRunner], flusher: L2Flusher, tries: int = 4) -> Dict[str, float]:
     """Median single-call time per runner from a few flushed replays (picks K and the rounds)."""
     events = {name: [_event_pair() for _ in range(tries)] for name in runners}
     for i in range(tries):
         for name, r in runners.items():
-            flusher()
+            _lead_in(flusher)
             events[name][i][0].record()
             r.launch(i)
             events[name][i][1].record()
@@ -304,13 +319,13 @@ def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s:
     done, ci = rounds, None
     for i in range(rounds):
         for name in (order if i % 2 == 0 else order[::-1]):
-            flusher()
+            _lead_in(flusher)
             ev_start, ev_end = events[name][i]
             ev_start.record()
             runners[name].launch(i)
             ev_end.record()
             if multi is not None:
-                flusher()
+                _lead_in(flusher)
                 ev_start, ev_end = multi[name][i]
                 ev_start.record()
                 runners[name].launch_many()
@@ -330,6 +345,7 @@ def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s:
             one.single_us, one.single_spread = one.median_us, one.spread
             out[name] = one
         else:
+            _check_amortised(name, events[name][:done], multi[name][:done], calls)
             timing = _summary(_per_call(events[name][:done], multi[name][:done], calls), r.mode, r.note)
             timing.calls, timing.single_us, timing.single_spread = calls, one.median_us, one.spread
             out[name] = timing
@@ -361,6 +377,24 @@ def _per_call(single_events, multi_events, calls: int) -> List[float]:
         return [s.elapsed_time(e) * 1e3 for s, e in single_events]
     return [max((m0.elapsed_time(m1) - s0.elapsed_time(s1)) * 1e3 / (calls - 1), 1e-3)
             for (m0, m1), (s0, s1) in zip(multi_events, single_events)]
+
+
+def _check_amortised(name: str, single_events, multi_events, calls: int) -> None:
+    """Refuse a per-call time that is mostly clamp: when more than ``MAX_NONPOSITIVE_ROUNDS`` of
+    the rounds' K-call replays were no longer than their one-call replays, the difference measures
+    the host or the clock, not the calls (it read 0.001 us for a 3 us kernel once)."""
+    pairs = [(s0.elapsed_time(s1) * 1e3, m0.elapsed_time(m1) * 1e3)
+             for (s0, s1), (m0, m1) in zip(single_events, multi_events)]
+    bad = sum(multi <= single for single, multi in pairs)
+    if pairs and bad > MAX_NONPOSITIVE_ROUNDS * len(pairs):
+        raise TimingUnreliable(
+            f"{name}: the {calls}-call replay was no longer than the one-call replay in {bad} of {len(pairs)} "
+            f"rounds (medians {statistics.median(m for _, m in pairs):.2f} and "
+            f"{statistics.median(s for s, _ in pairs):.2f} us): its per-call time cannot be measured this way")
+
+
+class TimingUnreliable(RuntimeError):
+    """A timing loop whose samples do not measure what they claim to (see :func:`_check_amortised`)."""
 
 
 def ratio_ci(a_us: Sequence[float], b_us: Optional[Sequence[float]] = None, level: float = 0.95,
