@@ -112,3 +112,43 @@ def test_wrong_candidate_fails_exactly_where_its_bug_shows(tree, fails_on, outpu
     assert failed == {cid for cid in results if fails_on(cid)}, sorted(failed)
     assert Counter(results[cid].status for cid in failed) == {status.WRONG_RESULT: len(failed)}
     assert all(output in results[cid].message for cid in failed), [results[c].message for c in failed][:2]
+
+
+def _per_sequence(x, weight, bias, pool, qsl, slots, initial):
+    """The definition sequence by sequence, as the module's docstring states it (float64)."""
+    width = weight.shape[-1]
+    out = torch.empty_like(x)
+    for s, slot in enumerate(slots.tolist()):
+        start, end = int(qsl[s]), int(qsl[s + 1])
+        before = pool[slot] if initial[s] else torch.zeros(width - 1, x.shape[1], dtype=x.dtype)
+        window = torch.cat([before, x[start:end]])
+        for t in range(end - start):
+            acc = bias + (window[t: t + width] * weight.T).sum(0)
+            out[start + t] = torch.nn.functional.silu(acc)
+        pool[slot] = window[end - start:]
+    return out
+
+
+def test_native_definition_is_the_per_sequence_window_and_never_reads_the_device_on_the_host():
+    """The vectorised definition against the plain per-sequence one: empty and shorter-than-K - 1
+    sequences, slots out of order, fresh sequences whose slots hold NaN; and, under the host-sync
+    check, nothing that would stop a CUDA-graph capture."""
+    from fk_pytest.host_sync import HostSyncCheck
+    from kernels_reference.ops.short_conv.native import short_conv_native
+
+    gen = torch.Generator().manual_seed(3)
+    lengths, dim, width = [5, 0, 2, 1, 9, 3], 12, 4
+    qsl = torch.tensor([0] + torch.cumsum(torch.tensor(lengths), 0).tolist(), dtype=torch.int32)
+    x = torch.randn(sum(lengths), dim, generator=gen, dtype=torch.float64)
+    weight = torch.randn(dim, width, generator=gen, dtype=torch.float64)
+    bias = torch.randn(dim, generator=gen, dtype=torch.float64)
+    pool = torch.randn(9, width - 1, dim, generator=gen, dtype=torch.float64)
+    slots = torch.tensor([7, 2, 0, 5, 8, 3], dtype=torch.int32)
+    initial = torch.tensor([True, False, False, True, False, True])
+    pool[slots[~initial].long()] = float("nan")  # a fresh sequence must not read its slot
+    want_pool, got_pool = pool.clone(), pool.clone()
+    want = _per_sequence(x, weight, bias, want_pool, qsl, slots, initial)
+    with HostSyncCheck():
+        got = short_conv_native(x, weight, bias, got_pool, qsl, slots, initial, "silu")
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got_pool, want_pool, rtol=0, atol=0, equal_nan=True)
