@@ -78,11 +78,11 @@ SWEEPS = {
         dict(STATE_PREFETCH=True),
     ]),
     "gated_linear_attention": ("kernels_reference.ops.gla.chunk", "long-carried,mixed-fresh", [], [
-        dict(STATE_TILES=(32, 64, 4, 2), ROWS_BK=32, STATE_PREFETCH=False),
         dict(STATE_TILES=(32, 64, 4, 2), ROWS_BK=32, STATE_PREFETCH=True),
+        dict(STATE_TILES=(32, 64, 4, 2), ROWS_BK=32, STATE_PREFETCH=False),
         dict(STATE_TILES=(64, 64, 4, 2), ROWS_BK=32, STATE_PREFETCH=True),
         dict(STATE_TILES=(32, 64, 4, 3), ROWS_BK=32, STATE_PREFETCH=True),
-        dict(STATE_TILES=(32, 64, 4, 2), ROWS_BK=64, STATE_PREFETCH=False),
+        dict(STATE_TILES=(32, 64, 4, 2), ROWS_BK=64, STATE_PREFETCH=True),
     ]),
     "rwkv7": ("kernels_reference.ops.rwkv7.recurrent,kernels_reference.ops.rwkv7.chunk",
               "long-carried,varlen-carried", [_rwkv7_strong_decay_check, _rwkv7_repeated_key_check], [

@@ -53,7 +53,8 @@ CHUNK = 64
 STATE_BLOCK_V = 64
 # Whether the state pass loads each next chunk's tiles a step ahead, by hand (what took Mamba-2's
 # serial state pass from 1131 to 174 us on an H100; here two chunks' W, U and keys at K = 128 are
-# many registers). Off until timed on a GPU: ``python3 -m benchmarks scan_tiles gated_delta_rule``.
+# many registers). Off: on an H100 (2026-12-06, ``python3 -m benchmarks scan_tiles gated_delta_rule``)
+# it slowed the state pass of the 32768-token case from 1538 to 2590 us.
 STATE_PREFETCH = False
 OUTPUT_BLOCK_V = 64
 

@@ -50,9 +50,10 @@ SUB_CHUNK = 16
 # ``python3 -m benchmarks scan_tiles gated_linear_attention`` can sweep it
 STATE_TILES = (32, 64, 4, 2)
 # Whether the walk loads each next chunk's tiles a step ahead, by hand (what took Mamba-2's serial
-# state pass from 1131 to 174 us on an H100). Off until timed on a GPU: ``scan_tiles
-# gated_linear_attention`` sweeps it.
-STATE_PREFETCH = False
+# state pass from 1131 to 174 us on an H100). On since ``scan_tiles gated_linear_attention`` on an
+# H100 (2026-12-06): the walk 1060 -> 845 us on the 32768-token case, same errors
+# (docs/perf/h100-scan-tiles.md).
+STATE_PREFETCH = True
 # K step of the scores' diagonal sub-chunk blocks, summed elementwise over a [16, 16, DIAG_K] cube
 DIAG_K = 32
 # K step of the scores' products (one per 16-row block, against all the chunk's keys up to it)
