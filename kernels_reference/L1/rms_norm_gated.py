@@ -32,6 +32,11 @@ except ImportError:
 # A program per (row tile, group) is cheap, but a decode step has few rows: tiles shrink until the
 # launch has about two programs per SM of an H200 (132 SMs).
 TARGET_PROGRAMS = 264
+# Warps per program when even the smallest tiles leave fewer programs than TARGET_PROGRAMS (a decode
+# step of Mamba-2's one 5120-wide group: 32 programs of one row each): more warps keep more of each
+# row's loads in flight. None keeps the size rule (8 warps for such a row). Module-level so that
+# ``python3 -m benchmarks norm_launch`` can sweep it.
+FEW_PROGRAM_WARPS = None
 
 
 class RMSNormGated(RecordsInit, nn.Module):
@@ -90,10 +95,13 @@ class RMSNormGated(RecordsInit, nn.Module):
                 per_program //= 2
         else:  # the interpreter pays per program: big tiles
             per_program = max(1, min(triton.next_power_of_2(n_rows), 16384 // block))
+        warps = warps_for(block * per_program)
+        if FEW_PROGRAM_WARPS and x.is_cuda and triton.cdiv(n_rows, per_program) * groups < TARGET_PROGRAMS:
+            warps = FEW_PROGRAM_WARPS
         _rms_norm_gated_kernel[(triton.cdiv(n_rows, per_program), groups)](
             rows, gate, self.weight, out, n_rows, rows.stride(0), gate.stride(0), self.hidden_size,
             self.eps, GROUP=self.group, BLOCK=block, ROWS=per_program, HAS_Z=z is not None,
-            NORM_BEFORE_GATE=self.norm_before_gate, num_warps=warps_for(block * per_program))
+            NORM_BEFORE_GATE=self.norm_before_gate, num_warps=warps)
         return out
 
 
