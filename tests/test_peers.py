@@ -471,3 +471,40 @@ def test_paged_decode_is_held_to_the_fastest_read_of_its_own_bytes(monkeypatch):
     ref = record["impls"][REFERENCE]
     assert ref["ceiling_frac"] == pytest.approx(min(r["us"] for r in record["ceilings"].values()) / ref["us"])
     assert set(record["impls"]) == {REFERENCE} and record["best_peer"] is None
+
+
+def test_a_time_under_the_roofline_floor_is_timed_again_then_flagged_and_left_out(monkeypatch):
+    """A peer (or the reference) whose time implies more than the machine's measured copy or GEMM
+    rate is timed a second time; still under 85% of the floor, it is ``suspect``: its time kept
+    for reading, its rates dropped, and no ratio or target uses it."""
+    from fk_pytest.peers import measure
+    from fk_pytest.peers.text import progress_line
+    from fk_pytest.timing import Timing
+
+    task = get_task("rms_norm")
+    case = task.cases("cpu")[0]
+    peer = Peer("eager-copy", "the reference's native path",
+                lambda ctx: (lambda inputs: ctx.task.call(ctx.reference, inputs, "forward_native")), FRAMEWORK)
+    rounds = []
+
+    def fake_time(timed, sets, opts, flusher, more_sets=None):
+        rounds.append(sorted(timed))
+        us = {REFERENCE: 50.0, "eager-copy": 0.001}  # the peer's time no GPU could give
+        return {n: Timing(us[n], 0.0, 10, "cuda-graph", [us[n]] * 10) for n in timed}, {}
+
+    monkeypatch.setattr(measure, "_time", fake_time)
+    floor_us = 1.0
+    roofline = {"copy_tbps": task.io_bytes(case) / (floor_us * 1e-6) / 1e12, "bf16_gemm_tflops": 1e9}
+    record = measure.measure_case(task, case, [peer], _cpu(), roofline=roofline)
+    assert len(rounds) == 2  # timed again once
+    flagged, ref = record["impls"]["eager-copy"], record["impls"][REFERENCE]
+    assert flagged["status"] == "suspect" and "under 85% of the case's roofline floor 1.000 us" in flagged["reason"]
+    assert flagged["bw_frac"] is None and flagged["us"] == 0.001
+    assert ref["status"] == "ok" and ref["bw_frac"] == pytest.approx(floor_us / 50.0)
+    assert record["best_peer"] is None and record["ratio"] is None
+    assert "eager-copy 0.00us (suspect)" in progress_line("rms_norm", record)
+
+    rounds.clear()
+    roofline = {"copy_tbps": 1e9, "bf16_gemm_tflops": 1e9}  # a floor far below both: timed once, both records
+    record = measure.measure_case(task, case, [peer], _cpu(), roofline=roofline)
+    assert len(rounds) == 1 and record["best_peer"] == "eager-copy" and record["impls"]["eager-copy"]["status"] == "ok"

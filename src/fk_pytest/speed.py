@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
 
@@ -145,10 +145,15 @@ def roofline_floor_s(task, case, roofline) -> float:
                int(task.flops(case)) / (roofline["bf16_gemm_tflops"] * 1e12))
 
 
+def under_roofline(task, case, timings, roofline) -> List[str]:
+    """The implementations whose measured time is under SUSPECT_FRACTION of the case's roofline floor."""
+    floor_s = roofline_floor_s(task, case, roofline)
+    return [name for name, t in timings.items() if floor_s > 0 and t.median_us * 1e-6 < SUSPECT_FRACTION * floor_s]
+
+
 def _under_roofline(task, case, timings, roofline) -> bool:
     """Whether any measured side's time is under SUSPECT_FRACTION of the case's roofline floor."""
-    floor_s = roofline_floor_s(task, case, roofline)
-    return floor_s > 0 and any(t.median_us * 1e-6 < SUSPECT_FRACTION * floor_s for t in timings.values())
+    return bool(under_roofline(task, case, timings, roofline))
 
 
 def timings_cacheable(device) -> bool:

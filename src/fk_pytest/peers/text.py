@@ -14,7 +14,10 @@ def _f(x, spec=".2f", none="-"):
 def progress_line(op: str, rec: Dict[str, Any]) -> str:
     cells = []
     for name, r in rec["impls"].items():
-        cells.append(f"{name} {r['us']:.2f}us" if r.get("us") is not None else f"{name} {r.get('status')}")
+        if r.get("us") is None:
+            cells.append(f"{name} {r.get('status')}")
+        else:
+            cells.append(f"{name} {r['us']:.2f}us" + ("" if r.get("status") == "ok" else f" ({r.get('status')})"))
     tail = f" -> best {rec['best_peer']} ratio {rec['ratio']:.3f}" if rec.get("ratio") is not None else ""
     return f"{op} {rec['case']}: " + " | ".join(cells) + tail
 
@@ -122,13 +125,15 @@ def _case_table(op: Dict[str, Any]) -> List[str]:
     for c in op["cases"]:
         ref = c["impls"].get(REFERENCE, {})
         cells = [c["case"] + (f" (= {', '.join(c['same_as'])})" if c.get("same_as") else ""), ref.get("mode", "-")]
-        if ref.get("us") is None:
+        if ref.get("us") is None or ref.get("status") != "ok":
             cells[-1] = f"{ref.get('status', 'absent')} " + mark(f"reference: {ref.get('reason', c.get('error'))}")
         cells += [_f(ref.get("us")), _f(ref.get("tbps")), _f(ref.get("tflops"), ".1f"),
                   _f(ref.get("roofline_frac")), _f(ref.get("bw_frac"))]
         for p in peers:
             r = c["impls"].get(p, {"status": "absent"})
-            if r.get("us") is not None:
+            if r.get("us") is not None and r.get("status") != "ok":  # timed, but not a record (suspect)
+                cells.append(f"{_f(r['us'])} {r.get('status')} " + mark(f"{p}: {r.get('status')}: {r.get('reason', '')}"))
+            elif r.get("us") is not None:
                 cells.append(_f(r["us"]) + (" " + mark(f"{p}: {r['note']}") if r.get("note") else ""))
             else:
                 why = f"{p}: {r.get('status')}: {r.get('reason', '')}"
