@@ -12,6 +12,10 @@ compiler's error. The GPU machine's Triton may be another version than this mach
 that compiles here is likely, not certain, to compile there.
 
     python3 -m benchmarks hopper_compile rwkv7 gated_linear_attention mamba_chunk_scan
+    python3 -m benchmarks hopper_compile gated_delta_rule --set kernels_reference.ops.gated_delta.chunk.WIDE_PRODUCTS=True
+
+``--set MODULE.NAME=VALUE`` (repeatable) sets a module-level setting before the launches are
+recorded: the choices a ``scan_tiles`` sweep will try, compiled before a device call tries them.
 """
 import argparse
 import importlib
@@ -54,8 +58,23 @@ def _describe(value, constexpr: bool):
     raise TypeError(f"argument of type {type(value).__name__}")
 
 
-def record(tasks, out_path):
+def apply_settings(settings):
+    """``MODULE.NAME=VALUE`` assignments (VALUE a Python literal) on imported modules."""
+    import ast
+    for text in settings:
+        target, sep, value = text.partition("=")
+        module_name, _, name = target.rpartition(".")
+        if not sep or not module_name:
+            raise SystemExit(f"--set wants MODULE.NAME=VALUE, got {text!r}")
+        module = importlib.import_module(module_name)
+        if not hasattr(module, name):
+            raise SystemExit(f"--set: {module_name} has no setting {name!r}")
+        setattr(module, name, ast.literal_eval(value))
+
+
+def record(tasks, out_path, settings=()):
     """Phase 1 (interpreter): the launches of each task's reference on its CPU cases."""
+    apply_settings(settings)
     import torch
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
@@ -132,11 +151,13 @@ def compile_all(in_path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tasks", nargs="*")
+    parser.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                        help="a module-level setting to record the launches with (repeatable)")
     parser.add_argument("--record", help=argparse.SUPPRESS)
     parser.add_argument("--compile", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.record:
-        return record(args.tasks, args.record)
+        return record(args.tasks, args.record, args.set)
     if args.compile:
         return 1 if compile_all(args.compile) else 0
     if not args.tasks:
@@ -145,7 +166,7 @@ def main():
         path = os.path.join(tmp, "launches.json")
         me = [sys.executable, "-m", "benchmarks", "hopper_compile"]
         env = dict(os.environ, TRITON_INTERPRET="1", FK_GPU_TILES="1")
-        subprocess.run(me + args.tasks + ["--record", path], env=env, check=True)
+        subprocess.run(me + args.tasks + [f"--set={x}" for x in args.set] + ["--record", path], env=env, check=True)
         env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "FK_GPU_TILES")}
         sys.exit(subprocess.run(me + ["--compile", path], env=env).returncode)
 
