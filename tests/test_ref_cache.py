@@ -99,43 +99,13 @@ def test_one_runner_with_a_fixed_k_stops_on_its_own_median(monkeypatch):
     """The GPU loop with only the candidate (its reference from the cache), on fake CUDA events:
     the stored K is used, and the rounds stop once its own median is known to +-1%."""
     import random
-    import torch
+    from fakes.gpu_loop import Runner, fake_events
     from fk_pytest import timing
 
     rng = random.Random(0)
-    made = []
-
-    class Event:
-        def record(self):
-            pass
-
-        def elapsed_time(self, end):
-            return end.ms
-
-    def pair():
-        # Made in this order: 4 one-call estimates, 500 one-call rounds, 500 K-call rounds; a
-        # one-call replay 10 us, a call 2 us more, 1% noise on each replay.
-        made.append(1)
-        start, end = Event(), Event()
-        us = 10.0 if len(made) <= 504 else 10.0 + 2.0 * 6
-        end.ms = us * 1e-3 * (1 + rng.gauss(0, 0.01))
-        return start, end
-
-    class Runner:
-        mode, note, sets, calls = "cuda-graph", "", [{}], 1
-
-        def launch(self, i):
-            pass
-
-        def launch_many(self):
-            pass
-
-        def amortise(self, extra, calls, rotate=True):
-            self.calls = calls
-
-    monkeypatch.setattr(timing, "_event_pair", pair)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None)
+    # Made in this order: 4 one-call estimates, 500 one-call rounds, 500 K-call rounds; a one-call
+    # replay 10 us, a call 2 us more, 1% noise on each replay.
+    fake_events(monkeypatch, lambda n: (10.0 if n <= 504 else 10.0 + 2.0 * 6) * (1 + rng.gauss(0, 0.01)))
     runner = Runner()
     out = timing.time_pair_cuda({"candidate": runner}, lambda: None, budget_s=10.0, min_rounds=50,
                                 max_rounds=500, more_sets=lambda n: [{}] * n, target_ci=0.01, calls=7)

@@ -95,64 +95,36 @@ def test_end_to_end_rounds_grow_for_short_scenarios():
 
 
 def _loop_on_fake_events(monkeypatch, broken_share, single_us=10.0, call_us=2.0, calls=7, rounds=100):
-    """``time_pair_cuda`` over one runner on fake CUDA events (made in the loop's order: 4 one-call
-    estimates, then per round a one-call and a K-call window); in ``broken_share`` of the rounds the
+    """``time_pair_cuda`` over one runner on fake CUDA events; in ``broken_share`` of the rounds the
     K-call replay reads shorter than the one-call one, as when the host, not the GPU, set the pace."""
-    import pytest
-    import torch
+    from fakes.gpu_loop import Runner, fake_events
     from fk_pytest import timing
 
     rng = random.Random(0)
-    made = []
 
-    class Event:
-        def record(self):
-            pass
-
-        def elapsed_time(self, end):
-            return end.ms
-
-    def pair():
-        made.append(1)
-        start, end = Event(), Event()
-        n = len(made) - 4 - rounds  # the K-call windows' pairs come after the one-call ones
-        if n <= 0:
+    def window_us(n):  # 4 one-call estimates, the rounds' one-call windows, then their K-call ones
+        if n <= 4 + rounds:
             us = single_us
         elif rng.random() < broken_share:
             us = single_us * 0.5
         else:
             us = single_us + call_us * (calls - 1)
-        end.ms = us * 1e-3 * (1 + rng.gauss(0, 0.01))
-        return start, end
+        return us * (1 + rng.gauss(0, 0.01))
 
-    class Runner:
-        mode, note, sets, calls = "cuda-graph", "", [{}], 1
-
-        def launch(self, i):
-            pass
-
-        def launch_many(self):
-            pass
-
-        def amortise(self, extra, k, rotate=True):
-            self.calls = k
-
-    monkeypatch.setattr(timing, "_event_pair", pair)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None)
-    run = lambda: timing.time_pair_cuda({"reference": Runner()}, lambda: None, budget_s=0.0,  # noqa: E731
-                                        min_rounds=rounds, max_rounds=rounds, more_sets=lambda n: [{}] * n,
-                                        calls=calls)
-    return run, pytest, timing
+    fake_events(monkeypatch, window_us)
+    return lambda: timing.time_pair_cuda({"reference": Runner()}, lambda: None, budget_s=0.0, min_rounds=rounds,
+                                         max_rounds=rounds, more_sets=lambda n: [{}] * n, calls=calls)
 
 
 def test_an_amortised_time_from_mostly_clamped_rounds_is_refused_naming_the_runner(monkeypatch):
-    run, pytest, timing = _loop_on_fake_events(monkeypatch, broken_share=0.5)
-    with pytest.raises(timing.TimingUnreliable, match=r"reference: the 7-call replay was no longer"):
+    import pytest
+    from fk_pytest.timing import TimingUnreliable
+
+    run = _loop_on_fake_events(monkeypatch, broken_share=0.5)
+    with pytest.raises(TimingUnreliable, match=r"reference: the 7-call replay was no longer"):
         run()
 
 
 def test_a_few_clamped_rounds_leave_the_median_per_call_time(monkeypatch):
-    run, _, _ = _loop_on_fake_events(monkeypatch, broken_share=0.1)
-    out = run()["reference"]
+    out = _loop_on_fake_events(monkeypatch, broken_share=0.1)()["reference"]
     assert out.calls == 7 and abs(out.median_us - 2.0) < 0.1
