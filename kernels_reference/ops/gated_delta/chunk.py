@@ -63,6 +63,10 @@ OUTPUT_BLOCK_V = 64
 # 1432 of the 3767 us of a 32768-token Qwen3-Next prefill, where FLA's whole op took 3653 us. Off
 # until ``python3 -m benchmarks scan_tiles gated_delta_rule`` has timed it on a GPU.
 WIDE_PRODUCTS = False
+# Whether A (beta_t exp(b_t - b_s) k_t.k_s) comes from one 64 x 64 product of the chunk's keys, cut
+# into the sixteen 16 x 16 blocks the inverse works on, instead of ten 16-row products. Off until timed
+# (the cutting moves tiles between register layouts, which may cost what the product saves).
+WIDE_SCORES = False
 
 
 def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, beta: TokenHeads, scale: float,
@@ -92,7 +96,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
         k.tensor, v.tensor, g.tensor, beta.tensor, w, u, b, layout.table,
         k.token_stride, k.head_stride, v.token_stride, v.head_stride,
         g.token_stride, g.head_stride, beta.token_stride, beta.head_stride,
-        BV=block_v_all if whole else min(64, block_v_all), WIDE=WIDE_PRODUCTS, **heads, **dot, num_warps=4)
+        BV=block_v_all if whole else min(64, block_v_all), WIDE=WIDE_PRODUCTS, WIDE_A=WIDE_SCORES, **heads, **dot, num_warps=4)
 
     starts = torch.empty((chunks, hv, kd, vd), dtype=dtype, device=device)
     h0 = initial_state
@@ -139,6 +143,19 @@ if triton is not None:
         return tl.reshape(tl.permute(tl.join(a, b), (1, 0)), (2 * a.shape[0],))
 
     @triton.jit
+    def _row_halves(x):
+        """[2R, C] as its top and bottom [R, C] halves."""
+        return tl.split(tl.permute(tl.reshape(x, (2, x.shape[0] // 2, x.shape[1])), (1, 2, 0)))
+
+    @triton.jit
+    def _col_quarters(x):
+        """[R, 4C] as its four [R, C] column blocks, left to right."""
+        left, right = tl.split(tl.permute(tl.reshape(x, (x.shape[0], 2, x.shape[1] // 2)), (0, 2, 1)))
+        b0, b1 = tl.split(tl.permute(tl.reshape(left, (x.shape[0], 2, x.shape[1] // 4)), (0, 2, 1)))
+        b2, b3 = tl.split(tl.permute(tl.reshape(right, (x.shape[0], 2, x.shape[1] // 4)), (0, 2, 1)))
+        return b0, b1, b2, b3
+
+    @triton.jit
     def _f32_mm(a, b):
         return tl.dot(a, b, input_precision="ieee")
 
@@ -183,7 +200,7 @@ if triton is not None:
                          sk_t, sk_h, sv_t, sv_h, sg_t, sg_h, sb_t, sb_h,
                          HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                          BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
-                         WIDE: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+                         WIDE: tl.constexpr, WIDE_A: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         """(I + A)^-1 by blocks of 16 tokens: the four diagonal blocks inverted by substitution
         (16 steps on 16 x 16 tiles, where the whole 64 x 64 tile took 63 steps of reductions over
         4096 entries), the blocks below them by block forward substitution,
@@ -208,16 +225,37 @@ if triton is not None:
         tl.store(b + r2.to(tl.int64) * HV + i_hv, c2, mask=ok2)
         tl.store(b + r3.to(tl.int64) * HV + i_hv, c3, mask=ok3)
 
-        t00 = _unit_lower_inverse(_a_block(k0, c0, be0, k0, c0, True, BC, DOT_T, EMULATE), BC)
-        t11 = _unit_lower_inverse(_a_block(k1, c1, be1, k1, c1, True, BC, DOT_T, EMULATE), BC)
-        t22 = _unit_lower_inverse(_a_block(k2, c2, be2, k2, c2, True, BC, DOT_T, EMULATE), BC)
-        t33 = _unit_lower_inverse(_a_block(k3, c3, be3, k3, c3, True, BC, DOT_T, EMULATE), BC)
-        a10 = _a_block(k1, c1, be1, k0, c0, False, BC, DOT_T, EMULATE)
-        a20 = _a_block(k2, c2, be2, k0, c0, False, BC, DOT_T, EMULATE)
-        a21 = _a_block(k2, c2, be2, k1, c1, False, BC, DOT_T, EMULATE)
-        a30 = _a_block(k3, c3, be3, k0, c0, False, BC, DOT_T, EMULATE)
-        a31 = _a_block(k3, c3, be3, k1, c1, False, BC, DOT_T, EMULATE)
-        a32 = _a_block(k3, c3, be3, k2, c2, False, BC, DOT_T, EMULATE)
+        if WIDE_A:
+            k_all = _stacked(_stacked(k0, k1), _stacked(k2, k3))
+            c_all = _stacked_rows(_stacked_rows(c0, c1), _stacked_rows(c2, c3))
+            be_all = _stacked_rows(_stacked_rows(be0, be1), _stacked_rows(be2, be3))
+            r = tl.arange(0, BT)
+            below = r[:, None] > r[None, :]  # every exponent kept is <= 0: s comes before t
+            kk = _mm(k_all, tl.trans(k_all), DOT_T, EMULATE)
+            a_all = tl.where(below, kk * tl.exp(tl.where(below, c_all[:, None] - c_all[None, :], 0.0))
+                             * be_all[:, None], 0.0)
+            top, bottom = _row_halves(a_all)
+            q0, q1 = _row_halves(top)
+            q2, q3 = _row_halves(bottom)
+            a00, _u01, _u02, _u03 = _col_quarters(q0)
+            a10, a11, _u12, _u13 = _col_quarters(q1)
+            a20, a21, a22, _u23 = _col_quarters(q2)
+            a30, a31, a32, a33 = _col_quarters(q3)
+            t00 = _unit_lower_inverse(a00, BC)
+            t11 = _unit_lower_inverse(a11, BC)
+            t22 = _unit_lower_inverse(a22, BC)
+            t33 = _unit_lower_inverse(a33, BC)
+        else:
+            t00 = _unit_lower_inverse(_a_block(k0, c0, be0, k0, c0, True, BC, DOT_T, EMULATE), BC)
+            t11 = _unit_lower_inverse(_a_block(k1, c1, be1, k1, c1, True, BC, DOT_T, EMULATE), BC)
+            t22 = _unit_lower_inverse(_a_block(k2, c2, be2, k2, c2, True, BC, DOT_T, EMULATE), BC)
+            t33 = _unit_lower_inverse(_a_block(k3, c3, be3, k3, c3, True, BC, DOT_T, EMULATE), BC)
+            a10 = _a_block(k1, c1, be1, k0, c0, False, BC, DOT_T, EMULATE)
+            a20 = _a_block(k2, c2, be2, k0, c0, False, BC, DOT_T, EMULATE)
+            a21 = _a_block(k2, c2, be2, k1, c1, False, BC, DOT_T, EMULATE)
+            a30 = _a_block(k3, c3, be3, k0, c0, False, BC, DOT_T, EMULATE)
+            a31 = _a_block(k3, c3, be3, k1, c1, False, BC, DOT_T, EMULATE)
+            a32 = _a_block(k3, c3, be3, k2, c2, False, BC, DOT_T, EMULATE)
         t10 = -_f32_mm(t11, _f32_mm(a10, t00))
         t21 = -_f32_mm(t22, _f32_mm(a21, t11))
         t20 = -_f32_mm(t22, _f32_mm(a20, t00) + _f32_mm(a21, t10))
