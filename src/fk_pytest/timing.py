@@ -41,8 +41,10 @@ AMORTISE_TARGET_US = 100.0  # a K-call replay lasts at least this long (the laun
 # event and launch are enqueued while the GPU is still busy: a window opened on an idle GPU times
 # the host's launch latency too. (An H100 peer run of 2026-12-06 timed a 3 us decode kernel's
 # one-call replay at 24 us after eager peers that synchronise the host, and its 3-call replay no
-# longer than that.) About 50 us at 2 GHz; outside the timed window, so it costs rounds, not accuracy.
-LEAD_CYCLES = 100_000
+# longer than that.) About 20 us at 2 GHz, on top of the flush's own 30-60 us: outside the timed
+# window, it costs loop time (counted in the rounds' budget), not accuracy.
+LEAD_CYCLES = 40_000
+LEAD_S = 2e-5  # what LEAD_CYCLES lasts, for the rounds' budget
 # Amortised timing is refused when more than this share of rounds has a K-call replay no longer
 # than the one-call replay (a negative or zero marginal cost is a broken measurement, not a fast call).
 MAX_NONPOSITIVE_ROUNDS = 0.25
@@ -307,7 +309,8 @@ def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s:
             for r in runners.values():
                 r.amortise(extra, calls, rotate=not l2_hot)
             del extra
-    per_round_s = sum(single.values()) * (1 + calls) * 1e-6 + len(runners) * (2 if calls > 1 else 1) * 2e-5
+    windows = len(runners) * (2 if calls > 1 else 1)
+    per_round_s = sum(single.values()) * (1 + calls) * 1e-6 + windows * (2e-5 + LEAD_S)
     if min_seconds is not None:
         min_rounds = min_rounds_for(per_round_s, min_rounds, min_seconds)
     rounds = int(min(max(budget_s / max(per_round_s, 1e-6), min_rounds), max_rounds))

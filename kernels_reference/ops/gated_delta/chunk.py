@@ -96,7 +96,8 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
         k.tensor, v.tensor, g.tensor, beta.tensor, w, u, b, layout.table,
         k.token_stride, k.head_stride, v.token_stride, v.head_stride,
         g.token_stride, g.head_stride, beta.token_stride, beta.head_stride,
-        BV=block_v_all if whole else min(64, block_v_all), WIDE=WIDE_PRODUCTS, WIDE_A=WIDE_SCORES, **heads, **dot, num_warps=4)
+        BV=block_v_all if whole else min(64, block_v_all), WIDE=WIDE_PRODUCTS, WIDE_A=WIDE_SCORES, **heads, **dot,
+        num_warps=4)
 
     starts = torch.empty((chunks, hv, kd, vd), dtype=dtype, device=device)
     h0 = initial_state

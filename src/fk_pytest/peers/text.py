@@ -132,7 +132,8 @@ def _case_table(op: Dict[str, Any]) -> List[str]:
         for p in peers:
             r = c["impls"].get(p, {"status": "absent"})
             if r.get("us") is not None and r.get("status") != "ok":  # timed, but not a record (suspect)
-                cells.append(f"{_f(r['us'])} {r.get('status')} " + mark(f"{p}: {r.get('status')}: {r.get('reason', '')}"))
+                why = f"{p}: {r.get('status')}: {r.get('reason', '')}"
+                cells.append(f"{_f(r['us'])} {r.get('status')} {mark(why)}")
             elif r.get("us") is not None:
                 cells.append(_f(r["us"]) + (" " + mark(f"{p}: {r['note']}") if r.get("note") else ""))
             else:
