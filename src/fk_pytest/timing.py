@@ -348,8 +348,9 @@ def time_pair_cuda(runners: Dict[str, _GpuRunner], flusher: L2Flusher, budget_s:
             one.single_us, one.single_spread = one.median_us, one.spread
             out[name] = one
         else:
-            _check_amortised(name, events[name][:done], multi[name][:done], calls)
-            timing = _summary(_per_call(events[name][:done], multi[name][:done], calls), r.mode, r.note)
+            marginal = _marginal_us(events[name][:done], multi[name][:done], calls)
+            _check_amortised(name, marginal, calls, one.median_us)
+            timing = _summary(_clamped(marginal), r.mode, r.note)
             timing.calls, timing.single_us, timing.single_spread = calls, one.median_us, one.spread
             out[name] = timing
     if adaptive:
@@ -378,22 +379,29 @@ def _per_call(single_events, multi_events, calls: int) -> List[float]:
     K-call replay minus the one-call replay, over K - 1; see the module docstring)."""
     if multi_events is None:
         return [s.elapsed_time(e) * 1e3 for s, e in single_events]
-    return [max((m0.elapsed_time(m1) - s0.elapsed_time(s1)) * 1e3 / (calls - 1), 1e-3)
+    return _clamped(_marginal_us(single_events, multi_events, calls))
+
+
+def _marginal_us(single_events, multi_events, calls: int) -> List[float]:
+    """Each round's (K-call replay - one-call replay) / (K - 1), as measured (zero or less possible)."""
+    return [(m0.elapsed_time(m1) - s0.elapsed_time(s1)) * 1e3 / (calls - 1)
             for (m0, m1), (s0, s1) in zip(multi_events, single_events)]
 
 
-def _check_amortised(name: str, single_events, multi_events, calls: int) -> None:
+def _clamped(marginal_us: Sequence[float]) -> List[float]:
+    return [max(x, 1e-3) for x in marginal_us]
+
+
+def _check_amortised(name: str, marginal_us: Sequence[float], calls: int, single_us: float) -> None:
     """Refuse a per-call time that is mostly clamp: when more than ``MAX_NONPOSITIVE_ROUNDS`` of
     the rounds' K-call replays were no longer than their one-call replays, the difference measures
     the host or the clock, not the calls (it read 0.001 us for a 3 us kernel once)."""
-    pairs = [(s0.elapsed_time(s1) * 1e3, m0.elapsed_time(m1) * 1e3)
-             for (s0, s1), (m0, m1) in zip(single_events, multi_events)]
-    bad = sum(multi <= single for single, multi in pairs)
-    if pairs and bad > MAX_NONPOSITIVE_ROUNDS * len(pairs):
+    bad = sum(x <= 0 for x in marginal_us)
+    if marginal_us and bad > MAX_NONPOSITIVE_ROUNDS * len(marginal_us):
         raise TimingUnreliable(
-            f"{name}: the {calls}-call replay was no longer than the one-call replay in {bad} of {len(pairs)} "
-            f"rounds (medians {statistics.median(m for _, m in pairs):.2f} and "
-            f"{statistics.median(s for s, _ in pairs):.2f} us): its per-call time cannot be measured this way")
+            f"{name}: the {calls}-call replay was no longer than the one-call replay in {bad} of "
+            f"{len(marginal_us)} rounds (one-call median {single_us:.2f} us): its per-call time cannot be "
+            f"measured this way")
 
 
 class TimingUnreliable(RuntimeError):

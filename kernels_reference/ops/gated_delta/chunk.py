@@ -275,8 +275,7 @@ if triton is not None:
                                       _side_by_side(_side_by_side(t10, t11), _side_by_side(zero, zero))),
                              _stacked(_side_by_side(_side_by_side(t20, t21), _side_by_side(t22, zero)),
                                       _side_by_side(_side_by_side(t30, t31), _side_by_side(t32, t33))))
-            rows = _stacked_rows(_stacked_rows(r0, r1), _stacked_rows(r2, r3))
-            ok = _stacked_rows(_stacked_rows(ok0, ok1), _stacked_rows(ok2, ok3))
+            rows, ok = chunk_rows(table, i_c, BT)
             beta_all = _stacked_rows(_stacked_rows(be0, be1), _stacked_rows(be2, be3))
             store_rows(w, rows, ok, HV, i_hv, offs_k, K,
                        _mm(t_all, _stacked(_stacked(x0, x1), _stacked(x2, x3)), DOT_T, EMULATE))
