@@ -12,7 +12,7 @@ compiler's error. The GPU machine's Triton may be another version than this mach
 that compiles here is likely, not certain, to compile there.
 
     python3 -m benchmarks hopper_compile rwkv7 gated_linear_attention mamba_chunk_scan
-    python3 -m benchmarks hopper_compile gated_delta_rule --set kernels_reference.ops.gated_delta.chunk.WIDE_PRODUCTS=True
+    python3 -m benchmarks hopper_compile gated_delta_rule --set kernels_reference.ops.gated_delta.chunk.STATE_PREFETCH=True
 
 ``--set MODULE.NAME=VALUE`` (repeatable) sets a module-level setting before the launches are
 recorded: the choices a ``scan_tiles`` sweep will try, compiled before a device call tries them.

@@ -118,26 +118,3 @@ def test_chunk_reset_passes_when_no_sequence_crosses_a_chunk():
     within = Case("within-one-chunk", real.dtype, params=dict(real.params, lengths=(1, 63, 64), with_state=True))
     counts, _ = verdicts(TASK, load(CANDIDATES / "gdr_state_reset_per_chunk", TASK), [within])
     assert counts == {status.PASSED: 1}
-
-
-@pytest.mark.parametrize("scores", [False, True], ids=["products", "products-and-scores"])
-def test_wy_kernel_with_whole_chunk_products_matches_the_recurrence(monkeypatch, scores):
-    """The WY kernel's whole-chunk products (WIDE_PRODUCTS, and A from one product cut into its
-    blocks, WIDE_SCORES; both off until timed on a GPU): the blocks joined into and cut out of one
-    tile in the right places, on chunk edges with carried states in float32 and next to the
-    blockwise form in bf16."""
-    from kernels_reference.ops.gated_delta import chunk
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    inputs = _inputs(CHUNK_EDGES + (0, 130), torch.float32, True, seed=2)
-    monkeypatch.setattr(chunk, "WIDE_PRODUCTS", True)
-    monkeypatch.setattr(chunk, "WIDE_SCORES", scores)
-    o, state = GatedDeltaRule().forward_triton(**inputs)
-    truth_o, truth_state = _truth(inputs)
-    assert _rel(o, truth_o) < 1e-5 and _rel(state, truth_state) < 1e-5
-    half = _inputs(CHUNK_EDGES, torch.bfloat16, True, seed=1)
-    wide_o, wide_state = GatedDeltaRule().forward_triton(**half)
-    monkeypatch.setattr(chunk, "WIDE_PRODUCTS", False)
-    monkeypatch.setattr(chunk, "WIDE_SCORES", False)
-    block_o, block_state = GatedDeltaRule().forward_triton(**half)
-    assert _rel(wide_o, block_o.double()) < 1e-2 and _rel(wide_state, block_state.double()) < 1e-2

@@ -57,16 +57,11 @@ STATE_BLOCK_V = 64
 # it slowed the state pass of the 32768-token case from 1538 to 2590 us.
 STATE_PREFETCH = False
 OUTPUT_BLOCK_V = 64
-# Whether the WY kernel forms W = T X and U = T Y as whole-chunk products (T's sixteen 16 x 16
-# blocks joined into one 64 x 64 tile: one 64-row dot for W and one per V block for U) instead of
-# ten 16-row dots each, the shape tensor cores run worst. On an H100 (2026-12-06) the WY kernel took
-# 1432 of the 3767 us of a 32768-token Qwen3-Next prefill, where FLA's whole op took 3653 us. Off
-# until ``python3 -m benchmarks scan_tiles gated_delta_rule`` has timed it on a GPU.
-WIDE_PRODUCTS = False
-# Whether A (beta_t exp(b_t - b_s) k_t.k_s) comes from one 64 x 64 product of the chunk's keys, cut
-# into the sixteen 16 x 16 blocks the inverse works on, instead of ten 16-row products. Off until timed
-# (the cutting moves tiles between register layouts, which may cost what the product saves).
-WIDE_SCORES = False
+# The WY kernel forms W = T X and U = T Y by 16-row block products. Whole-chunk products (T's
+# blocks joined into one 64 x 64 tile) and A from one 64 x 64 product of the keys cut into blocks
+# were tried and timed on an H100 on 2026-12-06 (``python3 -m benchmarks scan_tiles
+# gated_delta_rule``, docs/perf/h100-2026-12-06.md): the kernel went from 1432 to 1971 and 3192 us on
+# the 32768-token Qwen3-Next prefill, so neither is kept.
 
 
 def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, beta: TokenHeads, scale: float,
@@ -96,8 +91,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
         k.tensor, v.tensor, g.tensor, beta.tensor, w, u, b, layout.table,
         k.token_stride, k.head_stride, v.token_stride, v.head_stride,
         g.token_stride, g.head_stride, beta.token_stride, beta.head_stride,
-        BV=block_v_all if whole else min(64, block_v_all), WIDE=WIDE_PRODUCTS, WIDE_A=WIDE_SCORES, **heads, **dot,
-        num_warps=4)
+        BV=block_v_all if whole else min(64, block_v_all), **heads, **dot, num_warps=4)
 
     starts = torch.empty((chunks, hv, kd, vd), dtype=dtype, device=device)
     h0 = initial_state
@@ -127,34 +121,6 @@ if triton is not None:
             correction = tl.sum(a_row[:, None] * inv, 0)
             inv = tl.where(r[:, None] == i, inv - correction[None, :], inv)
         return inv
-
-    @triton.jit
-    def _side_by_side(a, b):
-        """[R, C] and [R, C] as one [R, 2C] tile: a's columns, then b's."""
-        return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), (a.shape[0], 2 * a.shape[1]))
-
-    @triton.jit
-    def _stacked(a, b):
-        """[R, C] and [R, C] as one [2R, C] tile: a's rows, then b's."""
-        return tl.reshape(tl.permute(tl.join(a, b), (2, 0, 1)), (2 * a.shape[0], a.shape[1]))
-
-    @triton.jit
-    def _stacked_rows(a, b):
-        """[R] and [R] as one [2R] vector."""
-        return tl.reshape(tl.permute(tl.join(a, b), (1, 0)), (2 * a.shape[0],))
-
-    @triton.jit
-    def _row_halves(x):
-        """[2R, C] as its top and bottom [R, C] halves."""
-        return tl.split(tl.permute(tl.reshape(x, (2, x.shape[0] // 2, x.shape[1])), (1, 2, 0)))
-
-    @triton.jit
-    def _col_quarters(x):
-        """[R, 4C] as its four [R, C] column blocks, left to right."""
-        left, right = tl.split(tl.permute(tl.reshape(x, (x.shape[0], 2, x.shape[1] // 2)), (0, 2, 1)))
-        b0, b1 = tl.split(tl.permute(tl.reshape(left, (x.shape[0], 2, x.shape[1] // 4)), (0, 2, 1)))
-        b2, b3 = tl.split(tl.permute(tl.reshape(right, (x.shape[0], 2, x.shape[1] // 4)), (0, 2, 1)))
-        return b0, b1, b2, b3
 
     @triton.jit
     def _f32_mm(a, b):
@@ -201,12 +167,11 @@ if triton is not None:
                          sk_t, sk_h, sv_t, sv_h, sg_t, sg_h, sb_t, sb_h,
                          HV: tl.constexpr, GROUP: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                          BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
-                         WIDE: tl.constexpr, WIDE_A: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
+                         DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         """(I + A)^-1 by blocks of 16 tokens: the four diagonal blocks inverted by substitution
         (16 steps on 16 x 16 tiles, where the whole 64 x 64 tile took 63 steps of reductions over
         4096 entries), the blocks below them by block forward substitution,
-        T_ij = -T_ii sum_{j <= m < i} A_im T_mj. Then W and U by row block, W_i = sum_j T_ij X_j,
-        or with ``WIDE`` as whole-chunk products of T joined into one tile."""
+        T_ij = -T_ii sum_{j <= m < i} A_im T_mj. Then W and U by row block, W_i = sum_j T_ij X_j."""
         tl.static_assert(BT == 64)
         BC: tl.constexpr = 16
         i_c, i_hv = tl.program_id(0), tl.program_id(1)
@@ -226,37 +191,16 @@ if triton is not None:
         tl.store(b + r2.to(tl.int64) * HV + i_hv, c2, mask=ok2)
         tl.store(b + r3.to(tl.int64) * HV + i_hv, c3, mask=ok3)
 
-        if WIDE_A:
-            k_all = _stacked(_stacked(k0, k1), _stacked(k2, k3))
-            c_all = _stacked_rows(_stacked_rows(c0, c1), _stacked_rows(c2, c3))
-            be_all = _stacked_rows(_stacked_rows(be0, be1), _stacked_rows(be2, be3))
-            r = tl.arange(0, BT)
-            below = r[:, None] > r[None, :]  # every exponent kept is <= 0: s comes before t
-            kk = _mm(k_all, tl.trans(k_all), DOT_T, EMULATE)
-            a_all = tl.where(below, kk * tl.exp(tl.where(below, c_all[:, None] - c_all[None, :], 0.0))
-                             * be_all[:, None], 0.0)
-            top, bottom = _row_halves(a_all)
-            q0, q1 = _row_halves(top)
-            q2, q3 = _row_halves(bottom)
-            a00, _u01, _u02, _u03 = _col_quarters(q0)
-            a10, a11, _u12, _u13 = _col_quarters(q1)
-            a20, a21, a22, _u23 = _col_quarters(q2)
-            a30, a31, a32, a33 = _col_quarters(q3)
-            t00 = _unit_lower_inverse(a00, BC)
-            t11 = _unit_lower_inverse(a11, BC)
-            t22 = _unit_lower_inverse(a22, BC)
-            t33 = _unit_lower_inverse(a33, BC)
-        else:
-            t00 = _unit_lower_inverse(_a_block(k0, c0, be0, k0, c0, True, BC, DOT_T, EMULATE), BC)
-            t11 = _unit_lower_inverse(_a_block(k1, c1, be1, k1, c1, True, BC, DOT_T, EMULATE), BC)
-            t22 = _unit_lower_inverse(_a_block(k2, c2, be2, k2, c2, True, BC, DOT_T, EMULATE), BC)
-            t33 = _unit_lower_inverse(_a_block(k3, c3, be3, k3, c3, True, BC, DOT_T, EMULATE), BC)
-            a10 = _a_block(k1, c1, be1, k0, c0, False, BC, DOT_T, EMULATE)
-            a20 = _a_block(k2, c2, be2, k0, c0, False, BC, DOT_T, EMULATE)
-            a21 = _a_block(k2, c2, be2, k1, c1, False, BC, DOT_T, EMULATE)
-            a30 = _a_block(k3, c3, be3, k0, c0, False, BC, DOT_T, EMULATE)
-            a31 = _a_block(k3, c3, be3, k1, c1, False, BC, DOT_T, EMULATE)
-            a32 = _a_block(k3, c3, be3, k2, c2, False, BC, DOT_T, EMULATE)
+        t00 = _unit_lower_inverse(_a_block(k0, c0, be0, k0, c0, True, BC, DOT_T, EMULATE), BC)
+        t11 = _unit_lower_inverse(_a_block(k1, c1, be1, k1, c1, True, BC, DOT_T, EMULATE), BC)
+        t22 = _unit_lower_inverse(_a_block(k2, c2, be2, k2, c2, True, BC, DOT_T, EMULATE), BC)
+        t33 = _unit_lower_inverse(_a_block(k3, c3, be3, k3, c3, True, BC, DOT_T, EMULATE), BC)
+        a10 = _a_block(k1, c1, be1, k0, c0, False, BC, DOT_T, EMULATE)
+        a20 = _a_block(k2, c2, be2, k0, c0, False, BC, DOT_T, EMULATE)
+        a21 = _a_block(k2, c2, be2, k1, c1, False, BC, DOT_T, EMULATE)
+        a30 = _a_block(k3, c3, be3, k0, c0, False, BC, DOT_T, EMULATE)
+        a31 = _a_block(k3, c3, be3, k1, c1, False, BC, DOT_T, EMULATE)
+        a32 = _a_block(k3, c3, be3, k2, c2, False, BC, DOT_T, EMULATE)
         t10 = -_f32_mm(t11, _f32_mm(a10, t00))
         t21 = -_f32_mm(t22, _f32_mm(a21, t11))
         t20 = -_f32_mm(t22, _f32_mm(a20, t00) + _f32_mm(a21, t10))
@@ -269,39 +213,24 @@ if triton is not None:
         x1 = k1 * (be1 * tl.exp(c1))[:, None]
         x2 = k2 * (be2 * tl.exp(c2))[:, None]
         x3 = k3 * (be3 * tl.exp(c3))[:, None]
-        if WIDE:
-            zero = tl.zeros((BC, BC), dtype=tl.float32)
-            t_all = _stacked(_stacked(_side_by_side(_side_by_side(t00, zero), _side_by_side(zero, zero)),
-                                      _side_by_side(_side_by_side(t10, t11), _side_by_side(zero, zero))),
-                             _stacked(_side_by_side(_side_by_side(t20, t21), _side_by_side(t22, zero)),
-                                      _side_by_side(_side_by_side(t30, t31), _side_by_side(t32, t33))))
-            rows, ok = chunk_rows(table, i_c, BT)
-            beta_all = _stacked_rows(_stacked_rows(be0, be1), _stacked_rows(be2, be3))
-            store_rows(w, rows, ok, HV, i_hv, offs_k, K,
-                       _mm(t_all, _stacked(_stacked(x0, x1), _stacked(x2, x3)), DOT_T, EMULATE))
-            for i_v in range(0, tl.cdiv(V, BV)):
-                offs_v = i_v * BV + tl.arange(0, BV)
-                y = _tile(v, rows, ok, sv_t, i_hv * sv_h, offs_v, V) * beta_all[:, None]
-                store_rows(u, rows, ok, HV, i_hv, offs_v, V, _mm(t_all, y, DOT_T, EMULATE))
-        else:
-            store_rows(w, r0, ok0, HV, i_hv, offs_k, K, _mm(t00, x0, DOT_T, EMULATE))
-            store_rows(w, r1, ok1, HV, i_hv, offs_k, K, _mm(t10, x0, DOT_T, EMULATE) + _mm(t11, x1, DOT_T, EMULATE))
-            store_rows(w, r2, ok2, HV, i_hv, offs_k, K, _mm(t20, x0, DOT_T, EMULATE) + _mm(t21, x1, DOT_T, EMULATE)
-                        + _mm(t22, x2, DOT_T, EMULATE))
-            store_rows(w, r3, ok3, HV, i_hv, offs_k, K, _mm(t30, x0, DOT_T, EMULATE) + _mm(t31, x1, DOT_T, EMULATE)
-                        + _mm(t32, x2, DOT_T, EMULATE) + _mm(t33, x3, DOT_T, EMULATE))
-            for i_v in range(0, tl.cdiv(V, BV)):
-                offs_v = i_v * BV + tl.arange(0, BV)
-                y0 = _tile(v, r0, ok0, sv_t, i_hv * sv_h, offs_v, V) * be0[:, None]
-                y1 = _tile(v, r1, ok1, sv_t, i_hv * sv_h, offs_v, V) * be1[:, None]
-                y2 = _tile(v, r2, ok2, sv_t, i_hv * sv_h, offs_v, V) * be2[:, None]
-                y3 = _tile(v, r3, ok3, sv_t, i_hv * sv_h, offs_v, V) * be3[:, None]
-                store_rows(u, r0, ok0, HV, i_hv, offs_v, V, _mm(t00, y0, DOT_T, EMULATE))
-                store_rows(u, r1, ok1, HV, i_hv, offs_v, V, _mm(t10, y0, DOT_T, EMULATE) + _mm(t11, y1, DOT_T, EMULATE))
-                store_rows(u, r2, ok2, HV, i_hv, offs_v, V, _mm(t20, y0, DOT_T, EMULATE)
-                            + _mm(t21, y1, DOT_T, EMULATE) + _mm(t22, y2, DOT_T, EMULATE))
-                store_rows(u, r3, ok3, HV, i_hv, offs_v, V, _mm(t30, y0, DOT_T, EMULATE) + _mm(t31, y1, DOT_T, EMULATE)
-                            + _mm(t32, y2, DOT_T, EMULATE) + _mm(t33, y3, DOT_T, EMULATE))
+        store_rows(w, r0, ok0, HV, i_hv, offs_k, K, _mm(t00, x0, DOT_T, EMULATE))
+        store_rows(w, r1, ok1, HV, i_hv, offs_k, K, _mm(t10, x0, DOT_T, EMULATE) + _mm(t11, x1, DOT_T, EMULATE))
+        store_rows(w, r2, ok2, HV, i_hv, offs_k, K, _mm(t20, x0, DOT_T, EMULATE) + _mm(t21, x1, DOT_T, EMULATE)
+                    + _mm(t22, x2, DOT_T, EMULATE))
+        store_rows(w, r3, ok3, HV, i_hv, offs_k, K, _mm(t30, x0, DOT_T, EMULATE) + _mm(t31, x1, DOT_T, EMULATE)
+                    + _mm(t32, x2, DOT_T, EMULATE) + _mm(t33, x3, DOT_T, EMULATE))
+        for i_v in range(0, tl.cdiv(V, BV)):
+            offs_v = i_v * BV + tl.arange(0, BV)
+            y0 = _tile(v, r0, ok0, sv_t, i_hv * sv_h, offs_v, V) * be0[:, None]
+            y1 = _tile(v, r1, ok1, sv_t, i_hv * sv_h, offs_v, V) * be1[:, None]
+            y2 = _tile(v, r2, ok2, sv_t, i_hv * sv_h, offs_v, V) * be2[:, None]
+            y3 = _tile(v, r3, ok3, sv_t, i_hv * sv_h, offs_v, V) * be3[:, None]
+            store_rows(u, r0, ok0, HV, i_hv, offs_v, V, _mm(t00, y0, DOT_T, EMULATE))
+            store_rows(u, r1, ok1, HV, i_hv, offs_v, V, _mm(t10, y0, DOT_T, EMULATE) + _mm(t11, y1, DOT_T, EMULATE))
+            store_rows(u, r2, ok2, HV, i_hv, offs_v, V, _mm(t20, y0, DOT_T, EMULATE)
+                        + _mm(t21, y1, DOT_T, EMULATE) + _mm(t22, y2, DOT_T, EMULATE))
+            store_rows(u, r3, ok3, HV, i_hv, offs_v, V, _mm(t30, y0, DOT_T, EMULATE) + _mm(t31, y1, DOT_T, EMULATE)
+                        + _mm(t32, y2, DOT_T, EMULATE) + _mm(t33, y3, DOT_T, EMULATE))
 
     @triton.jit
     def _state_step_tiles(k, w, u, b, start, eos, sk_t, sk_h, i_hk, i_hv, offs_k, offs_v,
