@@ -3,7 +3,7 @@
 A Mamba-2 decode step normalises a few rows of one 5120-wide group: one program per row, fewer
 programs than SMs, each reading its row with the warps the size rule gives (8). For each value of
 ``kernels_reference.L1.rms_norm_gated.FEW_PROGRAM_WARPS`` (None: that rule) the peer benchmark
-checks and times the reference on the op's Mamba-2 decode cases beside mamba-ssm's gated norm (the
+checks and times the reference on the op's decode cases (Mamba-2 and Qwen3-Next) beside mamba-ssm's gated norm (the
 kernel vLLM ported), interleaved in one loop under CUDA graphs; the table gives both times and the
 ratio (peer / reference, > 1: the reference faster). The mamba-ssm source must be importable
 (``gpu_steps.sh norm-launch`` unpacks its sdist from .whl).
@@ -30,7 +30,7 @@ def main():
     rows = []
     for warps in SETTINGS:
         norm.FEW_PROGRAM_WARPS = warps
-        doc = benchmark(Options(torch.device("cuda"), "full"), ["rms_norm_gated"], keyword="mamba2 and decode",
+        doc = benchmark(Options(torch.device("cuda"), "full"), ["rms_norm_gated"], keyword="decode",
                         max_cases=0, ops=ops, progress=io.StringIO())
         for case in doc["ops"][0]["cases"]:
             ref, peer = case["impls"]["reference"], case["impls"].get(PEER, {})

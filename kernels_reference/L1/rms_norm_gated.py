@@ -34,9 +34,12 @@ except ImportError:
 TARGET_PROGRAMS = 264
 # Warps per program when even the smallest tiles leave fewer programs than TARGET_PROGRAMS (a decode
 # step of Mamba-2's one 5120-wide group: 32 programs of one row each): more warps keep more of each
-# row's loads in flight. None keeps the size rule (8 warps for such a row). Module-level so that
-# ``python3 -m benchmarks norm_launch`` can sweep it.
-FEW_PROGRAM_WARPS = None
+# row's loads in flight, up to FEW_PROGRAM_WARPS and never below 8 elements a thread (a 128-wide
+# head row keeps its one warp). On an H100 on 2026-12-06 (``python3 -m benchmarks norm_launch``)
+# the Mamba-2 decode steps T1..T256 took 2.7-5.4 us with 32 warps against 4.1-6.7 us with the size
+# rule's 8, and mamba-ssm's kernel 3.8-6.4 us. None keeps the size rule. Module-level so that the
+# benchmark can sweep it.
+FEW_PROGRAM_WARPS = 32
 
 
 class RMSNormGated(RecordsInit, nn.Module):
@@ -97,7 +100,7 @@ class RMSNormGated(RecordsInit, nn.Module):
             per_program = max(1, min(triton.next_power_of_2(n_rows), 16384 // block))
         warps = warps_for(block * per_program)
         if FEW_PROGRAM_WARPS and x.is_cuda and triton.cdiv(n_rows, per_program) * groups < TARGET_PROGRAMS:
-            warps = FEW_PROGRAM_WARPS
+            warps = max(warps, min(FEW_PROGRAM_WARPS, block * per_program // 256))
         _rms_norm_gated_kernel[(triton.cdiv(n_rows, per_program), groups)](
             rows, gate, self.weight, out, n_rows, rows.stride(0), gate.stride(0), self.hidden_size,
             self.eps, GROUP=self.group, BLOCK=block, ROWS=per_program, HAS_Z=z is not None,
