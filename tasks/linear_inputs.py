@@ -5,14 +5,17 @@ A scan's numerics change where a sequence crosses a chunk boundary and where a s
 so the cases are batches of sequence lengths, not token counts: variable-length prefill batches
 whose lengths sit on both sides of the kernel's chunk (1, chunk - 1, chunk, chunk + 1, several
 chunks), with and without an initial state per sequence, and decode batches (one token per
-sequence, the state carried from earlier steps). There is no captured serving workload for these
-models yet, so every case is hand-picked and weighted 1 per model and phase.
+sequence, the state carried from earlier steps). On the full profile a model with a captured
+serving workload (``tasks/workloads``: Mamba-2, Qwen3-Next) runs the representatives of its
+captured calls instead, weighted by their shares (``captured_state_calls``), plus the hand-picked
+chunk-edge batch and 32k-token sequence at a token weight (the edges are where scans go wrong; no
+captured step reaches 32k tokens in one call). Elsewhere every case is hand-picked.
 
 The CPU profile keeps the head counts small (Triton kernels run interpreted there) but the
 per-head dimensions and chunk sizes real, so what is scanned per head is what a GPU scans.
 """
 import dataclasses
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -108,6 +111,50 @@ def decode_batches(profile: str) -> List[Tuple[str, int]]:
     """(name, sequences) of the decode cases: one new token per sequence, each carrying a state."""
     return [("B1", 1), ("B3", 3)] if profile == "cpu" else [("B1", 1), ("B32", 32), ("B128", 128), ("B256", 256)]
 
+CAPTURED_STATE_CALLS = 4  # representative captured calls per phase of a state kernel (full profile)
+HAND_PICKED_STATE_BATCHES = ("varlen", "long")  # kept beside a capture, at HAND_PICKED_WEIGHT
+
+
+def captured_state_calls(model: str, profile: str, phases: Tuple[str, ...] = ("prefill", "decode")
+                         ) -> Optional[List[Tuple[str, str, Tuple[int, ...], Tuple[bool, ...], float]]]:
+    """(id part, phase, lengths, carried per sequence, weight) of the representative captured calls
+    of a state kernel that runs ``phases``; None where hand-picked cases apply (the CPU profile, or
+    no capture of ``model``). A prefill call is one step's prefill chunks (carried: the sequence has
+    context, so an initial state); a decode call is one step's decodes."""
+    from .workloads import load_capture, state_call_representatives
+
+    if profile == "cpu" or load_capture(model) is None:
+        return None
+    out, seen = [], set()
+    for phase, lengths, carried, weight in state_call_representatives(model, tuple(phases), CAPTURED_STATE_CALLS):
+        ident = f"{phase}-B{len(lengths)}" + ("" if phase == "decode" else f"-Q{sum(lengths)}")
+        ident += "" if phase == "decode" else f"-carry{sum(carried)}"  # a decode always carries
+        base, n = ident, 2
+        while ident in seen:  # two representatives alike in these numbers (different lengths)
+            ident, n = f"{base}-v{n}", n + 1
+        seen.add(ident)
+        out.append((ident, phase, lengths, carried, weight))
+    return out
+
+
+def captured_layer_steps(model: str, profile: str, hand: List[Tuple[str, List[int], List[int]]]
+                         ) -> List[Tuple[str, List[int], List[int], float, str]]:
+    """(name, context lens, query lens, weight, source) of the steps an L2 state layer's task runs: on the
+    full profile with a capture of ``model``, its representative captured steps (the same ones the
+    attention tasks run, weighted by their share) and the ``hand`` steps named after
+    HAND_PICKED_STATE_BATCHES at HAND_PICKED_WEIGHT; otherwise ``hand``, weighted 1."""
+    from .paged import CAPTURED_BATCHES
+    from .workload import HAND_PICKED_WEIGHT
+    from .workloads import batch_name, batch_representatives, load_capture
+
+    if profile == "cpu" or load_capture(model) is None:
+        return [(name, ctx, q, 1.0, "hand-picked") for name, ctx, q in hand]
+    out = [(batch_name(phase, ctx, q), list(ctx), list(q), w, "captured")
+           for phase, ctx, q, w in batch_representatives(model, CAPTURED_BATCHES)]
+    return out + [(name, ctx, q, HAND_PICKED_WEIGHT, "hand-picked") for name, ctx, q in hand
+                  if any(name == f"prefill-{kept}" for kept in HAND_PICKED_STATE_BATCHES)]
+
+
 def continuing_contexts(count: int, salt: int) -> List[int]:
     """Tokens already seen by continuing sequences: varied, some inside a chunk, some past several."""
     return [1 + (37 * (i + salt) + 11) % 300 for i in range(count)]
@@ -176,14 +223,25 @@ def scan_cases(model: str, dtype: torch.dtype, chunk: int, profile: str, params:
     from fk_pytest import Case
     from fk_pytest.task import DTYPE_NAMES
 
+    from .workload import HAND_PICKED_WEIGHT
+
+    captured = captured_state_calls(model, profile)
     out = []
+    for ident, _, lengths, carried, weight in captured or ():
+        # one initial-state flag per call: every sequence starts from a state when any does
+        out.append(Case(f"{model}-{ident}-{DTYPE_NAMES[dtype]}", dtype, model=model, weight=weight,
+                        params=dict(params, lengths=tuple(lengths), with_state=any(carried), source="captured")))
     for name, lengths in prefill_batches(chunk, profile):
+        if captured is not None and name not in HAND_PICKED_STATE_BATCHES:
+            continue
         for state in ("fresh", "carried"):
             out.append(Case(f"{model}-prefill-{name}-{state}-{DTYPE_NAMES[dtype]}", dtype, model=model,
+                            weight=1.0 if captured is None else HAND_PICKED_WEIGHT,
                             params=dict(params, lengths=tuple(lengths), with_state=state == "carried")))
-    for name, n in decode_batches(profile):
-        out.append(Case(f"{model}-decode-{name}-{DTYPE_NAMES[dtype]}", dtype, model=model,
-                        params=dict(params, lengths=(1,) * n, with_state=True)))
+    if captured is None:
+        for name, n in decode_batches(profile):
+            out.append(Case(f"{model}-decode-{name}-{DTYPE_NAMES[dtype]}", dtype, model=model,
+                            params=dict(params, lengths=(1,) * n, with_state=True)))
     return out
 
 

@@ -110,6 +110,35 @@ def test_layer_counts_add_up_and_truncated_depth_matches_full(three_meta):
         capture(dict(TINY, num_hidden_layers=4), THREE, layers=1)
 
 
+def _tiny_state_config(model: str, layers: int) -> dict:
+    from tasks.configs import load_config
+    from tasks.e2e import CPU_CUTS
+
+    return dict(load_config(model), **dict(CPU_CUTS[model], num_hidden_layers=layers))
+
+
+def test_a_hybrid_depth_cut_stands_each_kind_of_layer_for_its_own():
+    """Qwen3-Next's 3 gated-DeltaNet : 1 attention pattern: a cut to its first 4 layers counts the
+    attention layer for the attention layers and the DeltaNet layers for theirs, so every module's
+    counts equal those of the whole depth; 3 layers hold no attention layer and are refused."""
+    from kernels_reference.engine.capture import layer_kinds, layers_needed
+
+    config = _tiny_state_config("qwen3-next-80b-a3b", 12)
+    kinds = layer_kinds(config)
+    assert kinds.count("full_attention") == 3 and layers_needed(kinds) == 4
+    whole = capture(config, THREE, layers=None)
+    cut = capture(config, THREE, layers=4)
+    assert _counts(cut) == _counts(whole)
+    steps = only(whole, "Qwen3NextModel")["calls"]
+    assert sum(g["calls"] for g in groups(whole, "Attention")) == 3 * steps
+    assert sum(g["calls"] for g in groups(whole, "GatedDeltaRule")) == 9 * steps
+    with pytest.raises(ValueError, match="full_attention"):
+        capture(config, THREE, layers=3)
+    mamba = _tiny_state_config("mamba2-2.7b", 5)
+    assert layers_needed(layer_kinds(mamba)) == 2
+    assert _counts(capture(mamba, THREE, layers=2)) == _counts(capture(mamba, THREE, layers=None))
+
+
 def test_shape_only_capture_equals_a_computed_one(three_meta):
     torch.manual_seed(0)
     computed = capture(TINY, THREE, layers=None, device="cpu", dtype=torch.float32)
@@ -185,6 +214,87 @@ def test_token_cases_share_representatives_across_variants(tiny_workloads):
     # no capture, or the CPU profile: hand-picked shapes
     assert {c[3] for c in token_cases("no-such-model", "full", "RMSNorm")[""]} == {"hand-picked"}
     assert {c[3] for c in token_cases("tiny", "cpu", "RMSNorm")[""]} == {"hand-picked"}
+
+
+def test_state_kernel_calls_split_prefill_and_decode_and_keep_the_heaviest(tmp_path, monkeypatch):
+    """A state kernel's captured calls: one per step and phase (a step's prefill chunks together, its
+    decodes together), decodes always carrying a state, a one-token prompt a fresh prefill; the
+    representatives of each phase keep its heaviest call, and all weights sum to 1."""
+    import tasks.workloads as W
+
+    scenarios = [Scenario(name, name, ENGINE, num_requests=n, prompt=LengthDistribution(p, 0.8, 1, 150),
+                          output=LengthDistribution(o, 0.8, 1, 20))
+                 for name, n, p, o in (("chat", 6, 12, 5), ("long-context", 2, 150, 3), ("batch-1", 1, 9, 8),
+                                       ("batch-32", 4, 9, 8), ("long-prefill", 1, 150, 2))]
+    config = _tiny_state_config("mamba2-2.7b", 2)
+    (tmp_path / "tiny-mamba.json").write_text(json.dumps(capture_model(config, scenarios, model_name="tiny-mamba",
+                                                                       layers=None)))
+    monkeypatch.setattr(W, "_DIR", tmp_path)
+    W.load_capture.cache_clear()
+    W.state_call_representatives.cache_clear()
+    try:
+        data = W.load_capture("tiny-mamba")
+        assert set(W.scenario_mix(data)) == set(W.SCENARIO_MIX) | {"long-prefill"}
+        assert math.isclose(sum(W.scenario_mix(data).values()), 1.0)
+        calls = W._state_calls("tiny-mamba", ("prefill", "decode"))
+        assert math.isclose(sum(calls.values()), 1.0)
+        assert all(all(carried) and set(lengths) == {1} for phase, lengths, carried in calls if phase == "decode")
+        assert all(n > 1 or not c for phase, lengths, carried in calls if phase == "prefill"
+                   for n, c in zip(lengths, carried))
+        # the chunked scan's task sees only the prefill calls, and they are all its weight
+        reps = W.state_call_representatives("tiny-mamba", ("prefill",), 2)
+        assert {r[0] for r in reps} == {"prefill"} and len(reps) == 2
+        assert math.isclose(sum(r[3] for r in reps), 1.0)
+        heaviest = max(sum(lengths) for phase, lengths, _ in calls if phase == "prefill")
+        assert max(sum(r[1]) for r in reps) == heaviest
+        both = W.state_call_representatives("tiny-mamba", ("prefill", "decode"), 2)
+        assert sorted(r[0] for r in both) == ["decode", "decode", "prefill", "prefill"]
+        assert math.isclose(sum(r[3] for r in both), 1.0)
+    finally:
+        W.load_capture.cache_clear()
+        W.state_call_representatives.cache_clear()
+
+
+STATE_CAPTURED = ("mamba2-2.7b", "qwen3-next-80b-a3b")
+STATE_FULL_TASKS = ("L1.test_mamba_chunk_scan", "L1.test_selective_state_update", "L1.test_gated_delta_rule",
+                    "L1.test_short_convolution", "L1.test_rms_norm_gated", "L2.test_mamba_mixer2",
+                    "L2.test_qwen3_next_gated_delta_net", "L2.test_qwen3_next_attention", "L1.test_gemma_rms_norm",
+                    "L2.test_qwen3_next_moe_block")
+
+
+def test_committed_state_captures_hold_each_kind_of_layer_and_the_long_prefill():
+    from tasks.workloads import load_capture
+
+    for model in STATE_CAPTURED:
+        data = load_capture(model)
+        assert data is not None, f"run tools/capture_workloads.py --models {model}"
+        assert data["capture"]["shape_only"] and "long-prefill" in data["scenarios"]
+        total = data["capture"]["num_hidden_layers"]
+        batch1 = data["scenarios"]["batch-1"]["modules"]
+        steps = next(g for g in batch1 if g["class"] == "VocabParallelEmbedding")["calls"]
+        kinds = data["capture"]["layer_kinds"]
+        mixer = "MambaMixer2" if model.startswith("mamba2") else "Qwen3NextGatedDeltaNet"
+        linear = kinds.get("linear_attention", total)
+        assert sum(g["calls"] for g in batch1 if g["class"] == mixer) == linear * steps
+        assert sum(g["calls"] for g in batch1 if g["class"] == "Attention") == kinds.get("full_attention", 0) * steps
+        # the 64k-token prompts arrive in 8192-token chunks that carry their states
+        chunks = [s for s in data["scenarios"]["long-prefill"]["attention_steps"] if s["prefill"]]
+        assert any(c > 0 and q == 8192 for s in chunks for c, q in s["prefill"])
+
+
+@pytest.mark.parametrize("module", STATE_FULL_TASKS)
+def test_state_model_full_profiles_draw_from_the_captures(module):
+    import importlib
+
+    task = importlib.import_module(f"tasks.{module}").TASK
+    cases = task.cases("full")
+    assert len({c.id for c in cases}) == len(cases)
+    for model in {c.model for c in cases} & set(STATE_CAPTURED):
+        mine = [c for c in cases if c.model == model]
+        captured = [c for c in mine if c.params.get("source") == "captured"]
+        assert captured, f"{task.name}: no captured case for {model}"
+        assert math.isclose(sum(c.weight for c in captured), 1.0, rel_tol=1e-6), task.name
+        assert sum(c.weight for c in mine) < 1.1  # hand-picked cases kept beside them barely count
 
 
 def test_committed_captures_drive_the_full_profile():

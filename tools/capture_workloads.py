@@ -1,7 +1,13 @@
-"""Capture the serving scenarios of the Llama-family models into tasks/workloads/<model>.json.
+"""Capture the serving scenarios of models into tasks/workloads/<model>.json.
 
-    python tools/capture_workloads.py                    # every model, every scenario (CPU, minutes)
+    python tools/capture_workloads.py                    # the Llama family, every scenario (CPU, minutes)
+    python tools/capture_workloads.py --models mamba2-2.7b qwen3-next-80b-a3b   # the state models
     python tools/capture_workloads.py --models qwen3-0.6b --scale 0.1 --out /tmp/wl   # a quick look
+
+Every model serves the scenarios of ``BASE_SCENARIOS``; a model that carries a recurrent state per
+sequence (Mamba-2, Qwen3-Next) also ``long-prefill``, the 64k-token prompts it is served for. A
+depth cut runs the fewest layers that hold every kind of layer (2 for a plain stack, 4 for
+Qwen3-Next's 3 : 1 pattern) unless ``--layers`` says more.
 
 Shape-only captures on the meta device (see kernels_reference/engine/capture.py): no GPU needed, and
 the output is deterministic for a given seed, so the committed files can be re-made and diffed.
@@ -16,12 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernels_reference.engine.capture import capture_model  # noqa: E402
+from kernels_reference.engine.capture import capture_model, carries_states, layer_kinds, layers_needed  # noqa: E402
 from kernels_reference.engine.scenarios import SCENARIOS  # noqa: E402
 from tasks.configs import load_config  # noqa: E402
 from tasks.workload import LLAMA_FAMILY  # noqa: E402
 
 SMALL_MODELS = ("qwen3-0.6b", "qwen2.5-0.5b")
+BASE_SCENARIOS = ("chat", "long-context", "batch-1", "batch-32")
+STATE_SCENARIOS = BASE_SCENARIOS + ("long-prefill",)
 DEFAULT_OUT = ROOT / "tasks" / "workloads"
 
 
@@ -40,8 +48,10 @@ def dump(obj, indent: int = 0, inline_below: int = 3) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="*", default=list(LLAMA_FAMILY) + list(SMALL_MODELS))
-    ap.add_argument("--scenarios", nargs="*", default=list(SCENARIOS))
-    ap.add_argument("--layers", type=int, default=2, help="layers to run (layer 1 stands for the rest)")
+    ap.add_argument("--scenarios", nargs="*", choices=list(SCENARIOS),
+                    help="default: BASE_SCENARIOS, and long-prefill for a model with recurrent states")
+    ap.add_argument("--layers", type=int, help="layers to run (default: the fewest holding every kind of "
+                    "layer; each run layer after layer 0 stands for the rest of its kind)")
     ap.add_argument("--scale", type=float, default=1.0, help="< 1 shrinks request lengths and counts")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(DEFAULT_OUT))
@@ -55,8 +65,11 @@ def main(argv=None) -> int:
 
         def progress(text, k=k):  # one line per scenario: a full capture runs for minutes
             print(f"[{k + 1}/{len(args.models)} models, {time.time() - began:.0f} s] {text}", flush=True)
-        data = capture_model(load_config(model), [SCENARIOS[s] for s in args.scenarios], model_name=model,
-                             layers=args.layers, seed=args.seed, scale=args.scale, progress=progress)
+        config = load_config(model)
+        names = args.scenarios or (STATE_SCENARIOS if carries_states(config) else BASE_SCENARIOS)
+        layers = args.layers or layers_needed(layer_kinds(config))
+        data = capture_model(config, [SCENARIOS[s] for s in names], model_name=model,
+                             layers=layers, seed=args.seed, scale=args.scale, progress=progress)
         path = out / f"{model}.json"
         path.write_text(dump(data, inline_below=5) + "\n")
         steps = {name: s["steps"] for name, s in data["scenarios"].items()}

@@ -6,12 +6,16 @@ dtype and strides of tensors, the value of ``None`` / numbers. Calls are grouped
 (module class, init args, argument pattern) where the pattern writes every tensor's leading dimension
 (the token or sequence count, which changes every step) as ``"n"``; each group keeps a histogram of
 call counts over (step phase, n). The instances of all layers fold into one group, so their counts
-add up. ``Attention`` also records each step's batch composition from the forward context (decode
-sequences and their context lengths, prefill chunks as (context, query) pairs), bucketed.
+add up. Each step's batch composition is recorded from the forward context (decode sequences and
+their context lengths, prefill chunks as (context, query) pairs), bucketed: attention layers and the
+state layers of Mamba-2 and Qwen3-Next read the same per-sequence lengths from it.
 
-Depth: layer 0 is special (its input norm gets no residual) and layers 1..L-1 are identical in code
-and shapes, so a capture may run only the first ``layers`` layers (default 2) and count layer 1's
-calls L-1 times. The capture says so (``layers_run``). On the ``meta`` device nothing is computed
+Depth: layer 0 is special (its input norm gets no residual) and layers 1..L-1 of one kind are
+identical in code and shapes, so a capture may run only the first ``layers`` layers and count each
+run layer's calls for the layers of its kind it stands for. A plain stack has one kind (2 layers
+suffice: layer 1 counts L-1 times); a hybrid has several (Qwen3-Next's ``layer_types``: three gated
+DeltaNet layers, then one full-attention layer, so its first 4 layers hold one of each after layer
+0). The capture says so (``layers_run``). On the ``meta`` device nothing is computed
 (shapes exact, no arithmetic), which is how the 7-8B models are captured on a CPU; the sampler is
 then a synthetic one (meta logits cannot be argmaxed) and outputs run to their full length.
 
@@ -122,7 +126,7 @@ class Recorder:
 
     def _hook(self, name: str, module: torch.nn.Module, times: int):
         signature = inspect.signature(module.forward)
-        init = jsonable(getattr(module, "init_args", {}))
+        init = group_init(module)
         cls = type(module).__name__
 
         def hook(mod, args, kwargs):
@@ -160,6 +164,18 @@ class Recorder:
     def attention_steps(self) -> List[Dict[str, Any]]:
         rows = [dict(_unkey(k), count=c) for k, c in self.steps.items()]
         return sorted(rows, key=lambda r: -r["count"])
+
+
+def group_init(module: torch.nn.Module) -> Dict[str, Any]:
+    """A module's init args as its group records them: without the layer index, so that the layers
+    of one kind fold into one group; a hybrid's layer names its kind instead (``layer_type``, from
+    the config's ``layer_types``), so that its kinds stay apart."""
+    init = jsonable(getattr(module, "init_args", {}))
+    index = init.pop("layer_idx", None)
+    types = init.get("config", {}).get("layer_types") if isinstance(init.get("config"), dict) else None
+    if index is not None and types:
+        init["layer_type"] = types[index]
+    return init
 
 
 def _key(obj) -> str:
@@ -205,21 +221,60 @@ def _meta_masks(on: bool):
 
 
 # ---- one capture -----------------------------------------------------------------------------------
-def layer_multipliers(model: torch.nn.Module, run_layers: int, total_layers: int) -> Dict[str, int]:
-    """Calls of layer 0 count once; layers 1..run-1 stand for layers 1..total-1 (identical)."""
-    if run_layers == total_layers:
+def architecture(config: Dict[str, Any]):
+    """The reference model class the HF-style ``config`` builds, and its own config."""
+    from ..L4.llama import architecture_of, model_class
+
+    cls = model_class(architecture_of(config))
+    return cls, cls.config_class.from_hf(config)
+
+
+def layer_kinds(config: Dict[str, Any]) -> List[str]:
+    """What each layer of the model is: a hybrid's ``layer_types`` (Qwen3-Next: gated DeltaNet or
+    full attention), else one kind for every layer."""
+    _, arch = architecture(config)
+    kinds = getattr(arch, "layer_types", None)
+    return list(kinds) if kinds else ["layer"] * config["num_hidden_layers"]
+
+
+def carries_states(config: Dict[str, Any]) -> bool:
+    """Whether the model keeps a recurrent state per sequence (Mamba-2, Qwen3-Next)."""
+    return hasattr(architecture(config)[0], "allocate_state_pools")
+
+
+def layers_needed(kinds: Sequence[str]) -> int:
+    """The fewest leading layers a depth-cut capture must run: layer 0 (it differs: no residual in)
+    and, after it, at least one layer of every kind that layers 1.. have."""
+    first = {}
+    for i, kind in enumerate(kinds[1:], start=1):
+        first.setdefault(kind, i)
+    return max([2] + [i + 1 for i in first.values()])
+
+
+def layer_multipliers(model: torch.nn.Module, run_layers: int, kinds: Sequence[str]) -> Dict[str, int]:
+    """Calls of layer 0 count once; the layers 1..run-1 of each kind stand for all layers 1.. of that
+    kind (identical in code and shapes), spread evenly over them."""
+    total = len(kinds)
+    if run_layers == total:
         return {}
-    if run_layers < 2:
-        raise ValueError("a depth-truncated capture needs >= 2 layers: layer 0 differs (no residual in)")
-    rest, stand_ins = total_layers - 1, run_layers - 1
-    per_layer = [rest // stand_ins + (1 if i < rest % stand_ins else 0) for i in range(stand_ins)]
+    if run_layers < layers_needed(kinds):
+        missing = sorted(set(kinds[1:]) - set(kinds[1:run_layers]))
+        raise ValueError(f"a depth-truncated capture of this model needs >= {layers_needed(kinds)} layers "
+                         f"(layer 0 differs: no residual in" + (f"; no layer of kind {missing} among layers "
+                         f"1..{run_layers - 1}" if missing else "") + f"), got {run_layers}")
+    per_layer = {}
+    for kind in set(kinds[1:]):
+        stand_ins = [i for i in range(1, run_layers) if kinds[i] == kind]
+        rest = sum(1 for k in kinds[1:] if k == kind)
+        for j, i in enumerate(stand_ins):
+            per_layer[i] = rest // len(stand_ins) + (1 if j < rest % len(stand_ins) else 0)
     out = {}
     for name, _ in model.named_modules():
         parts = name.split(".")
         if "layers" in parts[:-1]:
             i = int(parts[parts.index("layers") + 1])
             if i >= 1:
-                out[name] = per_layer[i - 1]
+                out[name] = per_layer[i]
     return out
 
 
@@ -228,10 +283,13 @@ def capture(config: Dict[str, Any], scenario: Scenario, *, layers: Optional[int]
     """Run ``scenario`` through the engine on a model built from the HF-style ``config`` (dict)."""
     from ..L4.llama import model_for
 
-    total = config["num_hidden_layers"]
+    total, kinds = config["num_hidden_layers"], layer_kinds(config)
     run_layers = total if layers is None else min(layers, total)
+    cut = dict(config, num_hidden_layers=run_layers)
+    if "layer_types" in config:  # a hybrid's explicit pattern, cut with the depth
+        cut["layer_types"] = list(config["layer_types"])[:run_layers]
     with torch.device(device):
-        model = model_for(dict(config, num_hidden_layers=run_layers)).to(dtype)
+        model = model_for(cut).to(dtype)
     args = dict(scenario.engine_args)
     block_size = args.get("block_size", 16)
     llm = LLM(model, num_blocks=scenario.num_blocks(block_size, scale), **args)
@@ -239,7 +297,7 @@ def capture(config: Dict[str, Any], scenario: Scenario, *, layers: Optional[int]
     shape_only = device == "meta"
     if shape_only:
         llm.sampler = SyntheticSampler(config["vocab_size"], seed)
-    recorder = Recorder(model, layer_multipliers(model, run_layers, total))
+    recorder = Recorder(model, layer_multipliers(model, run_layers, kinds))
     try:
         with _meta_masks(shape_only):
             llm.generate([p for p, _ in requests], [SamplingParams(max_tokens=n) for _, n in requests])
@@ -250,6 +308,8 @@ def capture(config: Dict[str, Any], scenario: Scenario, *, layers: Optional[int]
         cfg = group["init"].get("config")
         if isinstance(cfg, dict) and "num_hidden_layers" in cfg:
             cfg["num_hidden_layers"] = total
+            if "layer_types" in cfg:
+                cfg["layer_types"] = list(kinds)
     return {
         "description": scenario.description,
         "engine_args": args,
@@ -287,7 +347,8 @@ def capture_model(config: Dict[str, Any], scenarios: Sequence[Scenario], *, mode
                      "length)") if device == "meta" else "computed capture",
             "num_hidden_layers": total, "layers_run": run_layers,
             "depth": (f"layers 0..{run_layers - 1} ran; layers 1..{run_layers - 1} stand for layers "
-                      f"1..{total - 1} (counts multiplied)") if run_layers < total else "full depth",
+                      f"1..{total - 1} of their kind (counts multiplied)") if run_layers < total else "full depth",
+            "layer_kinds": dict(sorted(Counter(layer_kinds(config)).items())),
             "counts": "calls per (phase, n): n is the leading dimension of the tensor arguments "
                       "(tokens in the step; sequences for the LM head)",
             "attention_steps": f"one row per bucket of steps; lengths kept to {SIGNIFICANT_BITS} "

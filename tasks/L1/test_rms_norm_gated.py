@@ -20,7 +20,8 @@ from kernels_reference.L1.rms_norm_gated import RMSNormGated
 
 from ..linear_inputs import (GATED_DELTA_CHUNK, GATED_DELTA_MODELS, MAMBA2_MODELS, decode_batches, gated_delta_dims,
                              mamba2_dims, prefill_batches)
-from ..workload import activations, fuzz_cap, model_dtype
+from ..workload import activations, fuzz_cap, model_dtype, token_cases
+from ..workloads import load_capture
 
 
 def norm_layer(model: str, profile: str):
@@ -57,6 +58,14 @@ class RMSNormGatedTask(Task):
         for model in GATED_DELTA_MODELS + MAMBA2_MODELS:
             params, heads, gate_after = norm_layer(model, profile)
             dt = model_dtype(model)
+            if profile != "cpu" and load_capture(model) is not None:
+                # the captured calls' leading dimension is rows (tokens x heads); hand-picked ones count tokens
+                for phase, n, weight, source in token_cases(model, profile, "RMSNormGated")[""]:
+                    rows = n if source == "captured" else n * heads
+                    out.append(Case(f"{model}-{phase}-T{rows // heads}-{DTYPE_NAMES[dt]}", dt, model=model,
+                                    weight=weight, params=dict(params, rows=rows, gate_after=gate_after,
+                                                               source=source)))
+                continue
             for phase, tokens in token_batches(model, profile):
                 out.append(Case(f"{model}-{phase}-T{tokens}-{DTYPE_NAMES[dt]}", dt, model=model,
                                 params=dict(params, rows=tokens * heads, gate_after=gate_after)))

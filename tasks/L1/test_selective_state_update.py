@@ -18,7 +18,7 @@ from fk_pytest import Case, Task, standard_tests
 from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.selective_state_update import SelectiveStateUpdate
 
-from ..linear_inputs import MAMBA2_MODELS, Mamba2Dims, decode_batches, mamba2_dims
+from ..linear_inputs import MAMBA2_MODELS, Mamba2Dims, captured_state_calls, decode_batches, mamba2_dims
 from ..mamba_ssd import STATE_DTYPE, decode_inputs
 from ..workload import model_dtype
 
@@ -39,9 +39,14 @@ class SelectiveStateUpdateTask(Task):
         out = []
         for model in MAMBA2_MODELS:
             dims, dt = mamba2_dims(model, profile), model_dtype(model)
-            for name, batch in decode_batches(profile):
-                out.append(Case(f"{model}-decode-{name}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                params=dict(batch=batch, pool=2 * batch + 1, dims=dataclasses.asdict(dims))))
+            captured = captured_state_calls(model, profile, ("decode",))
+            batches = ([(ident, len(lengths), weight, "captured") for ident, _, lengths, _, weight in captured]
+                       if captured else [(f"decode-{name}", batch, 1.0, "hand-picked")
+                                         for name, batch in decode_batches(profile)])
+            for ident, batch, weight, source in batches:
+                out.append(Case(f"{model}-{ident}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
+                                params=dict(batch=batch, pool=2 * batch + 1, dims=dataclasses.asdict(dims),
+                                            source=source)))
         return out
 
     def init_args(self, case):

@@ -25,7 +25,8 @@ from kernels_reference.L2.mamba_mixer2 import MambaMixer2
 
 from ..configs import load_config
 from ..dense import DenseTask
-from ..linear_inputs import MAMBA2_MODELS, Mamba2Dims, decode_batches, mamba2_dims, prefill_batches
+from ..linear_inputs import (MAMBA2_MODELS, Mamba2Dims, captured_layer_steps, decode_batches, mamba2_dims,
+                             prefill_batches)
 from ..mamba_ssd import INITIAL_STATE_SCALE, STATE_DTYPE, head_params
 from ..state_steps import StateTask
 from ..workload import model_dtype
@@ -70,9 +71,10 @@ class MambaMixer2Task(StateTask):
         out = []
         for model in MAMBA2_MODELS:
             dims, dt = mamba2_dims(model, profile), model_dtype(model)
-            for name, seqs in batches(dims.chunk_size, profile):
-                out.append(Case(f"{model}-{name}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                params=self._params(model, dims, seqs)))
+            hand = [(name, [c for c, _ in seqs], [q for _, q in seqs]) for name, seqs in batches(dims.chunk_size, profile)]
+            for name, context, query, weight, source in captured_layer_steps(model, profile, hand):
+                out.append(Case(f"{model}-{name}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
+                                params=dict(self._params(model, dims, list(zip(context, query))), source=source)))
         return out
 
     @staticmethod

@@ -20,7 +20,8 @@ from kernels_reference.L2.qwen3_next_gated_delta_net import Qwen3NextGatedDeltaN
 from ..dense import DenseTask
 from ..gated_delta_inputs import STATE_SCALE, decay_rates
 from ..state_steps import StateTask
-from ..linear_inputs import GATED_DELTA_CHUNK, GATED_DELTA_MODELS, draw_layer_step, gated_delta_dims, layer_steps
+from ..linear_inputs import (GATED_DELTA_CHUNK, GATED_DELTA_MODELS, captured_layer_steps, draw_layer_step, gated_delta_dims,
+                             layer_steps)
 from ..workload import model_dtype
 
 
@@ -36,9 +37,10 @@ class Qwen3NextGatedDeltaNetTask(StateTask):
         out = []
         for model in GATED_DELTA_MODELS:
             dt = model_dtype(model)
-            for name, context, query in layer_steps(GATED_DELTA_CHUNK, profile):
-                out.append(Case(f"{model}-{name}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                params=dict(profile=profile, context=context, query=query)))
+            steps = captured_layer_steps(model, profile, layer_steps(GATED_DELTA_CHUNK, profile))
+            for name, context, query, weight, source in steps:
+                out.append(Case(f"{model}-{name}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
+                                params=dict(profile=profile, context=context, query=query, source=source)))
         return out
 
     def dims(self, case):

@@ -5,7 +5,8 @@ A capture file holds, per serving scenario, every reference module's calls as hi
 the attention steps' batch compositions (see ``kernels_reference/engine/capture.py``).
 
 Weights. Within a scenario a call's weight is its share of the calls of its module class; the
-scenarios are mixed by ``SCENARIO_MIX`` (equal: each serving regime counts the same). So for one
+scenarios are mixed by ``SCENARIO_MIX`` (equal: each serving regime counts the same; a state
+model's capture adds ``long-prefill`` as a fifth, ``OPTIONAL_SCENARIOS``). So for one
 model and one class the weights sum to 1, and a task whose cases cover all of a class's calls has
 weights summing to 1 per model (every model counts the same in the task's weighted geomean).
 
@@ -31,6 +32,9 @@ SCHEMA_VERSION = 1
 # holds [heads, query, key] scores (32 heads x 2**25 pairs x 8 bytes = 8.6 GB, a few copies live).
 MAX_TRUTH_PAIRS = 1 << 25
 SCENARIO_MIX = {"chat": 0.25, "long-context": 0.25, "batch-1": 0.25, "batch-32": 0.25}
+# Scenarios only some models serve (the state models' 64k-token prompts), weighed as much as each of
+# SCENARIO_MIX's where captured; a capture's mix is renormalised to sum to 1 (``scenario_mix``).
+OPTIONAL_SCENARIOS = {"long-prefill": 0.25}
 _DIR = Path(__file__).parent
 
 Group = Dict  # one capture entry: class, init, args, calls, counts
@@ -51,6 +55,13 @@ def load_capture(model: str) -> Optional[Dict]:
     return data
 
 
+def scenario_mix(data: Dict) -> Dict[str, float]:
+    """The scenario weights of one capture: SCENARIO_MIX's and the optional ones it has, summing to 1."""
+    mix = dict(SCENARIO_MIX, **{k: v for k, v in OPTIONAL_SCENARIOS.items() if k in data["scenarios"]})
+    total = sum(mix.values())
+    return {k: v / total for k, v in mix.items()}
+
+
 def captured_models() -> List[str]:
     return sorted(p.stem for p in _DIR.glob("*.json"))
 
@@ -63,7 +74,7 @@ def token_histogram(model: str, cls: str, select: Callable[[Group], bool] = lamb
     if data is None:
         raise KeyError(f"no captured workload for {model!r}; captured: {', '.join(captured_models())}")
     hist: Dict[Tuple[str, int], float] = {}
-    for name, mix in SCENARIO_MIX.items():
+    for name, mix in scenario_mix(data).items():
         groups = [g for g in data["scenarios"][name]["modules"] if g["class"] == cls]
         total = sum(g["calls"] for g in groups)
         if not total:
@@ -175,7 +186,7 @@ def batch_representatives(model: str, k: int) -> List[Tuple[str, List[int], List
     if data is None:
         raise KeyError(f"no captured workload for {model!r}")
     batches, weights = [], []
-    for name, mix in SCENARIO_MIX.items():
+    for name, mix in scenario_mix(data).items():
         steps = data["scenarios"][name]["attention_steps"]
         total = sum(s["count"] for s in steps)
         for s in steps:
@@ -201,3 +212,62 @@ def batch_name(phase: str, ctx: Sequence[int], q: Sequence[int]) -> str:
     median = sorted(ctx)[len(ctx) // 2]
     query = "" if phase == "decode" else f"-Q{sum(q)}"
     return f"{phase}-B{len(q)}{query}-C{median}"
+
+
+# ---- state kernels' calls (scans, recurrent updates, short convolutions) ----------------------------
+def _state_calls(model: str, phases: Sequence[str]) -> Dict[Tuple[str, Tuple[int, ...], Tuple[bool, ...]], float]:
+    """Weight of each (phase, lengths, carried) call of a state kernel over the captured steps.
+
+    A step's state layer runs its prefill chunks in one chunked-kernel call (lengths = the chunks'
+    query tokens; carried = whether the sequence has context, i.e. an initial state) and its decodes
+    in one recurrent call, as vLLM's Mamba-2 and gated DeltaNet layers split a batch. Each call's
+    weight is its share of the calls of ``phases`` within its scenario, the scenarios mixed by
+    :func:`scenario_mix` and the total renormalised to 1."""
+    data = load_capture(model)
+    if data is None:
+        raise KeyError(f"no captured workload for {model!r}; captured: {', '.join(captured_models())}")
+    out: Dict = {}
+    for name, mix in scenario_mix(data).items():
+        calls = []
+        for step in data["scenarios"][name]["attention_steps"]:
+            ctx, q = step_batch(step)
+            # a one-token prompt has no state to update: it is a (fresh) prefill of one token
+            parts = {"prefill": [(c, n) for c, n in zip(ctx, q) if n > 1 or c == 0],
+                     "decode": [(c, n) for c, n in zip(ctx, q) if n == 1 and c > 0]}
+            for phase in phases:
+                if parts[phase]:
+                    key = (phase, tuple(n for _, n in parts[phase]), tuple(c > 0 for c, _ in parts[phase]))
+                    calls.append((key, step["count"]))
+        total = sum(c for _, c in calls)
+        for key, c in calls:
+            out[key] = out.get(key, 0.0) + mix * c / total
+    norm = sum(out.values())
+    return {k: v / norm for k, v in out.items()}
+
+
+def _state_features(key) -> Tuple[float, ...]:
+    _, lengths, carried = key
+    return (math.log2(1 + sum(lengths)), math.log2(1 + len(lengths)), math.log2(1 + max(lengths)),
+            sum(carried) / len(carried))
+
+
+@lru_cache(maxsize=None)
+def state_call_representatives(model: str, phases: Tuple[str, ...], k: int
+                               ) -> List[Tuple[str, Tuple[int, ...], Tuple[bool, ...], float]]:
+    """(phase, lengths, carried per sequence, weight) for up to ``k`` representative calls per phase
+    of a state kernel (``phases``: what the task's kernel runs, prefill and/or decode), each other
+    call's weight folded into the nearest representative of its phase (features: total tokens,
+    sequences and longest sequence in log2, and the share of sequences carrying a state). The
+    heaviest call of each phase is always kept. Weights sum to 1 over all phases."""
+    calls = _state_calls(model, phases)
+    out = []
+    for phase in phases:
+        keys = sorted(key for key in calls if key[0] == phase)
+        if not keys:
+            continue
+        weights = [calls[key] for key in keys]
+        feats = [_state_features(key) for key in keys]
+        heaviest = max(range(len(keys)), key=lambda i: (sum(keys[i][1]), i))
+        reps = weighted_k_median(feats, weights, k, forced=[heaviest])
+        out += [(*keys[r], w) for r, w in zip(reps, fold(feats, weights, reps))]
+    return sorted(out, key=lambda x: (x[0], sum(x[1]), len(x[1])))
