@@ -1,5 +1,6 @@
 """MambaMixer2 from this tree's L1 modules: one projection cut into [z | xBC | dt], the step split at
-the first sequence that is not a one-token continuation (decodes lead, prefills follow), each part
+the first sequence that is not a one-token continuation (decodes lead, prefills follow; the padded
+decode path of the CUDA graphs says how many rows decode in ``num_decodes``), each part
 through its conv call and its scan, the two outputs stacked back in token order before the gated
 norm and out_proj. Fresh prefills get zero initial states by masked_fill on the gathered slots."""
 import torch
@@ -43,9 +44,11 @@ class MambaMixer2(nn.Module):
         meta = get_forward_context()
         conv_pool, ssm_pool = self.state_cache
         qlens, slens = list(meta.query_lens_cpu), list(meta.seq_lens_cpu)
-        nd = 0
-        while nd < len(qlens) and qlens[nd] == 1 and slens[nd] > 1:
-            nd += 1
+        nd = meta.num_decodes  # set by the padded decode path (CUDA graphs): every row decodes
+        if nd is None:
+            nd = 0
+            while nd < len(qlens) and qlens[nd] == 1 and slens[nd] > 1:
+                nd += 1
         slots = meta.state_slots
         proj = self.in_proj(hidden_states)
         z = proj[:, : self.inner]
