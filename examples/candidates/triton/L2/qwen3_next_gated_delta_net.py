@@ -1,8 +1,9 @@
 # Qwen3NextGatedDeltaNet from this tree's L1 modules. The per-key-head checkpoint layout is undone by
 # one column gather: an index built once maps the fused projections' columns to [q | k | v | z] and
-# [b | a] in head order. Decode sequences (one token, continuing) are picked by a mask wherever they
-# sit in the batch and go through the conv update and one recurrent call; the others are gathered
-# into a packed prefill with their own offsets; the outputs are scattered back to their tokens.
+# [b | a] in head order. Decodes lead the batch (one token each, continuing; how many from the host
+# lengths, or ``num_decodes`` on the padded decode path) and go through the conv update and one
+# recurrent call; the rest run as one packed prefill with their own offsets. Nothing reads the
+# device to split the batch, so the decode steps can be captured in CUDA graphs.
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -56,27 +57,29 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         beta = b.sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
 
-        starts = meta.query_start_loc.long()
-        lens = starts[1:] - starts[:-1]
-        carried = meta.seq_lens.long() > lens
-        slots = meta.state_slots.long() if meta.state_slots is not None else torch.arange(lens.numel(), device=dev)
-        is_decode = (lens == 1) & carried
+        # Decodes lead (one token each, continuing), prefills follow. The split comes from the host
+        # lengths, or from ``num_decodes`` on the padded decode path of the CUDA graphs (every row a
+        # decode): nothing here reads the device, so a decode step can be captured.
+        qlens, slens = list(meta.query_lens_cpu), list(meta.seq_lens_cpu)
+        nd = meta.num_decodes
+        if nd is None:
+            nd = 0
+            while nd < len(qlens) and qlens[nd] == 1 and slens[nd] > 1:
+                nd += 1
+        n_seq = meta.query_start_loc.numel() - 1
+        slots = meta.state_slots.long() if meta.state_slots is not None else torch.arange(n_seq, device=dev)
         out = torch.empty(n_tok, self.hv, self.dv, dtype=hidden_states.dtype, device=dev)
 
-        dec = is_decode.nonzero().flatten()
-        if dec.numel():
-            rows = starts[dec]
-            x = self.conv1d(qkv[rows], conv_states, cache_indices=slots[dec])
-            out[rows] = self._rule(x, g[rows], beta[rows], ssm_states, slots[dec], None,
-                                   torch.arange(dec.numel() + 1, device=dev))
-        pre = (~is_decode).nonzero().flatten()
-        if pre.numel():
-            seq_of_token = torch.repeat_interleave(torch.arange(lens.numel(), device=dev), lens)
-            rows = (~is_decode)[seq_of_token].nonzero().flatten()
-            cu = F.pad(lens[pre].cumsum(0), (1, 0)).to(torch.int32)
-            x = self.conv1d(qkv[rows], conv_states, query_start_loc=cu, cache_indices=slots[pre],
-                            has_initial_state=carried[pre])
-            out[rows] = self._rule(x, g[rows], beta[rows], ssm_states, slots[pre], carried[pre], cu)
+        if nd:
+            x = self.conv1d(qkv[:nd], conv_states, cache_indices=slots[:nd])
+            out[:nd] = self._rule(x, g[:nd], beta[:nd], ssm_states, slots[:nd], None,
+                                  torch.arange(nd + 1, device=dev, dtype=torch.int32))
+        if nd < n_seq:
+            cu = (meta.query_start_loc[nd:] - nd).to(torch.int32)
+            carried = meta.has_initial_state[nd:]
+            x = self.conv1d(qkv[nd:], conv_states, query_start_loc=cu, cache_indices=slots[nd:],
+                            has_initial_state=carried)
+            out[nd:] = self._rule(x, g[nd:], beta[nd:], ssm_states, slots[nd:], carried, cu)
 
         y = self.norm(out, z.reshape(n_tok, self.hv, self.dv))
         return self.out_proj(y.reshape(n_tok, self.hv * self.dv))
