@@ -172,7 +172,7 @@ def test_padded_decode_steps_give_the_eager_steps_logits(name):
     0.8-24 logits, so a padding row that overwrote a running sequence's state (slot 0 instead of the
     spare) left every token unchanged. Each step's logits must match the unpadded engine's."""
     hf, prompts, _ = setup(name)
-    args = dict(num_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=8)
+    args = dict(num_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=24)
     eager = step_logits(our_llm(hf, **args), prompts)
     padded = step_logits(our_llm(hf, padded_decode=True, graph_batch_sizes=[4], **args), prompts)
     assert len(padded) == len(eager)
@@ -213,7 +213,7 @@ def test_scheduler_puts_decodes_before_prompt_chunks():
     from kernels_reference.engine.scheduler import Scheduler
     from kernels_reference.engine.sequence import Sequence, Status
 
-    sched = Scheduler(BlockManager(64, 4, num_state_slots=4), max_num_batched_tokens=16)
+    sched = Scheduler(BlockManager(64, 4, num_state_slots=4), max_num_batched_tokens=24)
     long, short = Sequence(0, [1] * 20, 20, 2), Sequence(1, [1] * 3, 3, 2)
     for s, cached in ((long, 8), (short, 3)):
         sched.blocks.grow(s, cached)
@@ -307,3 +307,78 @@ def test_cuda_graph_decode_equals_the_plain_engine(name):
                   cuda_graphs=True, graph_batch_sizes=[1, 2, 4])
     assert served(llm, prompts) == expected
     assert llm.runner.steps["decode-graph"] > 0
+
+
+# ---- the example tree's state layers on the path the GPU captures ---------------------------------
+STATE_LAYER_FILES = {"L1": ("linear", "mamba_chunk_scan", "rms_norm_gated", "selective_state_update",
+                            "short_convolution", "gated_delta_rule"),
+                     "L2": ("mamba_mixer2", "qwen3_next_gated_delta_net")}
+
+
+def _state_layer_tree(tmp_path, edit=None):
+    """The example tree's two state layers and the L1 files they import (plain PyTorch), alone."""
+    from conftest import EXAMPLES
+
+    for level, names in STATE_LAYER_FILES.items():
+        (tmp_path / level).mkdir()
+        for name in names:
+            text = (EXAMPLES / level / f"{name}.py").read_text()
+            (tmp_path / level / f"{name}.py").write_text(edit(name, text) if edit else text)
+    return tmp_path
+
+
+def _decode_steps_without_host_syncs(name, tree):
+    """Serve through padded decode steps (the steps the GPU captures, run eagerly here) with every
+    module of the candidate tree checked on those steps for operations a CUDA-graph capture cannot
+    run. Prefill steps run eagerly on a GPU too, so host reads there are allowed."""
+    from fk_pytest.candidates import CandidateSource
+    from fk_pytest.compose import candidate_lookup
+    from fk_pytest.e2e_run import compose_candidate, engine_model
+    from fk_pytest.host_sync import HostSyncCheck
+    from kernels_reference.forward_context import get_forward_context
+    from kernels_reference.L4.llama import model_for
+
+    hf, prompts, _ = setup(name)
+    reference = model_for(hf.config.to_dict())
+    reference.load_weights(hf.state_dict().items())
+    reference = reference.float()
+    model, _ = compose_candidate(reference, candidate_lookup(CandidateSource(tree)))
+    checked = [m for m in model.modules() if type(m).__module__.startswith("_fk_candidate")]
+    assert any(hasattr(m, "state_cache") for m in checked), "no state layer of the tree was composed in"
+    decode_steps = []
+    for module in checked:
+        def forward(*args, _forward=module.forward, _where=f"{name}, {type(module).__name__}", **kwargs):
+            meta = get_forward_context()
+            if meta is None or meta.num_decodes is None:  # not a padded decode step
+                return _forward(*args, **kwargs)
+            decode_steps.append(sum(n == 0 for n in meta.seq_lens_cpu))  # its padding rows
+            with HostSyncCheck(_where):
+                return _forward(*args, **kwargs)
+        module.forward = forward
+    # Three sequences decode together: each decode batch is padded to the bucket of 4.
+    llm = LLM(engine_model(model, reference), num_blocks=64, block_size=4, padded_decode=True, max_num_seqs=8)
+    out = llm.generate(prompts[:3], SamplingParams(max_tokens=4))
+    assert any(decode_steps), f"no decode step had padding rows: {decode_steps}"
+    return out
+
+
+@pytest.mark.parametrize("name", ["mamba2", "qwen3_next"])
+def test_example_state_layers_decode_without_host_syncs(name, tmp_path):
+    """On an H100 (2026-12-06) the example tree's Mamba-2 mixer sent the padding rows of a captured
+    decode batch to its prefill scan (it ignored ``num_decodes``) and its gated DeltaNet split the
+    batch with ``nonzero()``: both broke decode-graph capture end to end. The CPU never captures,
+    so this check stands in for it."""
+    _decode_steps_without_host_syncs(name, _state_layer_tree(tmp_path))
+
+
+@pytest.mark.parametrize("name", ["mamba2", "qwen3_next"])
+def test_host_sync_check_sees_the_state_layers_as_they_were(name, tmp_path):
+    from fk_pytest.host_sync import NotCapturable
+
+    def as_before(file, text):
+        # Mamba-2: the host-length rule alone, as the tree had it (padding rows look like prompts);
+        # Qwen3-Next: decodes counted on the device, a read of device values as nonzero() was.
+        text = text.replace("nd = meta.num_decodes  #", "nd = None  #")
+        return text.replace("nd = meta.num_decodes\n", "nd = int((meta.query_start_loc.diff() == 1).sum())\n")
+    with pytest.raises(NotCapturable):
+        _decode_steps_without_host_syncs(name, _state_layer_tree(tmp_path, as_before))
