@@ -357,8 +357,9 @@ def test_serving_decode_targets_cover_every_kv_layout_and_the_state_updates():
         (target,) = ops[op].targets
         assert target.min_bw_frac == 0.70
         judged = [c.id for c in get_task(op).cases("full") if target.applies(c)]
-        assert judged and all("-decode-B32-" in cid or "-decode-B128-" in cid or "-decode-B256-" in cid
-                              for cid in judged), (op, judged)
+        # hand-picked (B32, B128, B256) or captured (the state models' decode representatives)
+        batches = [int(cid.split("-decode-B")[1].split("-")[0]) for cid in judged if "-decode-B" in cid]
+        assert judged and len(batches) == len(judged) and min(batches) >= 32, (op, judged)
         assert not any(target.applies(c) for c in get_task(op).cases("full") if "-decode-B1-" in c.id)
 
 
