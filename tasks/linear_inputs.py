@@ -139,7 +139,7 @@ def captured_state_calls(model: str, profile: str, phases: Tuple[str, ...] = ("p
 
 def captured_layer_steps(model: str, profile: str, hand: List[Tuple[str, List[int], List[int]]]
                          ) -> List[Tuple[str, List[int], List[int], float, str]]:
-    """(name, context lens, query lens, weight, source) of the steps an L2 state layer's task runs: on the
+    """(name, context lens, query lens, weight, source) of the steps an L2/L3 state layer's task runs: on the
     full profile with a capture of ``model``, its representative captured steps (the same ones the
     attention tasks run, weighted by their share) and the ``hand`` steps named after
     HAND_PICKED_STATE_BATCHES at HAND_PICKED_WEIGHT; otherwise ``hand``, weighted 1."""

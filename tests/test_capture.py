@@ -259,7 +259,7 @@ STATE_CAPTURED = ("mamba2-2.7b", "qwen3-next-80b-a3b")
 STATE_FULL_TASKS = ("L1.test_mamba_chunk_scan", "L1.test_selective_state_update", "L1.test_gated_delta_rule",
                     "L1.test_short_convolution", "L1.test_rms_norm_gated", "L2.test_mamba_mixer2",
                     "L2.test_qwen3_next_gated_delta_net", "L2.test_qwen3_next_attention", "L1.test_gemma_rms_norm",
-                    "L2.test_qwen3_next_moe_block")
+                    "L2.test_qwen3_next_moe_block", "L3.test_mamba2_decoder_layer")
 
 
 def test_committed_state_captures_hold_each_kind_of_layer_and_the_long_prefill():

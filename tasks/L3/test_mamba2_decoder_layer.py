@@ -16,6 +16,7 @@ class Mamba2DecoderLayerTask(Mamba2StackTask):
     family = "layer"  # as the other models' layers
     module_path = "L3/mamba2_decoder_layer.py"
     reference = Mamba2DecoderLayer
+    captured_steps = True
 
     def init_args(self, case):
         return {"config": arch_config(case)}
