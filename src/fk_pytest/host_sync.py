@@ -2,6 +2,7 @@
 raises ``NotCapturable`` at the first operation that reads device values on the host (see the
 class). For candidate authors before a GPU run, and for the suite's own tests of the example tree."""
 import contextlib
+import os
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -28,7 +29,19 @@ def _bool_index(indices) -> bool:
 _SYNCING_METHODS = frozenset(("tolist", "numpy", "item", "__int__", "__float__", "__bool__", "__index__"))
 
 
+def _caller() -> str:
+    """The innermost frame outside torch, contextlib and this module: the line that asked for the read."""
+    import traceback
+
+    skip = (os.path.dirname(torch.__file__) + os.sep, contextlib.__file__, __file__)
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        if not frame.filename.startswith(skip):
+            return f"{frame.filename}:{frame.lineno}"
+    return ""
+
+
 def _refuse(what: str, where: str):
+    where = ", ".join(p for p in (where, _caller()) if p)
     raise NotCapturable(f"{what} reads device values on the host, which a CUDA-graph capture cannot do"
                         + (f" ({where})" if where else ""))
 
@@ -67,7 +80,8 @@ class HostSyncCheck(contextlib.ExitStack):
     reads device values on the host: ``.item()``/``.tolist()``/``.numpy()``/``int(t)``/``if t:``,
     ``nonzero``, boolean-mask indexing and assignment, ``masked_select``, ``unique``, ``bincount``,
     ``torch.equal``. On the CPU nothing syncs, so this is how a CPU run sees what would break a
-    decode graph on the GPU (copies from pageable host memory, the other kind, it cannot see)."""
+    decode graph on the GPU (copies from pageable host memory, the other kind, it cannot see).
+    The message names ``where`` and the line of code that asked for the read."""
 
     def __init__(self, where: str = ""):
         super().__init__()
