@@ -241,6 +241,8 @@ def _state_calls(model: str, phases: Sequence[str]) -> Dict[Tuple[str, Tuple[int
         total = sum(c for _, c in calls)
         for key, c in calls:
             out[key] = out.get(key, 0.0) + mix * c / total
+    if not out:
+        raise KeyError(f"{model}'s capture has no {' or '.join(phases)} step")
     norm = sum(out.values())
     return {k: v / norm for k, v in out.items()}
 
