@@ -5,7 +5,8 @@ Qwen3-Next calls it as vLLM does, on the attention output flattened to one 128-w
 ([tokens * value heads, head_v_dim], one group per row, ``norm(x) * silu(z)``). Mamba-2 calls it
 as mamba-ssm does, on [tokens, intermediate_size] with groups of intermediate_size / n_groups and
 ``norm(x * silu(z))``; its gate z is the first column block of the in_proj output (a strided
-view), as the mixer passes it. Token counts are the linear-attention family's decode batches and
+view), as the mixer passes it. Token counts on the full profile are the models' captured calls
+with their shares (``tasks/workloads``), elsewhere the linear-attention family's decode batches and
 prefill batches (their total tokens). Both real models have one group per row (mamba2-2.7b has
 n_groups = 1), so the fuzz draws rows of 2-8 groups of real and nearby group sizes, where a kernel
 normalising the whole row is wrong.
