@@ -4,7 +4,9 @@ packed prefill batch, y [T, H, P] and every sequence's final state [S, H, P, N] 
 Cases are mamba2-2.7b's layer (80 heads of 64 on the full profile, 4 on the CPU; state 128, one
 group, chunk 256) over the batches of :func:`tasks.linear_inputs.prefill_batches` (lengths on both
 sides of the chunk boundary), each with no initial state and with states carried in (all but a new
-first request of a batch continue, as chunked prefill and prefix reuse make them). The truth is the
+first request of a batch continue, as chunked prefill and prefix reuse make them). On the full
+profile the batches are the captured prefill calls (:func:`tasks.linear_inputs.captured_state_calls`)
+with their shares, beside the chunk-edge batch and the 32k-token sequence. The truth is the
 token-by-token recurrence in float64, so a chunked kernel is checked where chunking can go wrong:
 at chunk boundaries, between sequences of one batch and from an initial state. The CPU profile
 keeps the real chunk of 256 (2 x 256 + 3 tokens interpret in about a second). Inputs and their

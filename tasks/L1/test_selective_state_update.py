@@ -2,7 +2,8 @@
 token per sequence, each sequence's state advanced in place in its slot of the state pool.
 
 Cases are mamba2-2.7b's layer (80 heads of 64 on the full profile, 4 on the CPU; state 128, one
-group) at the batch sizes of :func:`tasks.linear_inputs.decode_batches`. The pool has 2B + 1 slots
+group) at the batch sizes of :func:`tasks.linear_inputs.decode_batches` (on the full profile, of the
+captured decode calls with their shares). The pool has 2B + 1 slots
 and the batch's slots are a random subset, so a kernel that writes the wrong slot, or rows in batch
 order, changes slots it must not. The pool after the call is an output (``inplace_outputs``) and is
 compared like y: the untouched slots must come back exactly. Inputs are vLLM's call: per-head dt,

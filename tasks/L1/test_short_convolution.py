@@ -8,6 +8,8 @@ one token per sequence, continuing its state. The conv-state pool is an in-place
 whole: each named slot must hold its sequence's last K - 1 inputs, every other slot must be
 untouched. Mamba-2's input is the (x, B, C) column slice of its in_proj output, as the mixer
 passes it (strided rows); Qwen3-Next's is contiguous. Sequences get distinct random pool slots.
+On the full profile the calls are the models' captured ones with their shares (each sequence fresh
+or continued as it was in its step), beside the chunk-edge batch and the 32k-token sequence.
 """
 import torch
 from hypothesis import strategies as st
