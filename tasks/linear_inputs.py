@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .configs import load_config
+from .workload import HAND_PICKED_WEIGHT
 
 GATED_DELTA_MODELS = ("qwen3-next-80b-a3b",)
 MAMBA2_MODELS = ("mamba2-2.7b",)
@@ -137,6 +138,16 @@ def captured_state_calls(model: str, profile: str, phases: Tuple[str, ...] = ("p
     return out
 
 
+def kept_prefill_batches(chunk: int, profile: str, captured) -> List[Tuple[str, Tuple[int, ...], float]]:
+    """(name, lengths, weight) of the hand-picked prefill batches a scan task runs: all of them,
+    weighted 1, without a capture (``captured`` None); beside one, only HAND_PICKED_STATE_BATCHES,
+    at HAND_PICKED_WEIGHT."""
+    if captured is None:
+        return [(name, lengths, 1.0) for name, lengths in prefill_batches(chunk, profile)]
+    return [(name, lengths, HAND_PICKED_WEIGHT) for name, lengths in prefill_batches(chunk, profile)
+            if name in HAND_PICKED_STATE_BATCHES]
+
+
 def captured_layer_steps(model: str, profile: str, hand: List[Tuple[str, List[int], List[int]]]
                          ) -> List[Tuple[str, List[int], List[int], float, str]]:
     """(name, context lens, query lens, weight, source) of the steps an L2/L3 state layer's task runs: on the
@@ -144,7 +155,6 @@ def captured_layer_steps(model: str, profile: str, hand: List[Tuple[str, List[in
     attention tasks run, weighted by their share) and the ``hand`` steps named after
     HAND_PICKED_STATE_BATCHES at HAND_PICKED_WEIGHT; otherwise ``hand``, weighted 1."""
     from .paged import CAPTURED_BATCHES
-    from .workload import HAND_PICKED_WEIGHT
     from .workloads import batch_name, batch_representatives, load_capture
 
     if profile == "cpu" or load_capture(model) is None:
@@ -223,21 +233,16 @@ def scan_cases(model: str, dtype: torch.dtype, chunk: int, profile: str, params:
     from fk_pytest import Case
     from fk_pytest.task import DTYPE_NAMES
 
-    from .workload import HAND_PICKED_WEIGHT
-
     captured = captured_state_calls(model, profile)
     out = []
     for ident, _, lengths, carried, weight in captured or ():
         # one initial-state flag per call: every sequence starts from a state when any does
         out.append(Case(f"{model}-{ident}-{DTYPE_NAMES[dtype]}", dtype, model=model, weight=weight,
                         params=dict(params, lengths=tuple(lengths), with_state=any(carried), source="captured")))
-    for name, lengths in prefill_batches(chunk, profile):
-        if captured is not None and name not in HAND_PICKED_STATE_BATCHES:
-            continue
+    for name, lengths, weight in kept_prefill_batches(chunk, profile, captured):
         for state in ("fresh", "carried"):
             out.append(Case(f"{model}-prefill-{name}-{state}-{DTYPE_NAMES[dtype]}", dtype, model=model,
-                            weight=1.0 if captured is None else HAND_PICKED_WEIGHT,
-                            params=dict(params, lengths=tuple(lengths), with_state=state == "carried")))
+                            weight=weight, params=dict(params, lengths=tuple(lengths), with_state=state == "carried")))
     if captured is None:
         for name, n in decode_batches(profile):
             out.append(Case(f"{model}-decode-{name}-{DTYPE_NAMES[dtype]}", dtype, model=model,

@@ -67,6 +67,24 @@ def pytest_xdist_make_scheduler(config, log):
     return SharedFixtureScheduling(config, log)
 
 
+def check_candidate_host_syncs(model, label: str, when=None):
+    """The modules a candidate tree composed into ``model``, each now run under ``HostSyncCheck``
+    (named ``label, class``), so the first operation a CUDA-graph capture cannot run raises; with
+    ``when`` (no arguments -> bool) only on the calls it allows. The reference's own modules (their
+    CPU paths are not what the GPU captures) are left unchecked."""
+    from fk_pytest.host_sync import HostSyncCheck
+
+    checked = [m for m in model.modules() if type(m).__module__.startswith("_fk_candidate")]
+    for module in checked:
+        def forward(*args, _forward=module.forward, _where=f"{label}, {type(module).__name__}", **kwargs):
+            if when is not None and not when():
+                return _forward(*args, **kwargs)
+            with HostSyncCheck(_where):
+                return _forward(*args, **kwargs)
+        module.forward = forward
+    return checked
+
+
 def suite_args(args, tasks=True):
     """The command line of a suite run: the task suite on the CPU, with this checkout as root."""
     target = [str(ROOT / "tasks")] if tasks else []

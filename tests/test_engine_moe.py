@@ -18,7 +18,7 @@ from fk_pytest.host_sync import HostSyncCheck, NotCapturable
 from kernels_reference.engine import LLM, SamplingParams
 from kernels_reference.L4.llama import init_random_weights, model_for
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, check_candidate_host_syncs
 
 ATTN = dict(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0)
@@ -97,16 +97,11 @@ def _decode_without_host_syncs(arch, tree, monkeypatch=None, decode_chunk=None):
     cannot run (the reference's own CPU paths, which the GPU does not capture, are not checked)."""
     reference = _model(arch).float()
     model, composition = compose_candidate(reference, candidate_lookup(CandidateSource(tree)))
-    checked = [m for m in model.modules() if type(m).__module__.startswith("_fk_candidate")]
+    checked = check_candidate_host_syncs(model, arch)
     assert checked, "the example attention was not composed into the model"
     if decode_chunk is not None:  # the examples walk the cache in chunks of this many positions
         for module in checked:
             monkeypatch.setattr(sys.modules[type(module).__module__], "DECODE_CHUNK", decode_chunk)
-    for module in checked:
-        def forward(*args, _forward=module.forward, _where=f"{arch}, {type(module).__name__}", **kwargs):
-            with HostSyncCheck(_where):
-                return _forward(*args, **kwargs)
-        module.forward = forward
     llm = LLM(EngineModel(model, reference), num_blocks=64, block_size=4, padded_decode=True, max_num_seqs=8)
     return llm.generate(PROMPTS, SamplingParams(max_tokens=3))
 

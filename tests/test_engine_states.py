@@ -333,8 +333,8 @@ def _decode_steps_without_host_syncs(name, tree):
     run. Prefill steps run eagerly on a GPU too, so host reads there are allowed."""
     from fk_pytest.candidates import CandidateSource
     from fk_pytest.compose import candidate_lookup
+    from conftest import check_candidate_host_syncs
     from fk_pytest.e2e_run import compose_candidate, engine_model
-    from fk_pytest.host_sync import HostSyncCheck
     from kernels_reference.forward_context import get_forward_context
     from kernels_reference.L4.llama import model_for
 
@@ -343,18 +343,16 @@ def _decode_steps_without_host_syncs(name, tree):
     reference.load_weights(hf.state_dict().items())
     reference = reference.float()
     model, _ = compose_candidate(reference, candidate_lookup(CandidateSource(tree)))
-    checked = [m for m in model.modules() if type(m).__module__.startswith("_fk_candidate")]
-    assert any(hasattr(m, "state_cache") for m in checked), "no state layer of the tree was composed in"
     decode_steps = []
-    for module in checked:
-        def forward(*args, _forward=module.forward, _where=f"{name}, {type(module).__name__}", **kwargs):
-            meta = get_forward_context()
-            if meta is None or meta.num_decodes is None:  # not a padded decode step
-                return _forward(*args, **kwargs)
-            decode_steps.append(sum(n == 0 for n in meta.seq_lens_cpu))  # its padding rows
-            with HostSyncCheck(_where):
-                return _forward(*args, **kwargs)
-        module.forward = forward
+
+    def padded_decode_step():
+        meta = get_forward_context()
+        if meta is None or meta.num_decodes is None:  # not a padded decode step
+            return False
+        decode_steps.append(sum(n == 0 for n in meta.seq_lens_cpu))  # its padding rows
+        return True
+    checked = check_candidate_host_syncs(model, name, when=padded_decode_step)
+    assert any(hasattr(m, "state_cache") for m in checked), "no state layer of the tree was composed in"
     # Three sequences decode together: each decode batch is padded to the bucket of 4.
     llm = LLM(engine_model(model, reference), num_blocks=64, block_size=4, padded_decode=True, max_num_seqs=8)
     out = llm.generate(prompts[:3], SamplingParams(max_tokens=4))

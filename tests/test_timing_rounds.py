@@ -50,7 +50,7 @@ def test_autotune_buckets_keep_a_decode_batch_and_a_prefill_apart():
 def test_a_reference_under_the_roofline_floor_is_flagged_and_its_case_not_scored():
     import torch
     from fk_pytest.results import TaskRecord
-    from fk_pytest.speed import _result, _under_roofline
+    from fk_pytest.speed import _result, under_roofline
     from fk_pytest.timing import Timing
     from tasks.L1.test_silu_and_mul import TASK
 
@@ -65,9 +65,9 @@ def test_a_reference_under_the_roofline_floor_is_flagged_and_its_case_not_scored
     too_fast_ref = _result(TASK, case, timing(2 * floor_us), timing(0.5 * floor_us), roofline)
     assert not honest.ref_suspect and not honest.suspect
     assert too_fast_ref.ref_suspect and not too_fast_ref.suspect
-    assert _under_roofline(TASK, case, {"reference": timing(0.5 * floor_us)}, roofline)
-    assert not _under_roofline(TASK, case, {"reference": timing(2 * floor_us)}, roofline)
-    assert not _under_roofline(TASK, case, {"reference": timing(0.5 * floor_us)}, None)
+    assert under_roofline(TASK, case, {"reference": timing(0.5 * floor_us)}, roofline)
+    assert not under_roofline(TASK, case, {"reference": timing(2 * floor_us)}, roofline)
+    assert not under_roofline(TASK, case, {"reference": timing(0.5 * floor_us)}, None)
 
     record = TaskRecord(TASK.name, TASK.level, TASK.family, TASK.module_path, TASK.class_name)
     record.speed = {"a": honest, "b": dataclasses.replace(too_fast_ref, case_id="b")}

@@ -108,7 +108,7 @@ def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_s
                                       more_sets=lambda n: draw_inputs(task, case, device, range(more, more + n)),
                                       calls=cached["timing"]["calls"] if cached else None, **rounds)
             timings = time_both()
-            remeasured = _under_roofline(task, case, timings, roofline)
+            remeasured = bool(under_roofline(task, case, timings, roofline))
             if remeasured:  # a transient (clocks, a neighbour's L2 traffic) or the real thing: once more
                 timings = time_both()
         else:
@@ -150,10 +150,6 @@ def under_roofline(task, case, timings, roofline) -> List[str]:
     floor_s = roofline_floor_s(task, case, roofline)
     return [name for name, t in timings.items() if floor_s > 0 and t.median_us * 1e-6 < SUSPECT_FRACTION * floor_s]
 
-
-def _under_roofline(task, case, timings, roofline) -> bool:
-    """Whether any measured side's time is under SUSPECT_FRACTION of the case's roofline floor."""
-    return bool(under_roofline(task, case, timings, roofline))
 
 
 def timings_cacheable(device) -> bool:

@@ -21,10 +21,9 @@ from fk_pytest import Case, Task, standard_tests
 from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.mamba_chunk_scan import MambaChunkScanCombined
 
-from ..linear_inputs import (HAND_PICKED_STATE_BATCHES, MAMBA2_MODELS, Mamba2Dims, captured_state_calls, mamba2_dims,
-                             prefill_batches)
+from ..linear_inputs import MAMBA2_MODELS, Mamba2Dims, captured_state_calls, kept_prefill_batches, mamba2_dims
 from ..mamba_ssd import STATE_DTYPE, prefill_inputs
-from ..workload import HAND_PICKED_WEIGHT, model_dtype
+from ..workload import model_dtype
 
 
 def _dims(case) -> Mamba2Dims:
@@ -48,13 +47,10 @@ class MambaChunkScanTask(Task):
                 out.append(Case(f"{model}-{ident}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
                                 params=dict(lengths=list(lengths), with_state=any(carried),
                                             dims=dataclasses.asdict(dims), source="captured")))
-            for batch, lengths in prefill_batches(dims.chunk_size, profile):
-                if captured is not None and batch not in HAND_PICKED_STATE_BATCHES:
-                    continue
+            for batch, lengths, weight in kept_prefill_batches(dims.chunk_size, profile, captured):
                 for init in ("zero", "state"):
                     out.append(Case(f"{model}-prefill-{batch}-{init}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                    weight=1.0 if captured is None else HAND_PICKED_WEIGHT,
-                                    params=dict(lengths=list(lengths), with_state=init == "state",
+                                    weight=weight, params=dict(lengths=list(lengths), with_state=init == "state",
                                                 dims=dataclasses.asdict(dims))))
         return out
 

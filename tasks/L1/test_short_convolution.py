@@ -20,10 +20,9 @@ from fk_pytest.task import DTYPE_NAMES
 from kernels_reference.L1.short_convolution import ShortConvolution
 
 from ..configs import load_config
-from ..linear_inputs import (GATED_DELTA_CHUNK, GATED_DELTA_MODELS, HAND_PICKED_STATE_BATCHES, MAMBA2_MODELS,
-                             captured_state_calls, cu_seqlens, decode_batches, gated_delta_dims, mamba2_dims,
-                             prefill_batches)
-from ..workload import HAND_PICKED_WEIGHT, activations, fuzz_cap, model_dtype
+from ..linear_inputs import (GATED_DELTA_CHUNK, GATED_DELTA_MODELS, MAMBA2_MODELS, captured_state_calls, cu_seqlens,
+                             decode_batches, gated_delta_dims, kept_prefill_batches, mamba2_dims)
+from ..workload import activations, fuzz_cap, model_dtype
 
 SPARE_SLOTS = 3  # pool slots no sequence of the batch owns: they must come back unchanged
 
@@ -59,15 +58,12 @@ class ShortConvolutionTask(Task):
                 out.append(Case(f"{model}-{ident}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
                                 params=dict(common, phase=phase, lengths=lengths, initial=list(carried),
                                             source="captured")))
-            for name, lengths in prefill_batches(GATED_DELTA_CHUNK, profile):
-                if captured is not None and name not in HAND_PICKED_STATE_BATCHES:
-                    continue
+            for name, lengths, weight in kept_prefill_batches(GATED_DELTA_CHUNK, profile, captured):
                 # On the CPU a lone sequence runs only continued (fresh is the varlen case's job).
                 for start in (("cont",) if profile == "cpu" and name == "one" else ("fresh", "cont")):
                     out.append(Case(f"{model}-prefill-{name}-{start}-{DTYPE_NAMES[dt]}", dt, model=model,
-                                    weight=1.0 if captured is None else HAND_PICKED_WEIGHT,
-                                    params=dict(common, phase="prefill", lengths=lengths,
-                                                initial=[start == "cont"] * len(lengths))))
+                                    weight=weight, params=dict(common, phase="prefill", lengths=lengths,
+                                                               initial=[start == "cont"] * len(lengths))))
             for name, batch in decode_batches(profile) if captured is None else ():
                 out.append(Case(f"{model}-decode-{name}-{DTYPE_NAMES[dt]}", dt, model=model,
                                 params=dict(common, phase="decode", lengths=(1,) * batch, initial=[True] * batch)))

@@ -52,7 +52,7 @@ STATE_TILES = (32, 64, 4, 2)
 # Whether the walk loads each next chunk's tiles a step ahead, by hand (what took Mamba-2's serial
 # state pass from 1131 to 174 us on an H100). On since ``scan_tiles gated_linear_attention`` on an
 # H100 (2026-12-06): the walk 1060 -> 845 us on the 32768-token case, same errors
-# (docs/perf/h100-scan-tiles.md).
+# (docs/perf/h100-2026-12-06.md).
 STATE_PREFETCH = True
 # K step of the scores' diagonal sub-chunk blocks, summed elementwise over a [16, 16, DIAG_K] cube
 DIAG_K = 32
