@@ -42,7 +42,7 @@ step_cmd() {
     moe-quick) echo "python3 -m benchmarks moe --no-sweep" ;;
     l4-deepseek) echo "$PYTEST tasks/L4/test_deepseek_v2_for_causal_lm.py -k 'not speed' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-report=$OUT/l4-deepseek.json" ;;
     # The example tree, then the reference-equivalent tree on the first's calibrations (one cache directory).
-    e2e-trees) echo "for t in examples/candidates/triton:example kernels_reference:reference; do $PYTEST tasks/L4/test_e2e.py -k '${E2E_K:-llama-3.1-8b}' --fk-device=cuda --fk-profile=full --fk-e2e-scale=${E2E_SCALE:-0.1} --fk-timeout=590 --fk-cache-dir=/tmp/fk-cache --fk-candidate=\${t%%:*} --fk-report=$OUT/e2e-\${t##*:}-${E2E_NAME:-run}.json; done" ;;
+    e2e-trees) echo "for t in ${E2E_TREE_LIST:-examples/candidates/triton:example kernels_reference:reference}; do $PYTEST tasks/L4/test_e2e.py -k '${E2E_K:-llama-3.1-8b}' --fk-device=cuda --fk-profile=full --fk-e2e-scale=${E2E_SCALE:-0.1} --fk-timeout=590 --fk-cache-dir=/tmp/fk-cache --fk-candidate=\${t%%:*} --fk-report=$OUT/e2e-\${t##*:}-${E2E_NAME:-run}.json; done" ;;
     # Which classes of the example tree move a model's d: each E2E_TREES entry name=file,file,...
     # is a tree of just those files of examples/candidates/triton, run on the same calibration cache
     # (after e2e-trees, or the first entry pays for the calibration).

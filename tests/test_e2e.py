@@ -447,3 +447,34 @@ def test_full_profile_scoring_splits_each_scenario_s_longest_prompt_mid_block():
         else:  # the serving budget splits it already
             assert chunk is None, case.id
     assert split >= 20
+
+
+def test_calibration_copies_share_the_reference_weights_and_a_candidate_copy_does_not():
+    """The noise run's plain-PyTorch twin and a built-in mutant hold the reference's own weight
+    tensors (one set of weights in memory however many copies a full-size calibration makes); the
+    mutant's swapped module and a composed candidate get their own, so neither can write the
+    reference's; the caches an engine bound to the reference are never copied."""
+    import torch
+    from fk_pytest.build import with_paths
+    from fk_pytest.e2e_run import compose_candidate
+    from tasks.e2e import E2E as SPEC
+    from tasks.mutants import BUILTIN_MUTANTS, RmsNormEpsilonTooLarge
+
+    case = next(c for c in SPEC.cases("cpu") if c["model"] == "mixtral-8x7b")
+    reference = SPEC.build_reference(case, "cpu")
+    reference.model.layers[0].self_attn.attn.kv_cache = torch.zeros(4)  # as an engine binds it
+    ptrs = {n: p.data_ptr() for n, p in reference.named_parameters()}
+
+    native = with_paths(reference, "forward_native", share_parameters=True)
+    assert {n: p.data_ptr() for n, p in native.named_parameters()} == ptrs
+    assert native.model.layers[0].self_attn.attn.kv_cache is None
+
+    mutant, composition = compose_candidate(reference, BUILTIN_MUTANTS["rms-norm-eps-1000x"].classes.get,
+                                            share_parameters=True)
+    assert composition.swapped == ["RMSNorm"]
+    for name, p in mutant.named_parameters():
+        owner = mutant.get_submodule(name.rsplit(".", 1)[0])
+        assert (p.data_ptr() == ptrs[name]) != isinstance(owner, RmsNormEpsilonTooLarge), name
+
+    candidate, _ = compose_candidate(reference, candidate_lookup(CandidateSource(ROOT / "kernels_reference")))
+    assert not any(p.data_ptr() in ptrs.values() for p in candidate.parameters())

@@ -83,10 +83,21 @@ def _candidate_module(cls, task, case, state, device, dtype) -> torch.nn.Module:
     return module.eval()
 
 
-def copy_model(model: torch.nn.Module) -> torch.nn.Module:
-    """A deep copy without the KV caches an engine bound to the original (each engine allocates
-    its own; copying an 8B model's caches would double their memory for nothing)."""
-    memo = {id(m.kv_cache): None for m in model.modules() if getattr(m, "kv_cache", None) is not None}
+def copy_model(model: torch.nn.Module, share_parameters: bool = False) -> torch.nn.Module:
+    """A deep copy without the KV and state caches an engine bound to the original (each engine
+    allocates its own; copying an 8B model's caches would double their memory for nothing).
+
+    ``share_parameters``: the copy holds the original's parameter tensors themselves, for a copy
+    that only runs the reference's own code beside it (its other forward paths, a built-in mutant),
+    which never writes its weights. A full-size model then costs one set of weights however many
+    such copies a calibration makes: Qwen3-Next's eight-layer cut (27 GB) ran out of an H100's
+    80 GB on 2026-12-06 while a mutant was copied. A candidate's copy never shares: its code could
+    write the weights the reference is judged by."""
+    memo = {id(cache): None for m in model.modules() for cache in (getattr(m, "kv_cache", None),
+                                                                   getattr(m, "state_cache", None))
+            if cache is not None}
+    if share_parameters:
+        memo.update({id(p): p for p in model.parameters()})
     return copy.deepcopy(model, memo)
 
 
@@ -104,11 +115,11 @@ def cast_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 
 
 def with_paths(model: torch.nn.Module, method: str, classes: Optional[Sequence[str]] = None,
-               include_root: bool = False) -> torch.nn.Module:
+               include_root: bool = False, share_parameters: bool = False) -> torch.nn.Module:
     """A copy of the reference whose modules (those of ``classes``, default all; the root itself
     with ``include_root``) run another of their own implementations: ``forward_triton``
-    (interpreted on a CPU) or ``forward_native``."""
-    twin = copy_model(model)
+    (interpreted on a CPU) or ``forward_native``; ``share_parameters`` as in :func:`copy_model`."""
+    twin = copy_model(model, share_parameters)
     for m in twin.modules():
         if (m is not twin or include_root) and callable(getattr(m, method, None)) and (
                 classes is None or type(m).__name__ in classes):

@@ -154,13 +154,13 @@ def calibrate(spec: EmbeddingE2ESpec, case, reference: torch.nn.Module, device: 
         run.noise["float64"] = embed(wide).to(run.expected.dtype)
         del wide
         if device.type == "cuda":
-            native = with_paths(reference, "forward_native")
+            native = with_paths(reference, "forward_native", share_parameters=True)
             run.noise["reference-native"] = embed(native)
             del native
         for name, entry in spec.mutants(sc).items():
             mutant_spec = as_mutant(entry)
             progress(f"{sc.id}: built-in mutant {name} ({mutant_spec.kind})")
-            mutant, composition = compose_candidate(reference, mutant_spec.classes.get)
+            mutant, composition = compose_candidate(reference, mutant_spec.classes.get, share_parameters=True)
             embedded = embed(mutant) if composition.swapped else None
             run.mutants[name] = (mutant_spec.kind, embedded, list(composition.swapped))
             del mutant

@@ -155,11 +155,14 @@ def mutant_predictions(llm, run: "ScenarioRun", kind: str) -> Dict[str, Predicti
     return out
 
 
-def compose_candidate(reference: torch.nn.Module, lookup) -> Tuple[torch.nn.Module, Composition]:
+def compose_candidate(reference: torch.nn.Module, lookup, share_parameters: bool = False
+                      ) -> Tuple[torch.nn.Module, Composition]:
     """A copy of the reference with every class ``lookup`` provides swapped in (the L4 class itself
-    included), weights loaded strictly from the reference's; what failed is in the composition."""
+    included), weights loaded strictly from the reference's; what failed is in the composition.
+    ``share_parameters`` (built-in mutants only, see ``copy_model``): the modules left as they are
+    hold the reference's own weights."""
     holder = torch.nn.Module()
-    holder.model = copy_model(reference)
+    holder.model = copy_model(reference, share_parameters)
     composition = swap_children(holder, lookup) if lookup is not None else Composition()
     return holder.model, composition
 
@@ -215,6 +218,13 @@ def _calibration_key(spec: E2ESpec, case) -> tuple:
     return (spec.name,) + tuple((c.id, repr(sorted(c.params.items()))) for c in spec.model_cases(case))
 
 
+def memory_note(device: torch.device) -> str:
+    """What a progress line adds on a GPU: the memory in use, where a full-size run meets its limit."""
+    if device.type != "cuda":
+        return ""
+    return f", {torch.cuda.memory_allocated(device) / 2 ** 30:.1f} GiB in use"
+
+
 def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.device,
               progress: Progress) -> Dict[str, ScenarioRun]:
     """For each scenario of ``case``'s model: the reference's greedy targets, its noise runs
@@ -228,7 +238,7 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
         continuations = spec.continuations(sc)
         progress(f"{sc.id}: reference, decode-forced on {len(requests)} requests' "
                  f"{'own greedy output' if continuations is None else 'given continuations'}, "
-                 f"{sum(n for _, n in requests)} tokens")
+                 f"{sum(n for _, n in requests)} tokens{memory_note(device)}")
         engine = _engine(reference, reference, args)
         if continuations is None:  # its own greedy output, which decode-forced scoring replays
             outputs = engine.generate(prompts, _params(requests))
@@ -239,7 +249,7 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
                               [len(p) for p in prompts], {}, {})
             run.expected = [list(map(int, e)) for e in engine.score_decode(run.sequences, run.prompt_lens)]
         progress(f"{sc.id}: noise runs on both paths (same engine, re-batched"
-                 f"{', plain PyTorch' if device.type == 'cuda' else ''})")
+                 f"{', plain PyTorch' if device.type == 'cuda' else ''}){memory_note(device)}")
         # Prefill-forced only: decode-forced on this engine is what ``expected`` is (d = 0 by
         # construction; for greedy output the engine's tests check that it replays generate).
         run.noise["teacher-forced/" + PREFILL] = forced(engine, run, PREFILL)
@@ -252,15 +262,15 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
         if device.type == "cuda":
             # Two correct implementations of one model differ by their rounding: the reference's
             # plain-PyTorch definition (eager decode, no graphs) is the second.
-            native = with_paths(reference, "forward_native")
+            native = with_paths(reference, "forward_native", share_parameters=True)
             run.noise.update(both_paths(_engine(native, reference, dict(args, cuda_graphs=False)), run,
                                         "reference-native/"))
             del native
             release_memory()
         for name, entry in spec.mutants(sc).items():
             mutant_spec = as_mutant(entry)
-            progress(f"{sc.id}: built-in mutant {name} ({mutant_spec.kind})")
-            mutant, composition = compose_candidate(reference, mutant_spec.classes.get)
+            progress(f"{sc.id}: built-in mutant {name} ({mutant_spec.kind}{memory_note(device)})")
+            mutant, composition = compose_candidate(reference, mutant_spec.classes.get, share_parameters=True)
             if not composition.swapped:
                 run.mutants[name] = (mutant_spec.kind, None, [])
                 continue
@@ -370,7 +380,8 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
     tp, scenario_id = tp_degree(case), degree_one_id(case)  # a case at TP > 1 is judged on degree 1's calibration
     run = calibration.scenarios[scenario_id]
     at = f" at tensor-parallel degree {tp}" if tp > 1 else ""
-    progress(f"{case.id}: candidate, prefill-forced and decode-forced{at} ({', '.join(result.swapped)})")
+    progress(f"{case.id}: candidate, prefill-forced and decode-forced{at} ({', '.join(result.swapped)})"
+             f"{memory_note(device)}")
     candidate_top1, steps, path, cand_llm = {}, {}, "engine start-up", None
     try:
         if tp > 1:  # the engine on tp rank processes (fk_pytest.e2e_tp)
@@ -414,7 +425,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
 
     # Timed at degree 1 only: at TP the ranks need a GPU each, and the engines are timed in-process.
     if device.type == "cuda" and cand_llm is not None and result.status not in (status.TASK_ERROR,):
-        progress(f"{case.id}: timing candidate and reference engines")
+        progress(f"{case.id}: timing candidate and reference engines{memory_note(device)}")
         try:
             _measure(result, cand_llm, _engine(reference, reference, args), requests, device, spec.timing_rounds)
         except Exception as exc:
