@@ -81,7 +81,7 @@ step_cmd() {
     linear-sample) echo "$PYTEST \$(cat docs/perf/h200-linear-attention/sample.txt) --fk-device=cuda --fk-profile=full --fk-fuzz-examples=2 --fk-candidate=\${SAMPLE_TREE:-examples/candidates/triton} --fk-report=$OUT/linear-sample.json; python3 -m pytest -q -p no:cacheprovider -rA tests/test_engine_states.py -k 'cuda_graph or replay_check'" ;;
     # The state models' tasks whose full-profile cases come from the captured workloads (issue 28):
     # correctness and speed of every case on the example tree; then their end-to-end chat cases.
-    state-captured) echo "$PYTEST tasks/L1/test_{mamba_chunk_scan,selective_state_update,gated_delta_rule,short_convolution,rms_norm_gated,gemma_rms_norm}.py tasks/L2/test_{mamba_mixer2,qwen3_next_gated_delta_net}.py -k 'not fuzz' --fk-device=cuda --fk-profile=full --fk-candidate=\${SAMPLE_TREE:-examples/candidates/triton} --fk-report=$OUT/state-captured.json" ;;
+    state-captured) echo "$PYTEST \${STATE_TESTS:-\$(ls tasks/L1/test_{mamba_chunk_scan,selective_state_update,gated_delta_rule,short_convolution,rms_norm_gated,gemma_rms_norm}.py tasks/L2/test_{mamba_mixer2,qwen3_next_gated_delta_net}.py tasks/L3/test_mamba2_decoder_layer.py)} -k 'not fuzz' --fk-device=cuda --fk-profile=full --fk-candidate=\${SAMPLE_TREE:-examples/candidates/triton} --fk-report=$OUT/state-captured.json" ;;
     e2e-states) echo "$PYTEST tasks/L4/test_e2e.py -k \"\${STATE_E2E:-mamba2 and chat}\" --fk-device=cuda --fk-profile=full --fk-e2e-scale=\${E2E_SCALE:-0.1} --fk-timeout=560 --fk-candidate=examples/candidates/triton --fk-report=$OUT/e2e-states.json --fk-html=$OUT/e2e-states.html" ;;
     # The encoder and vision tasks (issue 29) at full shapes, correctness and fuzz then speed
     # (docs/perf/h200-encoders.md); ENC_TASKS narrows the list.
@@ -129,7 +129,7 @@ step_cmd() {
     # peers: fla-core's two gated norms and mamba-ssm's (the wheels and sdist of peers-fla and
     # peers-mamba), Liger's RMSNorm in Gemma's form (`pip download --no-deps liger-kernel==0.8.5 -d
     # .whl`), eager and Inductor. Carry .whl.
-    peers-norms) echo "pip install -q --no-deps --no-index --target /tmp/pylib .whl/fla_core-*.whl .whl/einops-*.whl .whl/liger_kernel-*.whl && mkdir -p /tmp/mamba-src && tar xzf .whl/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba-src && PYTHONPATH=/tmp/pylib:/tmp/mamba-src/mamba_ssm-2.3.2.post1:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm_gated,gemma_rms_norm,short_convolution,rope_2d --max-cases-per-op 6 --time-budget \${PEERS_BUDGET:-150} --json $OUT/peers-norms.json --md $OUT/peers-norms.md" ;;
+    peers-norms) echo "pip install -q --no-deps --no-index --target /tmp/pylib .whl/fla_core-*.whl .whl/einops-*.whl .whl/liger_kernel-*.whl && mkdir -p /tmp/mamba-src && tar xzf .whl/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba-src && PYTHONPATH=/tmp/pylib:/tmp/mamba-src/mamba_ssm-2.3.2.post1:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops ${NORM_OPS:-rms_norm_gated,gemma_rms_norm,short_convolution,rope_2d} --max-cases-per-op 6 --time-budget \${PEERS_BUDGET:-150} --json $OUT/peers-norms.json --md $OUT/peers-norms.md" ;;
     # The encoder, vision and conv ops against their peers (tasks/peers.py), in two halves so that
     # the compiles of each fit one step.
     norm-launch) echo "mkdir -p /tmp/mamba-src && tar xzf .whl/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba-src && PYTHONPATH=/tmp/mamba-src/mamba_ssm-2.3.2.post1:\$PYTHONPATH python3 -m benchmarks norm_launch" ;;

@@ -18,8 +18,9 @@ Two kinds of model:
   two layers, a small vocabulary).
 * **State models, random weights** (Mamba-2 2.7B, Qwen3-Next-80B-A3B): a recurrent state per
   sequence in the engine's slot pools (conv window + SSM / gated-DeltaNet state), carried across
-  prefill chunks and decode steps. On CUDA their real widths cut to 8 layers (Qwen3-Next keeps its
-  3 linear : 1 full-attention pattern); on the CPU a narrow cut (``CPU_CUTS``). Their state
+  prefill chunks and decode steps. On CUDA their real widths cut in depth (``FULL_LAYERS``:
+  Mamba-2 to 8 layers, Qwen3-Next to 4, keeping its 3 linear : 1 full-attention pattern); on
+  the CPU a narrow cut (``CPU_CUTS``). Their state
   mutants (``STATE_MUTANT_NAMES``): a decode step that ignores the carried state, and gross
   ones (the conv taps reversed, the scan's or the DeltaNet's output dropped). Their layers'
   ``init_random_parameters`` give decaying states (A < 0, dt log-uniform), so no weight
@@ -81,9 +82,13 @@ TP_CASES = {"cpu": (("mixtral-8x7b", "chat", 2),), "full": ()}
 # took 200 s of the H200 time a run has, so it is cut too.
 FULL_LAYERS = {"mixtral-8x7b": 8, "qwen3-30b-a3b": 24, "deepseek-v2-lite": 14,
                # The state models at their real widths, cut in depth like the MoE models (Qwen3-Next
-               # keeps its 3 linear : 1 full-attention pattern: layer 3 attends). Qwen3-Next at 8
-               # layers (512 experts each) ran out of an H100's 80 GB on 2026-12-06 while the
-               # evaluator copied the model after its noise runs.
+               # keeps its 3 linear : 1 full-attention pattern: layer 3 attends). Qwen3-Next's cases
+               # stay INSENSITIVE to the RoPE mutants at every cut tried on an H100 on 2026-12-06
+               # (docs/perf/h100-2026-12-06c.md): at 4 layers they flipped 0.00-0.04 of the stable
+               # tokens against a floor of 0.023; at 8 layers (two attending; 52 GB, which fits now
+               # that calibration copies share the reference's weights) 0.00-0.09 against 0.059,
+               # as its 512-expert routing's near-ties compound with depth; with 8 layers and routers
+               # 4x sharper 0.00-0.06 against 0.049. Four layers: the same blindness at half the memory.
                "mamba2-2.7b": 8, "qwen3-next-80b-a3b": 4}
 # The CPU cut of each MoE model: its own switches, expert count and top-k; narrow and shallow.
 CUT_VOCAB = 2048

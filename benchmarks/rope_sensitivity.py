@@ -1,0 +1,88 @@
+"""How far the two RoPE mutants move a random-weight Qwen3-Next cut's top-1, per depth and rope base.
+
+``python -m benchmarks rope_sensitivity [--scenario batch-32] [--hidden 512] [--experts 32]
+[--dtype bfloat16] LAYERS:THETA[:ROUTER_SCALE] ...`` builds the end-to-end case's full-profile model (its attention shape: 16 query
+heads of 256, 2 KV heads, a quarter of each head rotated; local heads as ``tasks.e2e`` draws
+them) at LAYERS layers and rope base THETA, narrower elsewhere so that it runs on a CPU in float32,
+and scores the scenario's requests (at 10% scale) prefill- and decode-forced with the reference
+and with each RoPE mutant. It prints the share of target tokens each mutant flips against the
+reference. ROUTER_SCALE multiplies every MoE router's weight (its logits' temperature). In float32
+there are no noise runs (a CPU flips nothing), so compare its numbers across cuts, against a GPU
+floor measured elsewhere; in bfloat16 a re-batched run of the reference (the evaluator's
+``rebatched_engine_args``) stands for the floor, and the mutants are counted on the positions it
+keeps, as the evaluator counts them.
+"""
+import argparse
+import time
+
+import torch
+
+from fk_pytest.e2e import as_mutant
+from fk_pytest.e2e_run import _engine, compose_candidate
+from kernels_reference.L4.llama import init_random_weights, model_for
+from tasks.e2e import E2E as SPEC, WEIGHT_SEED, local_heads, model_config
+from tasks.mutants import BUILTIN_MUTANTS
+
+MODEL = "qwen3-next-80b-a3b"
+MUTANTS = ("rope-ignores-positions", "rope-wrong-in-decode")
+
+
+def flipped(a, b, keep=None) -> float:
+    """The share of positions where ``b`` differs from ``a`` (of those ``keep`` marks, if given)."""
+    keep = keep or [[True] * len(xs) for xs in a]
+    pairs = [(x, y) for xs, ys, ks in zip(a, b, keep) for x, y, k in zip(xs, ys, ks) if k]
+    return sum(x != y for x, y in pairs) / max(1, len(pairs))
+
+
+def agree(a, b):
+    return [[x == y for x, y in zip(xs, ys)] for xs, ys in zip(a, b)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("cuts", nargs="+", help="LAYERS:THETA, e.g. 4:1e7 8:1e7")
+    ap.add_argument("--scenario", default="batch-32")
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--experts", type=int, default=32)
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    args = ap.parse_args()
+    case = next(c for c in SPEC.cases("full", 0.1) if c["model"] == MODEL and c["scenario"] == args.scenario)
+    requests, continuations = SPEC.requests(case), SPEC.continuations(case)
+    sequences = [p + list(c) for (p, _), c in zip(requests, continuations)]
+    prompt_lens = [len(p) for p, _ in requests]
+    engine_args = dict(SPEC.engine_args(case), cuda_graphs=False)
+    rebatched = dict(SPEC.rebatched_engine_args(case), cuda_graphs=False)
+    dtype = getattr(torch, args.dtype)
+    print(f"{case.id}: {len(requests)} requests, prompts {min(prompt_lens)}-{max(prompt_lens)} tokens, "
+          f"{sum(n for _, n in requests)} target tokens; hidden {args.hidden}, {args.experts} experts, {args.dtype}")
+    print("| layers | rope_theta | router scale | re-batched pre / dec | "
+          + " | ".join(f"{m} pre / dec" for m in MUTANTS) + " | s |")
+    print("|---|---|---|---|" + "---|" * len(MUTANTS) + "---|")
+    for cut in args.cuts:
+        layers, theta, router = (cut.split(":") + ["1"])[:3]
+        started = time.time()
+        config = dict(model_config(MODEL, "full"), num_hidden_layers=int(layers), rope_theta=float(theta),
+                      hidden_size=args.hidden, num_experts=args.experts)
+        reference = local_heads(init_random_weights(model_for(config), torch.Generator().manual_seed(WEIGHT_SEED)))
+        with torch.no_grad():
+            for name, module in reference.named_modules():
+                if name.endswith("mlp.gate"):
+                    module.weight.mul_(float(router))
+        reference = reference.to(dtype).eval()
+        scores = {}
+        for name in (None, "rebatched") + MUTANTS:
+            model = reference if name in (None, "rebatched") else compose_candidate(
+                reference, as_mutant(BUILTIN_MUTANTS[name]).classes.get, share_parameters=True)[0]
+            llm = _engine(model, reference, rebatched if name == "rebatched" else engine_args)
+            with torch.no_grad():
+                scores[name] = (llm.score(sequences, prompt_lens), llm.score_decode(sequences, prompt_lens))
+        ref = scores[None]
+        keep = [agree(ref[i], scores["rebatched"][i]) for i in range(2)]
+        cells = [f"{flipped(ref[0], scores[m][0], keep[0]):.3f} / {flipped(ref[1], scores[m][1], keep[1]):.3f}"
+                 for m in ("rebatched",) + MUTANTS]
+        print(f"| {layers} | {theta} | {router} | " + " | ".join(cells) + f" | {time.time() - started:.0f} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
