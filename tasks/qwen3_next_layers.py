@@ -96,8 +96,9 @@ def arch_config(model: str, profile: str, layers: int = PATTERN_LAYERS, vocab_sh
     return Qwen3NextArchConfig.from_hf(cfg)
 
 
-def step_case(model: str, name: str, seqs: Sequence[Tuple[int, int]], dtype, params: dict) -> Case:
-    return Case(f"{model}-{name}-{DTYPE_NAMES[dtype]}", dtype, model=model,
+def step_case(model: str, name: str, seqs: Sequence[Tuple[int, int]], dtype, params: dict,
+              weight: float = 1.0) -> Case:
+    return Case(f"{model}-{name}-{DTYPE_NAMES[dtype]}", dtype, model=model, weight=weight,
                 params=dict(params, context=[c for c, _ in seqs], query=[q for _, q in seqs]))
 
 

@@ -259,7 +259,8 @@ STATE_CAPTURED = ("mamba2-2.7b", "qwen3-next-80b-a3b")
 STATE_FULL_TASKS = ("L1.test_mamba_chunk_scan", "L1.test_selective_state_update", "L1.test_gated_delta_rule",
                     "L1.test_short_convolution", "L1.test_rms_norm_gated", "L2.test_mamba_mixer2",
                     "L2.test_qwen3_next_gated_delta_net", "L2.test_qwen3_next_attention", "L1.test_gemma_rms_norm",
-                    "L2.test_qwen3_next_moe_block", "L3.test_mamba2_decoder_layer")
+                    "L2.test_qwen3_next_moe_block", "L3.test_mamba2_decoder_layer",
+                    "L3.test_qwen3_next_decoder_layer")
 
 
 def test_committed_state_captures_hold_each_kind_of_layer_and_the_long_prefill():
@@ -295,6 +296,21 @@ def test_state_model_full_profiles_draw_from_the_captures(module):
         assert captured, f"{task.name}: no captured case for {model}"
         assert math.isclose(sum(c.weight for c in captured), 1.0, rel_tol=1e-6), task.name
         assert sum(c.weight for c in mine) < 1.1  # hand-picked cases kept beside them barely count
+
+
+def test_a_hybrid_layer_task_weights_each_layer_kind_by_its_share_of_the_layers():
+    """Qwen3-Next's decoder-layer task runs both kinds on the same captured steps; a linear-attention
+    case stands for 36 layers and a full-attention one for 12, so the linear cases carry three
+    quarters of the captured weight, step by step."""
+    from tasks.L3.test_qwen3_next_decoder_layer import TASK
+
+    captured = [c for c in TASK.cases("full") if c.params.get("source") == "captured"]
+    by_kind = {kind: {c.id.replace(f"-{kind}-", "-"): c.weight for c in captured if c["layer_type"] == kind}
+               for kind in ("linear", "full")}
+    assert by_kind["linear"].keys() == by_kind["full"].keys() and len(by_kind["full"]) >= 4
+    for step, weight in by_kind["full"].items():
+        assert math.isclose(by_kind["linear"][step], 3 * weight), step
+    assert math.isclose(sum(by_kind["linear"].values()), 0.75)
 
 
 def test_committed_captures_drive_the_full_profile():

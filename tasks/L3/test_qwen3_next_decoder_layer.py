@@ -1,6 +1,10 @@
 """Qwen3NextDecoderLayer (L3, vLLM): zero-centred RMSNorm with the residual add fused, the token
 mixer, the second fused norm, and the MoE block with its shared expert; ``(hidden_states, residual)
--> (hidden_states, residual)`` over one engine step (``tasks/qwen3_next_layers.py``).
+-> (hidden_states, residual)`` over one engine step (``tasks/qwen3_next_layers.py``). On the full
+profile the steps are the Qwen3-Next capture's representative ones (``captured_layer_steps``, as
+the attention tasks run) plus the hand-picked varlen prefill at a token weight, each case weighted
+by its step's share times its kind's share of the layers (``layer_kind_shares``: 36 linear, 12
+full); the CPU profile keeps two hand-picked steps.
 
 One task, both layer kinds as cases (``linear`` = layer 0 of the 3 : 1 pattern, a gated DeltaNet;
 ``full`` = layer 3, gated attention): the class and its checkpoint are one, and the kind is the
@@ -22,14 +26,16 @@ import copy
 from fk_pytest import standard_tests
 from kernels_reference.L3.qwen3_next_decoder_layer import Qwen3NextDecoderLayer
 
-from ..linear_inputs import GATED_DELTA_MODELS
+from ..linear_inputs import GATED_DELTA_MODELS, captured_layer_steps
 from ..moe import float32_cases, token_rule
 from ..paged import PagedTask
 from ..qwen3_next_layers import Qwen3NextStackTask, layer_flops, layer_weight_bytes, step_case, steps
 from ..state_steps import StateTask
 from ..workload import activations, model_dtype
+from ..workloads import layer_kind_shares
 
 LAYER_OF_KIND = {"linear": 0, "full": 3}  # the first layer of each kind in the 3 : 1 pattern
+KIND_NAMES = {"linear": "linear_attention", "full": "full_attention"}  # the config's layer_types
 
 
 class Qwen3NextDecoderLayerTask(Qwen3NextStackTask, StateTask, PagedTask):
@@ -44,10 +50,16 @@ class Qwen3NextDecoderLayerTask(Qwen3NextStackTask, StateTask, PagedTask):
     def cases(self, profile):
         out = []
         for model in GATED_DELTA_MODELS:
+            hand = [(name, [c for c, _ in seqs], [q for _, q in seqs]) for name, seqs in steps(profile)]
+            # On the full profile each kind runs the model's captured steps, weighted by the step's
+            # share and the kind's share of the layers (three linear to one full in Qwen3-Next).
+            shares = (layer_kind_shares(model) if profile == "full" else None) or {}
             for kind in LAYER_OF_KIND:
-                for name, seqs in steps(profile):
-                    out.append(step_case(model, f"{kind}-{name}", seqs, model_dtype(model),
-                                         dict(profile=profile, layer_type=kind)))
+                share = shares.get(KIND_NAMES[kind], 1.0)
+                for name, ctx, q, weight, source in captured_layer_steps(model, profile, hand):
+                    out.append(step_case(model, f"{kind}-{name}", list(zip(ctx, q)), model_dtype(model),
+                                         dict(profile=profile, layer_type=kind, source=source),
+                                         weight=weight * share))
         return float32_cases(out) if profile == "full" else out
 
     # ---- the layer kind decides the memory a case binds -------------------------------------------
@@ -87,7 +99,7 @@ class Qwen3NextDecoderLayerTask(Qwen3NextStackTask, StateTask, PagedTask):
 
     # ---- cost -------------------------------------------------------------------------------------
     def _kind(self, case) -> str:
-        return "linear_attention" if case["layer_type"] == "linear" else "full_attention"
+        return KIND_NAMES[case["layer_type"]]
 
     def io_bytes(self, case):
         act = 4 * sum(case["query"]) * self.config(case).hidden_size * case.dtype.itemsize

@@ -180,6 +180,18 @@ def _work(batch) -> float:
 
 
 @lru_cache(maxsize=None)
+def layer_kind_shares(model: str) -> Optional[Dict[str, float]]:
+    """Each layer kind's share of the model's layers as its capture records them (a hybrid's
+    ``layer_types``: Qwen3-Next's 36 linear-attention and 12 full-attention layers give 0.75 and
+    0.25), or None without a capture or without kinds."""
+    data = load_capture(model)
+    kinds = (data or {}).get("capture", {}).get("layer_kinds")
+    if not kinds:
+        return None
+    total = sum(kinds.values())
+    return {kind: n / total for kind, n in kinds.items()}
+
+
 def batch_representatives(model: str, k: int) -> List[Tuple[str, List[int], List[int], float]]:
     """(phase, context lens, query lens, weight) for ``k`` representative attention steps."""
     data = load_capture(model)
