@@ -179,7 +179,6 @@ def _work(batch) -> float:
     return sum(n * (c + (n + 1) / 2) for c, n in zip(*batch))
 
 
-@lru_cache(maxsize=None)
 def layer_kind_shares(model: str) -> Optional[Dict[str, float]]:
     """Each layer kind's share of the model's layers as its capture records them (a hybrid's
     ``layer_types``: Qwen3-Next's 36 linear-attention and 12 full-attention layers give 0.75 and
@@ -192,6 +191,7 @@ def layer_kind_shares(model: str) -> Optional[Dict[str, float]]:
     return {kind: n / total for kind, n in kinds.items()}
 
 
+@lru_cache(maxsize=None)
 def batch_representatives(model: str, k: int) -> List[Tuple[str, List[int], List[int], float]]:
     """(phase, context lens, query lens, weight) for ``k`` representative attention steps."""
     data = load_capture(model)
