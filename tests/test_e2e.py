@@ -147,6 +147,22 @@ def test_a_case_in_which_a_mutant_still_earns_credit_is_insensitive_and_does_not
     assert [x["model"] for x in m["families"]["llm"]["models"]] == ["m2"] and "INSENSITIVE" in m["note"]
 
 
+def test_an_insensitive_case_with_a_reason_on_record_says_it_and_the_others_do_not():
+    from fk_pytest.e2e import note_blindness
+    from tasks.e2e import E2E as SPEC
+
+    blind = next(c for c in SPEC.cases("full", 0.1) if c.id == "qwen3-next-80b-a3b-chat")
+    r = _judged(0.0, {"rope": 0.02, "rms": 1.0})
+    note_blindness(SPEC, blind, r)
+    assert r.status == status.INSENSITIVE and "on record: a random-weight Qwen3-Next" in r.message
+    # the same model's CPU cut sees its RoPE mutants: nothing on record there; a sensitive case gains nothing
+    for case, judged in ((next(c for c in SPEC.cases("cpu") if c["model"] == "qwen3-next-80b-a3b"), r),
+                         (blind, _judged(0.0, {"rope": 0.8, "rms": 1.0}))):
+        before = judged.message
+        note_blindness(SPEC, case, judged)
+        assert judged.message == before
+
+
 def test_credit_needs_both_paths_and_names_the_one_that_decided():
     r = _judged(0.0, {"rope": 0.8}, d_decode=0.3)  # right through prefill, wrong on decode steps
     assert r.status == status.WRONG_RESULT and r.path == DECODE and r.credit < 0.9

@@ -248,6 +248,11 @@ class E2ESpec:
         """Why this case cannot run here (e.g. its weights are not installed), or None."""
         return None
 
+    def blind_reason(self, case) -> Optional[str]:
+        """What is on record about why this case cannot see some built-in mutant (what was
+        measured, what was tried), added to an INSENSITIVE verdict's message; None where nothing is."""
+        return None
+
     def build_reference(self, case, device: torch.device) -> torch.nn.Module:
         """The L4 reference model in the case's dtype on ``device`` (the same for all of a model's
         cases: the evaluator builds it once per model)."""
@@ -418,3 +423,11 @@ def e2e_test(spec: E2ESpec):
     for mark in (getattr(pytest.mark, f"level{spec.level}"), getattr(pytest.mark, spec.marker)):
         mark(test_e2e)
     return test_e2e
+
+
+def note_blindness(spec: E2ESpec, case, result: E2EResult) -> None:
+    """An INSENSITIVE case's message gains the spec's account of why (``blind_reason``), so the
+    report says why a shipped case stays blind, not only that it does."""
+    why = spec.blind_reason(case) if result.status == status.INSENSITIVE else None
+    if why:
+        result.message += f"; on record: {why}"

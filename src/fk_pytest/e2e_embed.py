@@ -49,7 +49,7 @@ import torch
 
 from . import status
 from .build import cast_copy, release_memory, with_paths
-from .e2e import E2EResult, E2ESpec, Predictions, as_mutant, blend, noise_floor, noise_tallies, \
+from .e2e import E2EResult, E2ESpec, Predictions, as_mutant, blend, noise_floor, noise_tallies, note_blindness, \
     sampling_allowance, stable_positions, tally
 from .e2e_run import (CalibrationCache, Progress, _credit, _quiet, _time_pair, compose_candidate, composed_or_verdict,
                       decide, score_mutant)
@@ -271,6 +271,7 @@ def run_embedding_e2e(spec: EmbeddingE2ESpec, case, device, lookup, has_candidat
     result.interpreted_classes = sorted(launches["by_class"])
     result.pooled_over = list(calibration.scenarios)
     judge(result, calibration.scenarios, case.id, embeddings.to(calibration.scenarios[case.id].expected.dtype))
+    note_blindness(spec, case, result)
 
     if device.type == "cuda" and result.status != status.TASK_ERROR:
         progress(f"{case.id}: timing candidate and reference embedders")

@@ -20,7 +20,7 @@ from .build import copy_model, release_memory, with_paths
 from .compose import Composition, swap_children
 from .e2e import (DECODE, DECODE_PATH, FAIL_AT, MIN_STABLE_TOKENS, PATHS, PREFILL, VALID_CREDIT, E2EResult, E2ESpec,
                   MutantResult, Predictions, Request, as_mutant, blend, catch_at, credit, noise_floor,
-                  noise_tallies, sampling_allowance, stable_positions, tally)
+                  noise_tallies, note_blindness, sampling_allowance, stable_positions, tally)
 from .e2e_tp import candidate_at_degree
 from .errors import CandidateError, short_traceback
 from .task import degree_one_id, tp_degree
@@ -422,6 +422,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
         del triton_ref
         release_memory()
     _judge(result, calibration.scenarios, scenario_id, candidate_top1, steps, extra)
+    note_blindness(spec, case, result)
 
     # Timed at degree 1 only: at TP the ranks need a GPU each, and the engines are timed in-process.
     if device.type == "cuda" and cand_llm is not None and result.status not in (status.TASK_ERROR,):
