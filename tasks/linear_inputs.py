@@ -165,6 +165,15 @@ def captured_layer_steps(model: str, profile: str, hand: List[Tuple[str, List[in
                   if any(name == f"prefill-{kept}" for kept in HAND_PICKED_STATE_BATCHES)]
 
 
+def captured_layer_step_seqs(model: str, profile: str, hand: Sequence[Tuple[str, Sequence[Tuple[int, int]]]]
+                             ) -> List[Tuple[str, List[Tuple[int, int]], float, str]]:
+    """:func:`captured_layer_steps` for tasks that describe a step as (context, query) per sequence:
+    (name, seqs, weight, source)."""
+    lists = [(name, [c for c, _ in seqs], [q for _, q in seqs]) for name, seqs in hand]
+    return [(name, list(zip(ctx, q)), weight, source)
+            for name, ctx, q, weight, source in captured_layer_steps(model, profile, lists)]
+
+
 def continuing_contexts(count: int, salt: int) -> List[int]:
     """Tokens already seen by continuing sequences: varied, some inside a chunk, some past several."""
     return [1 + (37 * (i + salt) + 11) % 300 for i in range(count)]

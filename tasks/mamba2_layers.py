@@ -24,7 +24,7 @@ from kernels_reference.L3.mamba2_decoder_layer import Mamba2ArchConfig
 from .configs import load_config
 from .dense import DenseTask
 from .L2.test_mamba_mixer2 import MambaMixer2Task, batches
-from .linear_inputs import MAMBA2_MODELS, Mamba2Dims, captured_layer_steps, mamba2_dims
+from .linear_inputs import MAMBA2_MODELS, Mamba2Dims, captured_layer_step_seqs, mamba2_dims
 from .mamba_ssd import INITIAL_STATE_SCALE, head_params
 from .state_steps import StateTask
 from .workload import model_dtype
@@ -73,12 +73,11 @@ class Mamba2StackTask(StateTask):
         out = []
         for model in MAMBA2_MODELS:
             dims, dt = mamba2_dims(model, profile), model_dtype(model)
-            hand = [(name, [c for c, _ in seqs], [q for _, q in seqs])
-                    for name, seqs in self.steps(dims.chunk_size, profile)]
-            steps = (captured_layer_steps(model, profile, hand) if self.captured_steps
-                     else [(name, ctx, q, 1.0, "hand-picked") for name, ctx, q in hand])
-            for name, ctx, q, weight, source in steps:
-                params = dict(self.case_params(model, dims, list(zip(ctx, q)), profile), source=source)
+            hand = self.steps(dims.chunk_size, profile)
+            steps = (captured_layer_step_seqs(model, profile, hand) if self.captured_steps
+                     else [(name, seqs, 1.0, "hand-picked") for name, seqs in hand])
+            for name, seqs, weight, source in steps:
+                params = dict(self.case_params(model, dims, seqs, profile), source=source)
                 out.append(Case(f"{model}-{name}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight, params=params))
         return out
 

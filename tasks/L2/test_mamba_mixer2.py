@@ -25,7 +25,7 @@ from kernels_reference.L2.mamba_mixer2 import MambaMixer2
 
 from ..configs import load_config
 from ..dense import DenseTask
-from ..linear_inputs import (MAMBA2_MODELS, Mamba2Dims, captured_layer_steps, decode_batches, mamba2_dims,
+from ..linear_inputs import (MAMBA2_MODELS, Mamba2Dims, captured_layer_step_seqs, decode_batches, mamba2_dims,
                              prefill_batches)
 from ..mamba_ssd import INITIAL_STATE_SCALE, STATE_DTYPE, head_params
 from ..state_steps import StateTask
@@ -71,10 +71,10 @@ class MambaMixer2Task(StateTask):
         out = []
         for model in MAMBA2_MODELS:
             dims, dt = mamba2_dims(model, profile), model_dtype(model)
-            hand = [(name, [c for c, _ in seqs], [q for _, q in seqs]) for name, seqs in batches(dims.chunk_size, profile)]
-            for name, context, query, weight, source in captured_layer_steps(model, profile, hand):
+            steps = captured_layer_step_seqs(model, profile, batches(dims.chunk_size, profile))
+            for name, seqs, weight, source in steps:
                 out.append(Case(f"{model}-{name}-{DTYPE_NAMES[dt]}", dt, model=model, weight=weight,
-                                params=dict(self._params(model, dims, list(zip(context, query))), source=source)))
+                                params=dict(self._params(model, dims, seqs), source=source)))
         return out
 
     @staticmethod

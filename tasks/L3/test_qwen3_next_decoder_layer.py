@@ -1,7 +1,7 @@
 """Qwen3NextDecoderLayer (L3, vLLM): zero-centred RMSNorm with the residual add fused, the token
 mixer, the second fused norm, and the MoE block with its shared expert; ``(hidden_states, residual)
 -> (hidden_states, residual)`` over one engine step (``tasks/qwen3_next_layers.py``). On the full
-profile the steps are the Qwen3-Next capture's representative ones (``captured_layer_steps``, as
+profile the steps are the Qwen3-Next capture's representative ones (``captured_layer_step_seqs``, as
 the attention tasks run) plus the hand-picked varlen prefill at a token weight, each case weighted
 by its step's share times its kind's share of the layers (``layer_kind_shares``: 36 linear, 12
 full); the CPU profile keeps two hand-picked steps.
@@ -26,7 +26,7 @@ import copy
 from fk_pytest import standard_tests
 from kernels_reference.L3.qwen3_next_decoder_layer import Qwen3NextDecoderLayer
 
-from ..linear_inputs import GATED_DELTA_MODELS, captured_layer_steps
+from ..linear_inputs import GATED_DELTA_MODELS, captured_layer_step_seqs
 from ..moe import float32_cases, token_rule
 from ..paged import PagedTask
 from ..qwen3_next_layers import Qwen3NextStackTask, layer_flops, layer_weight_bytes, step_case, steps
@@ -50,14 +50,13 @@ class Qwen3NextDecoderLayerTask(Qwen3NextStackTask, StateTask, PagedTask):
     def cases(self, profile):
         out = []
         for model in GATED_DELTA_MODELS:
-            hand = [(name, [c for c, _ in seqs], [q for _, q in seqs]) for name, seqs in steps(profile)]
             # On the full profile each kind runs the model's captured steps, weighted by the step's
             # share and the kind's share of the layers (three linear to one full in Qwen3-Next).
             shares = (layer_kind_shares(model) if profile == "full" else None) or {}
             for kind in LAYER_OF_KIND:
                 share = shares.get(KIND_NAMES[kind], 1.0)
-                for name, ctx, q, weight, source in captured_layer_steps(model, profile, hand):
-                    out.append(step_case(model, f"{kind}-{name}", list(zip(ctx, q)), model_dtype(model),
+                for name, seqs, weight, source in captured_layer_step_seqs(model, profile, steps(profile)):
+                    out.append(step_case(model, f"{kind}-{name}", seqs, model_dtype(model),
                                          dict(profile=profile, layer_type=kind, source=source),
                                          weight=weight * share))
         return float32_cases(out) if profile == "full" else out
