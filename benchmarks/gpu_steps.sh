@@ -132,6 +132,8 @@ step_cmd() {
     peers-norms) echo "pip install -q --no-deps --no-index --target /tmp/pylib .whl/fla_core-*.whl .whl/einops-*.whl .whl/liger_kernel-*.whl && mkdir -p /tmp/mamba-src && tar xzf .whl/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba-src && PYTHONPATH=/tmp/pylib:/tmp/mamba-src/mamba_ssm-2.3.2.post1:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops ${NORM_OPS:-rms_norm_gated,gemma_rms_norm,short_convolution,rope_2d} --max-cases-per-op 6 --time-budget \${PEERS_BUDGET:-150} --json $OUT/peers-norms.json --md $OUT/peers-norms.md" ;;
     # The encoder, vision and conv ops against their peers (tasks/peers.py), in two halves so that
     # the compiles of each fit one step.
+    decode-configs) echo "env OUT=$OUT python3 -m benchmarks decode_configs ${DECODE_ARGS:-}" ;;  # paged decode per DecodeConfig on the serving decode cases
+    rms-variants) echo "env OUT=$OUT python3 -m benchmarks rms_norm_variants ${RMS_ARGS:-}" ;;  # RMSNorm's wide-row launch forms vs Inductor
     norm-launch) echo "mkdir -p /tmp/mamba-src && tar xzf .whl/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba-src && PYTHONPATH=/tmp/mamba-src/mamba_ssm-2.3.2.post1:\$PYTHONPATH python3 -m benchmarks norm_launch" ;;
     peers-enc-a) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops layer_norm,gelu,pooler,dinov2_position_embedding,global_response_norm --json $OUT/peers-enc-a.json --md $OUT/peers-enc-a.md --time-budget 200" ;;
     peers-enc-b) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops encoder_only_attention,multi_head_attention,patch_embed,convnext_dwconv_norm --json $OUT/peers-enc-b.json --md $OUT/peers-enc-b.md --time-budget 250" ;;

@@ -64,17 +64,26 @@ def test_rms_norm_triton(dtype, layout, fused):
 
 @pytest.mark.parametrize("width", [4096, 3584])  # one program per row: unmasked / masked columns
 @pytest.mark.parametrize("fused", [False, True])
-def test_rms_norm_triton_wide_rows(width, fused):
+@pytest.mark.parametrize("chunk", [0, 1024])  # the whole row at once / the looped two-pass form
+def test_rms_norm_triton_wide_rows(width, fused, chunk):
+    import triton
+
+    from kernels_reference.L1.gemma_rms_norm import GemmaRMSNorm
+    from kernels_reference.L1.rms_norm import rms_norm_rows
+
     g = _gen()
     x = torch.randn(3, width + 64, generator=g)[:, :width].to(torch.bfloat16)  # padded rows
     residual = torch.randn(3, width, generator=g).to(torch.bfloat16) if fused else None
-    m = RMSNorm(width, 1e-5).to(torch.bfloat16)
-    with torch.no_grad():
-        m.weight.copy_(1 + 0.1 * torch.randn(width, generator=g))
-        native, fast = m.forward_native(x, residual), m.forward_triton(x, residual)
-    natives, fasts = ((native,), (fast,)) if not fused else (native, fast)
-    for t, a, b in zip(_truths(m, x, residual), natives, fasts):
-        _agree(t, a, b)
+    config = triton.Config({"ROWS": 1, "CHUNK": chunk}, num_warps=4)
+    for m in (RMSNorm(width, 1e-5), GemmaRMSNorm(width, 1e-5)):
+        m = m.to(torch.bfloat16)
+        with torch.no_grad():
+            m.weight.copy_(0.1 * torch.randn(width, generator=g) + (0 if isinstance(m, GemmaRMSNorm) else 1))
+            native = m.forward_native(x, residual)
+            fast = rms_norm_rows(m, x, residual, unit_offset=isinstance(m, GemmaRMSNorm), config=config)
+        natives, fasts = ((native,), (fast,)) if not fused else (native, fast)
+        for t, a, b in zip(_truths(m, x, residual), natives, fasts):
+            _agree(t, a, b)
 
 
 def test_silu_and_mul_triton_odd_width_and_strided_rows():

@@ -50,10 +50,12 @@ class RMSNorm(RecordsInit, nn.Module):
         return rms_norm_rows(self, x, residual)
 
 
-def rms_norm_rows(norm: nn.Module, x, residual=None, unit_offset: bool = False):
+def rms_norm_rows(norm: nn.Module, x, residual=None, unit_offset: bool = False, config=None):
     """The fast path of an RMSNorm-shaped module (``hidden_size``, ``variance_epsilon``,
     ``weight``): the rows of ``x`` normalised, the residual fused in; with ``unit_offset`` scaled
-    by ``1 + weight`` (GemmaRMSNorm) rather than ``weight``."""
+    by ``1 + weight`` (GemmaRMSNorm) rather than ``weight``. ``config`` (a ``triton.Config`` of
+    ``_configs_for_block``'s kind) is launched instead of what the size rule or the autotuner
+    would choose (``benchmarks/rms_norm_variants.py`` times them one by one)."""
     if x.shape[-1] != norm.hidden_size:
         raise ValueError(f"{type(norm).__name__}({norm.hidden_size}) got rows of width {x.shape[-1]}")
     rows = row_layout(x)
@@ -74,7 +76,10 @@ def rms_norm_rows(norm: nn.Module, x, residual=None, unit_offset: bool = False):
     index_64 = max(_last_offset(rows), _last_offset(res), rows.n_rows * norm.hidden_size) >= 2**31
     consts = dict(HAS_RESIDUAL=residual is not None, WIDTH=norm.hidden_size, BLOCK=block,
                   INDEX_64=index_64, UNIT_OFFSET=unit_offset)
-    if autotune_here(x) and rows.n_rows > DECODE_ROWS:
+    if config is not None:
+        _rms_norm_kernel[(triton.cdiv(rows.n_rows, config.kwargs["ROWS"]),)](
+            *args, **consts, **config.kwargs, num_warps=config.num_warps)
+    elif autotune_here(x) and rows.n_rows > DECODE_ROWS:
         grid = lambda meta: (triton.cdiv(rows.n_rows, meta["ROWS"]),)  # noqa: E731
         _tuned_rms_norm(block)[grid](*args, **consts)
     elif autotune_here(x):  # decode sizes: the first (smallest) config, no tuning among equals
@@ -103,7 +108,11 @@ def _configs_for_block(block: int):
     "persistent reduction"), from 8 to 32 elements per thread; narrow rows (per-head norms, 128
     wide) get several rows per program and few warps, so a decode step's handful of rows spreads
     over as many SMs as possible (ROWS=1, one warp) while a prefill's half million rows amortise
-    the per-program set-up (ROWS up to 32). There is no loop, so num_stages plays no role."""
+    the per-program set-up (ROWS up to 32). These have no loop, so num_stages plays no role.
+
+    ``CHUNK`` > 0 (wide rows only, from ``LOOPED_CONFIGS``) is Inductor's looped reduction: one
+    pass sums the squares CHUNK columns at a time (and stores the residual), a second re-reads
+    the row's inputs, which the first left in L2, and writes the output."""
     if block <= 512:
         pairs = [(1, 1), (2, 1), (4, 2), (8, 4), (16, 4), (32, 8)]
     elif block <= 2048:
@@ -111,7 +120,18 @@ def _configs_for_block(block: int):
     else:
         w = min(32, block // 1024)  # 32 elements per thread: the fewest warps worth trying
         pairs = sorted({(1, w), (1, min(32, 2 * w)), (1, min(32, 4 * w)), (2, min(32, 4 * w))})
-    return [triton.Config({"ROWS": r}, num_warps=nw, num_stages=1) for r, nw in pairs]
+    configs = [triton.Config({"ROWS": r, "CHUNK": 0}, num_warps=nw, num_stages=1) for r, nw in pairs]
+    if block > 2048:
+        configs += [triton.Config({"ROWS": 1, "CHUNK": c}, num_warps=nw, num_stages=1)
+                    for c, nw in LOOPED_CONFIGS if c < block]
+    return configs
+
+
+# (chunk, warps) of the looped form among the wide-row configs (see _configs_for_block). Of twelve
+# (512-2048 wide chunks, 2-16 warps) timed on an H100 beside Inductor at 3584 and 4096 wide, 8192 and
+# 16384 tokens, 2048 x 16 warps was the only one to beat the one-piece kernel: by 0.1-0.7% on the
+# fused-add norm, level with Inductor (docs/perf/h100-2026-12-06d.md); the others lost 1-36%.
+LOOPED_CONFIGS = ((2048, 16),)
 
 
 @functools.lru_cache(maxsize=None)
@@ -130,39 +150,95 @@ if triton is not None:
         n_rows, x_inner, x_s_outer, x_s_inner, r_inner, r_s_outer, r_s_inner,
         eps, size_cls,  # size_cls: only an autotune key (the row-count bucket)
         HAS_RESIDUAL: tl.constexpr, WIDTH: tl.constexpr, BLOCK: tl.constexpr, INDEX_64: tl.constexpr,
-        ROWS: tl.constexpr, UNIT_OFFSET: tl.constexpr = False,
+        ROWS: tl.constexpr, UNIT_OFFSET: tl.constexpr = False, CHUNK: tl.constexpr = 0,
     ):
-        # The width is a compile-time constant (one compilation per hidden size): where it fills
-        # the block (4096, 2048, 128 ...) no column mask is computed, and with one row per program
-        # (the wide-row configs) no row mask either, so loads and stores are plain 16-byte vectors
-        # (measured on the H200: 2-4% of the time at 8192-16384 tokens, Inductor's margin).
-        pid = tl.program_id(0)
-        if INDEX_64:
-            pid = pid.to(tl.int64)
-        row = pid * ROWS + tl.arange(0, ROWS)
-        cols = tl.arange(0, BLOCK)
-        x_off = ((row // x_inner) * x_s_outer + (row % x_inner) * x_s_inner)[:, None] + cols[None, :]
-        out_off = row[:, None] * WIDTH + cols[None, :]
-        # The weight is loaded with the rows, not after the reduction: for a decode step's few
-        # rows the kernel is one memory latency long instead of two.
-        if BLOCK == WIDTH and ROWS == 1:  # exactly one program per row and no padded column
-            w = tl.load(w_ptr + cols, eviction_policy="evict_last")
-            x = tl.load(x_ptr + x_off).to(tl.float32)
-            mask = None
+        if CHUNK > 0:  # one row per program (ROWS == 1), in two passes over CHUNK-wide pieces
+            _rms_norm_looped(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, x_inner, x_s_outer, x_s_inner,
+                             r_inner, r_s_outer, r_s_inner, eps, HAS_RESIDUAL, WIDTH, BLOCK, INDEX_64,
+                             UNIT_OFFSET, CHUNK)
         else:
-            mask = (row < n_rows)[:, None] & (cols < WIDTH)[None, :]
-            w = tl.load(w_ptr + cols, mask=cols < WIDTH, other=0.0, eviction_policy="evict_last")
-            x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
-        if HAS_RESIDUAL:
-            r_off = ((row // r_inner) * r_s_outer + (row % r_inner) * r_s_inner)[:, None] + cols[None, :]
-            if BLOCK == WIDTH and ROWS == 1:
-                x += tl.load(res_ptr + r_off).to(tl.float32)
+            # The width is a compile-time constant (one compilation per hidden size): where it fills
+            # the block (4096, 2048, 128 ...) no column mask is computed, and with one row per program
+            # (the wide-row configs) no row mask either, so loads and stores are plain 16-byte vectors
+            # (measured on the H200: 2-4% of the time at 8192-16384 tokens, Inductor's margin).
+            pid = tl.program_id(0)
+            if INDEX_64:
+                pid = pid.to(tl.int64)
+            row = pid * ROWS + tl.arange(0, ROWS)
+            cols = tl.arange(0, BLOCK)
+            x_off = ((row // x_inner) * x_s_outer + (row % x_inner) * x_s_inner)[:, None] + cols[None, :]
+            out_off = row[:, None] * WIDTH + cols[None, :]
+            # The weight is loaded with the rows, not after the reduction: for a decode step's few
+            # rows the kernel is one memory latency long instead of two.
+            if BLOCK == WIDTH and ROWS == 1:  # exactly one program per row and no padded column
+                w = tl.load(w_ptr + cols, eviction_policy="evict_last")
+                x = tl.load(x_ptr + x_off).to(tl.float32)
+                mask = None
             else:
-                x += tl.load(res_ptr + r_off, mask=mask, other=0.0).to(tl.float32)
-            tl.store(res_out_ptr + out_off, x.to(res_out_ptr.dtype.element_ty), mask=mask)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / WIDTH + eps)
-        if UNIT_OFFSET:  # GemmaRMSNorm: scaled by 1 + weight in float32, rounded once
-            y = x * rstd[:, None] * (1.0 + w.to(tl.float32))[None, :]
-        else:  # vLLM's RMSNorm: rounded to the input dtype, then scaled by the weight
-            y = (x * rstd[:, None]).to(out_ptr.dtype.element_ty).to(tl.float32) * w.to(tl.float32)[None, :]
-        tl.store(out_ptr + out_off, y.to(out_ptr.dtype.element_ty), mask=mask)
+                mask = (row < n_rows)[:, None] & (cols < WIDTH)[None, :]
+                w = tl.load(w_ptr + cols, mask=cols < WIDTH, other=0.0, eviction_policy="evict_last")
+                x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
+            if HAS_RESIDUAL:
+                r_off = ((row // r_inner) * r_s_outer + (row % r_inner) * r_s_inner)[:, None] + cols[None, :]
+                if BLOCK == WIDTH and ROWS == 1:
+                    x += tl.load(res_ptr + r_off).to(tl.float32)
+                else:
+                    x += tl.load(res_ptr + r_off, mask=mask, other=0.0).to(tl.float32)
+                tl.store(res_out_ptr + out_off, x.to(res_out_ptr.dtype.element_ty), mask=mask)
+            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / WIDTH + eps)
+            if UNIT_OFFSET:  # GemmaRMSNorm: scaled by 1 + weight in float32, rounded once
+                y = x * rstd[:, None] * (1.0 + w.to(tl.float32))[None, :]
+            else:  # vLLM's RMSNorm: rounded to the input dtype, then scaled by the weight
+                y = (x * rstd[:, None]).to(out_ptr.dtype.element_ty).to(tl.float32) * w.to(tl.float32)[None, :]
+            tl.store(out_ptr + out_off, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def _load_chunk(ptr, cols, WIDTH: tl.constexpr, MASKED: tl.constexpr, POLICY: tl.constexpr):
+        if MASKED:
+            v = tl.load(ptr + cols, mask=cols < WIDTH, other=0.0, eviction_policy=POLICY)
+        else:
+            v = tl.load(ptr + cols, eviction_policy=POLICY)
+        return v.to(tl.float32)
+
+    @triton.jit
+    def _rms_norm_looped(
+        x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, x_inner, x_s_outer, x_s_inner, r_inner, r_s_outer,
+        r_s_inner, eps, HAS_RESIDUAL: tl.constexpr, WIDTH: tl.constexpr, BLOCK: tl.constexpr,
+        INDEX_64: tl.constexpr, UNIT_OFFSET: tl.constexpr, CHUNK: tl.constexpr,
+    ):
+        # The first pass keeps its loads in L2 (evict_last) for the second, their last use
+        # (evict_first). The second forms x + residual again in float32 rather than reading the
+        # rounded res_out back, so the numerics are the one-piece kernel's.
+        row = tl.program_id(0)
+        if INDEX_64:
+            row = row.to(tl.int64)
+        x_row = x_ptr + (row // x_inner) * x_s_outer + (row % x_inner) * x_s_inner
+        r_row = res_ptr + (row // r_inner) * r_s_outer + (row % r_inner) * r_s_inner
+        o_row = row * WIDTH
+        masked: tl.constexpr = BLOCK != WIDTH
+        acc = tl.zeros([CHUNK], dtype=tl.float32)
+        for start in tl.static_range(0, BLOCK, CHUNK):
+            cols = start + tl.arange(0, CHUNK)
+            x = _load_chunk(x_row, cols, WIDTH, masked, "evict_last")
+            if HAS_RESIDUAL:
+                x += _load_chunk(r_row, cols, WIDTH, masked, "evict_last")
+                if masked:
+                    tl.store(res_out_ptr + o_row + cols, x.to(res_out_ptr.dtype.element_ty), mask=cols < WIDTH)
+                else:
+                    tl.store(res_out_ptr + o_row + cols, x.to(res_out_ptr.dtype.element_ty))
+            acc += x * x
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / WIDTH + eps)
+        for start in tl.static_range(0, BLOCK, CHUNK):
+            cols = start + tl.arange(0, CHUNK)
+            x = _load_chunk(x_row, cols, WIDTH, masked, "evict_first")
+            if HAS_RESIDUAL:
+                x += _load_chunk(r_row, cols, WIDTH, masked, "evict_first")
+            w = _load_chunk(w_ptr, cols, WIDTH, masked, "evict_last")
+            if UNIT_OFFSET:  # as the one-piece kernel: GemmaRMSNorm rounds once, vLLM's RMSNorm twice
+                y = x * rstd * (1.0 + w)
+            else:
+                y = (x * rstd).to(out_ptr.dtype.element_ty).to(tl.float32) * w
+            if masked:
+                tl.store(out_ptr + o_row + cols, y.to(out_ptr.dtype.element_ty), mask=cols < WIDTH)
+            else:
+                tl.store(out_ptr + o_row + cols, y.to(out_ptr.dtype.element_ty))

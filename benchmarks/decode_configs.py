@@ -1,0 +1,66 @@
+"""Paged decode's configuration per batch shape: the reference's decode kernel under each
+``DecodeConfig`` of ``CHOICES``, checked and timed by the peer benchmark on the attention task's
+own serving decode cases (the captured contexts, 4 and 8 KV heads), one configuration after the
+other in one process. The table gives microseconds and the fraction of the copy bandwidth measured
+at the start of each run (the issue's bar: >= 0.85 at batch >= 32).
+
+    python3 -m benchmarks decode_configs [-k "decode-B32 or decode-B139"]
+"""
+import argparse
+import dataclasses
+import io
+import json
+import os
+
+import torch
+
+import kernels_reference.ops.paged_decode.decode as decode
+from kernels_reference.ops.paged_decode.config import ONE_PASS_CONFIG, TWO_PASS_CONFIG
+from fk_pytest.peers.contract import suite_ops
+from fk_pytest.peers.measure import Options
+from fk_pytest.peers.run import benchmark
+
+R = dataclasses.replace
+CHOICES = {
+    "shipped (two-pass)": TWO_PASS_CONFIG,
+    "small-batch 2/SM": R(TWO_PASS_CONFIG, small_batch_programs_per_sm=2),
+    "small-batch 8/SM": R(TWO_PASS_CONFIG, small_batch_programs_per_sm=8),
+    "2 blocks/iter": R(TWO_PASS_CONFIG, blocks_per_iter=2),
+    "8 blocks/iter": R(TWO_PASS_CONFIG, blocks_per_iter=8),
+    "3 stages": R(TWO_PASS_CONFIG, num_stages=3),
+    "8 warps": R(TWO_PASS_CONFIG, num_warps=8),
+    "8 warps, 8 blocks/iter": R(TWO_PASS_CONFIG, num_warps=8, blocks_per_iter=8),
+    "3 stages, 2/SM": R(TWO_PASS_CONFIG, num_stages=3, programs_per_sm=3, small_batch_programs_per_sm=3),
+    "one-pass": ONE_PASS_CONFIG,
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-k", default="decode-B32 or decode-B139 or decode-B128", help="peer-benchmark case keyword")
+    parser.add_argument("--only", help="comma-separated CHOICES names (default: all)")
+    args = parser.parse_args()
+    spec = suite_ops()["attention"]
+    ops = {"attention": dataclasses.replace(spec, peers=(), ceilings=())}
+    names = args.only.split(",") if args.only else list(CHOICES)
+    rows, docs = [], {}
+    for name in names:
+        decode.DECODE_CONFIG = CHOICES[name]
+        doc = benchmark(Options(torch.device("cuda"), "full"), ["attention"], keyword=args.k, max_cases=0, ops=ops,
+                        progress=io.StringIO())
+        docs[name] = doc
+        for case in doc["ops"][0]["cases"]:
+            ref = case["impls"]["reference"]
+            rows.append((name, case["case"], ref.get("us"), ref.get("bw_frac"), ref.get("reason")))
+        print(f"{name}: done", flush=True)
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "decode_configs.json"), "w") as f:
+            json.dump({n: d for n, d in docs.items()}, f, indent=1, default=str)
+    print("| config | case | reference us | of copy | note |\n|---|---|---|---|---|")
+    for name, case, us, frac, note in sorted(rows, key=lambda r: (r[1], r[2] or 1e9)):
+        fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+        print(f"| {name} | {case} | {fmt(us, '.2f')} | {fmt(frac, '.3f')} | {'' if note is None else str(note)[:80]} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""RMSNorm's wide-row launch forms against Inductor, side by side on the GPU.
+
+The fused-add RMSNorm at 4096 wide trailed Inductor's looped two-pass reduction by 3-4% on the
+H200 (docs/perf/h200-peers.md). For each case below every launch form of
+``kernels_reference.L1.rms_norm`` is checked against the float64 definition and timed in one
+interleaved loop (amortised CUDA graphs, L2 flushed, a fresh input set per call) beside
+``torch.compile(forward_native)``: the whole row in registers (``CHUNK`` 0, the shipped configs)
+and the looped form (``CHUNK`` 512-2048), each with 2-16 warps, plus what the autotuner picks with
+and without ``--looped`` among its choices. Then the peer benchmark's own rms_norm
+comparison runs with ``LOOPED_CONFIGS`` set to ``--looped`` (the fused-add cases, and ``--peers-k``).
+
+    python3 -m benchmarks rms_norm_variants [--rounds 30] [--looped 1024:4,2048:8]
+"""
+import argparse
+import functools
+import io
+import json
+import os
+
+import torch
+
+import kernels_reference.L1.rms_norm as rms
+from benchmarks.graph_timing import over_sets, time_amortised
+from fk_pytest.timing import L2Flusher
+
+# (label, tokens, width, fused add): the task's 16384- and 8192-token prefill shapes (Llama-3.1-8B,
+# Qwen3-8B), and Qwen2.5-7B's 3584 (masked columns)
+CASES = (("4096 fused-add T16384", 16384, 4096, True), ("4096 fused-add T8192", 8192, 4096, True),
+         ("4096 plain T16384", 16384, 4096, False), ("3584 fused-add T16384", 16384, 3584, True))
+SETS = 6  # input sets per case: each call of the K-call graph reads bytes no other call left in L2
+
+
+def _configs(block):
+    import triton
+    whole = [c for c in rms._configs_for_block(block) if c.kwargs.get("CHUNK", 0) == 0]
+    looped = [triton.Config({"ROWS": 1, "CHUNK": c}, num_warps=w, num_stages=1)
+              for c in (512, 1024, 2048) for w in (2, 4, 8, 16) if c < block and c // (32 * w) >= 1]
+    return whole + looped
+
+
+def _label(cfg):
+    return f"rows={cfg.kwargs['ROWS']} chunk={cfg.kwargs.get('CHUNK', 0)} warps={cfg.num_warps}"
+
+
+def _rel_err(out, truth):
+    return float((out.double() - truth).norm() / truth.norm())
+
+
+def time_case(label, tokens, width, fused, looped, rounds, flush):
+    import triton
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    m = rms.RMSNorm(width, 1e-5).to(dev, torch.bfloat16)
+    with torch.no_grad():
+        m.weight.copy_(1 + 0.1 * torch.randn(width, generator=g, device=dev))
+    sets = [(torch.randn(tokens, width, generator=g, device=dev).to(torch.bfloat16),
+             torch.randn(tokens, width, generator=g, device=dev).to(torch.bfloat16) if fused else None)
+            for _ in range(SETS)]
+    m64 = rms.RMSNorm(width, 1e-5).to(dev, torch.float64)
+    with torch.no_grad():
+        m64.weight.copy_(m.weight.double())
+        x0, r0 = sets[0]
+        truth = m64.forward_native(x0.double(), None if r0 is None else r0.double())
+    truth = truth if isinstance(truth, tuple) else (truth,)
+
+    impls = {}
+    for cfg in _configs(triton.next_power_of_2(width)):
+        impls[_label(cfg)] = functools.partial(rms.rms_norm_rows, config=cfg)
+    impls["autotuned (whole rows only)"] = None  # built below, each with its own autotuner state
+    impls["autotuned (+ looped)"] = None
+    compiled = torch.compile(m.forward_native, dynamic=False)
+    impls["inductor"] = lambda mod, x, r: compiled(x, r)
+
+    rows, runners = {}, {}
+    for name, fn in impls.items():
+        if name.startswith("autotuned"):
+            # tune now (outside capture), then launch through the tuned kernel
+            chosen = looped if "looped" in name else ()
+            rms.LOOPED_CONFIGS = chosen
+            rms._tuned_rms_norm.cache_clear()
+            tuned = rms._tuned_rms_norm(triton.next_power_of_2(width))
+            rms.rms_norm_rows(m, *sets[0])
+            torch.cuda.synchronize()
+            cfg = getattr(tuned, "best_config", None)
+            rows[name] = {"picked": _label(cfg) if cfg is not None else "?"}
+            fn = functools.partial(rms.rms_norm_rows, config=cfg) if cfg is not None else rms.rms_norm_rows
+        try:
+            with torch.no_grad():
+                out = fn(m, *sets[0])
+            out = out if isinstance(out, tuple) else (out,)
+            err = max(_rel_err(o, t) for o, t in zip(out, truth))
+            runners[name] = over_sets(lambda s, fn=fn: fn(m, *s), sets, SETS)
+            rows.setdefault(name, {})["rel_err"] = err
+        except Exception as exc:  # noqa: BLE001 - one form that does not build is a row, not the end
+            rows.setdefault(name, {})["error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+    times = time_amortised(runners, flush, rounds)
+    moved = tokens * width * 2 * (4 if fused else 2)
+    for name, t in times.items():
+        rows[name].update(us=t["us"], spread=t["spread"], tb_s=moved / (t["us"] * 1e-6) / 1e12)
+    ind = rows.get("inductor", {}).get("us")
+    for r in rows.values():
+        if ind and r.get("us"):
+            r["vs_inductor"] = ind / r["us"]
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--looped", default="1024:4,2048:8",
+                        help="chunk:warps pairs tried as LOOPED_CONFIGS in the autotuned rows and the peer run")
+    parser.add_argument("--peers-k", default="fused-add", help="keyword of the rms_norm peer cases ('' : none)")
+    args = parser.parse_args()
+    looped = tuple(tuple(int(v) for v in p.split(":")) for p in args.looped.split(",") if p)
+    out_dir = os.environ.get("OUT", ".")
+    flush = L2Flusher(torch.device("cuda"))
+    import torch._dynamo.config as dynamo_config
+    dynamo_config.recompile_limit = max(getattr(dynamo_config, "recompile_limit", 8), 256)
+    results = {}
+    for label, tokens, width, fused in CASES:
+        results[label] = time_case(label, tokens, width, fused, looped, args.rounds, flush)
+        print(f"{label}: done", flush=True)
+    with open(os.path.join(out_dir, "rms_norm_variants.json"), "w") as f:
+        json.dump({"looped": looped, "cases": results, "gpu": torch.cuda.get_device_name()}, f, indent=1)
+
+    peer_lines = []
+    if args.peers_k:
+        from fk_pytest.peers.measure import Options
+        from fk_pytest.peers.run import benchmark
+        for setting in ((), looped):
+            rms.LOOPED_CONFIGS = setting
+            rms._tuned_rms_norm.cache_clear()
+            doc = benchmark(Options(torch.device("cuda"), "full"), ["rms_norm"], keyword=args.peers_k,
+                            max_cases=0, progress=io.StringIO())
+            for case in doc["ops"][0]["cases"]:
+                impls = case["impls"]
+                peer_lines.append((str(setting) if setting else "none", case["case"], impls["reference"].get("us"),
+                                   impls.get("compile", {}).get("us"), case.get("ratio")))
+        with open(os.path.join(out_dir, "rms_norm_variants_peers.json"), "w") as f:
+            json.dump(peer_lines, f, indent=1)
+
+    for label, rows in results.items():
+        print(f"\n{label}\n| form | us | spread | TB/s | Inductor / form | rel err | note |\n|---|---|---|---|---|---|---|")
+        for name, r in sorted(rows.items(), key=lambda kv: kv[1].get("us", 1e9)):
+            fmt = lambda k, f: "-" if r.get(k) is None else format(r[k], f)  # noqa: E731
+            print(f"| {name} | {fmt('us', '.2f')} | {fmt('spread', '.3f')} | {fmt('tb_s', '.2f')} | "
+                  f"{fmt('vs_inductor', '.3f')} | {fmt('rel_err', '.1e')} | {r.get('picked', r.get('error', ''))} |")
+    if peer_lines:
+        print("\n| LOOPED_CONFIGS | case | reference us | Inductor us | ratio (best peer / ref) |\n|---|---|---|---|---|")
+        for setting, case, ref_us, ind_us, ratio in peer_lines:
+            fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+            print(f"| {setting} | {case} | {fmt(ref_us, '.2f')} | {fmt(ind_us, '.2f')} | {fmt(ratio, '.3f')} |")
+
+
+if __name__ == "__main__":
+    main()
