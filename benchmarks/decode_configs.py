@@ -23,6 +23,7 @@ from fk_pytest.peers.run import benchmark
 R = dataclasses.replace
 CHOICES = {
     "shipped (two-pass)": TWO_PASS_CONFIG,
+    "unsplit tile off": R(TWO_PASS_CONFIG, unsplit_tile_tokens=None),  # the shipped config before 2026-12-06
     "small-batch 2/SM": R(TWO_PASS_CONFIG, small_batch_programs_per_sm=2),
     "small-batch 8/SM": R(TWO_PASS_CONFIG, small_batch_programs_per_sm=8),
     "2 blocks/iter": R(TWO_PASS_CONFIG, blocks_per_iter=2),

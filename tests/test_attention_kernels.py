@@ -198,6 +198,9 @@ def test_padded_decode_row_gives_zeros_and_stores_nothing(dtype):
 
 SPLIT_VARIANTS = {
     "two-pass-merge-kernel": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1),
+    # (the shipped config widens an unsplit launch's tile to 128 tokens; this one keeps 1 block)
+    "two-pass-one-block-unsplit": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1,
+                                                      unsplit_tile_tokens=None),
     "two-pass-fused-merge": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1, fused_merge=True),
     "one-pass": ONE_PASS_SMALL_TILES,
     "two-pass-interleaved": dataclasses.replace(decode_module.TWO_PASS_CONFIG, blocks_per_iter=1, interleaved=True),

@@ -21,6 +21,13 @@ class DecodeConfig:
     # (contiguous split ranges, a second merge launch unless fused_merge), kept for comparison.
     kernel: str = "one-pass"
     blocks_per_iter: int = 4  # cache blocks (of block_size tokens) per loop iteration
+    # Two-pass only: tokens per loop iteration when the batch is not split (its (sequence, kv head)
+    # pairs fill the GPU by themselves), where that is more than blocks_per_iter gives; None: no
+    # change. A split's short range wants short tiles (Llama-3.1-8B B32 C2048, two splits: 4
+    # blocks of 16 tokens 77.5 us, 8 blocks 79.8); a whole sequence per program wants long ones
+    # (B139 C1152: 466 -> 445 us with 8 kv heads, 319 -> 258 with 4; H100, 2026-12-06,
+    # docs/perf/h100-2026-12-06d.md).
+    unsplit_tile_tokens: Optional[int] = None
     num_warps: int = 8
     # Triton's software pipeline depth. With the block-table load ahead of the K/V loads, 5 is the
     # first depth at which Triton (3.9, sm_90) keeps two K/V tiles per program in flight.
@@ -64,7 +71,8 @@ class DecodeConfig:
 
 
 TWO_PASS_CONFIG = DecodeConfig(kernel="two-pass", blocks_per_iter=4, num_warps=4, num_stages=2, programs_per_sm=2,
-                               small_batch_programs_per_sm=4, max_splits=128, fused_merge=False)
+                               small_batch_programs_per_sm=4, max_splits=128, fused_merge=False,
+                               unsplit_tile_tokens=128)
 ONE_PASS_CONFIG = DecodeConfig()
 # Kernel "blocks" (blocks.py) in its best measured form, without PDL (a safe default:
 # the PDL modes assume what the kernel before it writes); the H200 numbers quoted there are with

@@ -22,6 +22,9 @@ def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
     group = num_heads // num_kv_heads
     splits = num_splits or decode_num_splits(num_seqs, num_kv_heads, block_tables.shape[1],
                                              sm_count(query.device), config)
+    blocks_per_iter = config.blocks_per_iter
+    if splits == 1 and config.unsplit_tile_tokens:
+        blocks_per_iter = max(blocks_per_iter, config.unsplit_tile_tokens // block_size)
     # tl.dot wants every tile dimension >= 16; padded query rows are computed and dropped.
     group_pad = max(16, triton.next_power_of_2(group))
     dim_pad = max(16, triton.next_power_of_2(head_dim))
@@ -41,7 +44,7 @@ def _launch_two_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1), block_tables.shape[1],
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, DIM_PAD=dim_pad,
-        BLOCK_SIZE=block_size, BLOCKS_PER_ITER=config.blocks_per_iter, SPLIT=splits > 1,
+        BLOCK_SIZE=block_size, BLOCKS_PER_ITER=blocks_per_iter, SPLIT=splits > 1,
         # The merge's tile sizes are read only by the fused merge: constants otherwise, so that the
         # plain split kernel is compiled once.
         FUSED_MERGE=fused_merge, GROUP_POW2=triton.next_power_of_2(group) if fused_merge else 1,
