@@ -4,7 +4,7 @@ own serving decode cases (the captured contexts, 4 and 8 KV heads), one configur
 other in one process. The table gives microseconds and the fraction of the copy bandwidth measured
 at the start of each run (the issue's bar: >= 0.85 at batch >= 32).
 
-    python3 -m benchmarks decode_configs [-k "decode-B32 or decode-B139"] [--grid]
+    python3 -m benchmarks decode_configs [-k "decode-B32 or decode-B139"] [--grid small-batch|large-batch]
 """
 import argparse
 import dataclasses
@@ -35,25 +35,31 @@ CHOICES = {
     "one-pass": ONE_PASS_CONFIG,
 }
 
-# --grid: a batch whose pairs do not fill the SMs (Qwen2.5-7B B32: 128 pairs of 4 kv heads on 132
-# SMs), splits x tile x pipeline depth for both kernels
-GRID = {f"{kernel} {per_sm}/SM, {bpi} blocks/iter, {stages} stages": R(base, small_batch_programs_per_sm=per_sm,
+# --grid small-batch: a batch whose pairs do not fill the SMs (Qwen2.5-7B B32: 128 pairs of 4 kv
+# heads on 132 SMs), splits x tile x pipeline depth for both kernels
+SMALL_BATCH_GRID = {f"{kernel} {per_sm}/SM, {bpi} blocks/iter, {stages} stages": R(base, small_batch_programs_per_sm=per_sm,
                                                                         blocks_per_iter=bpi, num_stages=stages)
         for kernel, base in (("two-pass", TWO_PASS_CONFIG), ("one-pass", ONE_PASS_CONFIG))
         for per_sm in (1, 2, 3, 4) for bpi in (4, 8)
         # (the one-pass kernel's 5 stages of 8-block K/V tiles would not fit in shared memory)
         for stages in ((2, 3) if kernel == "two-pass" else (5,) if bpi == 4 else (3,))}
 
+# --grid large-batch: a batch that fills the SMs unsplit (B139: 556 or 1112 pairs), split anyway into
+# more programs (programs_per_sm 5 and 9 give 2 splits at 556 pairs, 9 gives 2 at 1112) x the tile
+LARGE_BATCH_GRID = {f"{per_sm}/SM, {bpi} blocks/iter": R(TWO_PASS_CONFIG, programs_per_sm=per_sm, blocks_per_iter=bpi)
+                    for per_sm in (2, 5, 9, 17) for bpi in (4, 8)}
+GRIDS = {"small-batch": SMALL_BATCH_GRID, "large-batch": LARGE_BATCH_GRID}
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-k", default="decode-B32 or decode-B139 or decode-B128", help="peer-benchmark case keyword")
     parser.add_argument("--only", help="comma-separated CHOICES names (default: all)")
-    parser.add_argument("--grid", action="store_true", help="GRID's configurations instead of CHOICES")
+    parser.add_argument("--grid", choices=sorted(GRIDS), help="a grid's configurations instead of CHOICES")
     args = parser.parse_args()
     if args.grid:
         CHOICES.clear()
-        CHOICES.update(GRID)
+        CHOICES.update(GRIDS[args.grid])
     spec = suite_ops()["attention"]
     ops = {"attention": dataclasses.replace(spec, peers=(), ceilings=())}
     names = args.only.split(",") if args.only else list(CHOICES)
