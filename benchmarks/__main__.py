@@ -3,7 +3,7 @@ import runpy
 import sys
 from pathlib import Path
 
-HELPERS = {"__init__", "__main__", "graph_timing"}  # imported by the benchmarks, not run
+HELPERS = {"__init__", "__main__", "graph_timing", "markdown"}  # imported by the benchmarks, not run
 NAMES = sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem not in HELPERS)
 
 

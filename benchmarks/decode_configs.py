@@ -15,6 +15,7 @@ import os
 import torch
 
 import kernels_reference.ops.paged_decode.decode as decode
+from benchmarks.markdown import md_table
 from kernels_reference.ops.paged_decode.config import ONE_PASS_CONFIG, TWO_PASS_CONFIG
 from fk_pytest.peers.contract import suite_ops
 from fk_pytest.peers.measure import Options
@@ -76,10 +77,9 @@ def main():
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "decode_configs.json"), "w") as f:
             json.dump({n: d for n, d in docs.items()}, f, indent=1, default=str)
-    print("| config | case | reference us | of copy | note |\n|---|---|---|---|---|")
-    for name, case, us, frac, note in sorted(rows, key=lambda r: (r[1], r[2] or 1e9)):
-        fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-        print(f"| {name} | {case} | {fmt(us, '.2f')} | {fmt(frac, '.3f')} | {'' if note is None else str(note)[:80]} |")
+    rows = [(name, case, us, frac, "" if note is None else str(note)[:80])
+            for name, case, us, frac, note in sorted(rows, key=lambda r: (r[1], r[2] or 1e9))]
+    print(md_table(["config", "case", "reference us", "of copy", "note"], rows, ["", "", ".2f", ".3f", ""]))
 
 
 if __name__ == "__main__":

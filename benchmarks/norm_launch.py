@@ -16,6 +16,7 @@ import io
 import torch
 
 import kernels_reference.L1.rms_norm_gated as norm
+from benchmarks.markdown import md_table
 from fk_pytest.peers.contract import suite_ops
 from fk_pytest.peers.measure import Options
 from fk_pytest.peers.run import benchmark
@@ -35,11 +36,8 @@ def main():
         for case in doc["ops"][0]["cases"]:
             ref, peer = case["impls"]["reference"], case["impls"].get(PEER, {})
             rows.append((str(warps), case["case"], ref.get("us"), peer.get("us"), case.get("ratio")))
-    print(f"| FEW_PROGRAM_WARPS | case | reference us | {PEER} us | ratio |")
-    print("|---|---|---|---|---|")
-    for warps, case, ref_us, peer_us, ratio in rows:
-        fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-        print(f"| {warps} | {case} | {fmt(ref_us, '.2f')} | {fmt(peer_us, '.2f')} | {fmt(ratio, '.3f')} |")
+    print(md_table(["FEW_PROGRAM_WARPS", "case", "reference us", f"{PEER} us", "ratio"], rows,
+                   ["", "", ".2f", ".2f", ".3f"]))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import torch
 
 import kernels_reference.L1.rms_norm as rms
 from benchmarks.graph_timing import over_sets, time_amortised
+from benchmarks.markdown import md_table
 from fk_pytest.timing import L2Flusher
 
 # (label, tokens, width, fused add): the task's 16384- and 8192-token prefill shapes (Llama-3.1-8B,
@@ -139,17 +140,15 @@ def main():
         with open(os.path.join(out_dir, "rms_norm_variants_peers.json"), "w") as f:
             json.dump(peer_lines, f, indent=1)
 
+    keys = ("us", "spread", "tb_s", "vs_inductor", "rel_err")
     for label, rows in results.items():
-        print(f"\n{label}\n| form | us | spread | TB/s | Inductor / form | rel err | note |\n|---|---|---|---|---|---|---|")
-        for name, r in sorted(rows.items(), key=lambda kv: kv[1].get("us", 1e9)):
-            fmt = lambda k, f: "-" if r.get(k) is None else format(r[k], f)  # noqa: E731
-            print(f"| {name} | {fmt('us', '.2f')} | {fmt('spread', '.3f')} | {fmt('tb_s', '.2f')} | "
-                  f"{fmt('vs_inductor', '.3f')} | {fmt('rel_err', '.1e')} | {r.get('picked', r.get('error', ''))} |")
+        table = [(name, *(r.get(k) for k in keys), r.get("picked", r.get("error", "")))
+                 for name, r in sorted(rows.items(), key=lambda kv: kv[1].get("us", 1e9))]
+        print(f"\n{label}\n" + md_table(["form", "us", "spread", "TB/s", "Inductor / form", "rel err", "note"], table,
+                                         ["", ".2f", ".3f", ".2f", ".3f", ".1e", ""]))
     if peer_lines:
-        print("\n| LOOPED_CONFIGS | case | reference us | Inductor us | ratio (best peer / ref) |\n|---|---|---|---|---|")
-        for setting, case, ref_us, ind_us, ratio in peer_lines:
-            fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-            print(f"| {setting} | {case} | {fmt(ref_us, '.2f')} | {fmt(ind_us, '.2f')} | {fmt(ratio, '.3f')} |")
+        print("\n" + md_table(["LOOPED_CONFIGS", "case", "reference us", "Inductor us", "ratio (best peer / ref)"],
+                              peer_lines, ["", "", ".2f", ".2f", ".3f"]))
 
 
 if __name__ == "__main__":
