@@ -38,12 +38,13 @@ CHOICES = {
 
 # --grid small-batch: a batch whose pairs do not fill the SMs (Qwen2.5-7B B32: 128 pairs of 4 kv
 # heads on 132 SMs), splits x tile x pipeline depth for both kernels
-SMALL_BATCH_GRID = {f"{kernel} {per_sm}/SM, {bpi} blocks/iter, {stages} stages": R(base, small_batch_programs_per_sm=per_sm,
-                                                                        blocks_per_iter=bpi, num_stages=stages)
-        for kernel, base in (("two-pass", TWO_PASS_CONFIG), ("one-pass", ONE_PASS_CONFIG))
-        for per_sm in (1, 2, 3, 4) for bpi in (4, 8)
-        # (the one-pass kernel's 5 stages of 8-block K/V tiles would not fit in shared memory)
-        for stages in ((2, 3) if kernel == "two-pass" else (5,) if bpi == 4 else (3,))}
+SMALL_BATCH_GRID = {
+    f"{kernel} {per_sm}/SM, {bpi} blocks/iter, {stages} stages":
+        R(base, small_batch_programs_per_sm=per_sm, blocks_per_iter=bpi, num_stages=stages)
+    for kernel, base in (("two-pass", TWO_PASS_CONFIG), ("one-pass", ONE_PASS_CONFIG))
+    for per_sm in (1, 2, 3, 4) for bpi in (4, 8)
+    # (the one-pass kernel's 5 stages of 8-block K/V tiles would not fit in shared memory)
+    for stages in ((2, 3) if kernel == "two-pass" else (5,) if bpi == 4 else (3,))}
 
 # --grid large-batch: a batch that fills the SMs unsplit (B139: 556 or 1112 pairs), split anyway into
 # more programs (programs_per_sm 5 and 9 give 2 splits at 556 pairs, 9 gives 2 at 1112) x the tile

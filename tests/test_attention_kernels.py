@@ -330,12 +330,16 @@ def test_tma_loads_refuse_shapes_they_cannot_copy(nk, d, change, reason):
                                    config=dataclasses.replace(decode_module.TWO_PASS_CONFIG, kv_loads="tma"))
 
 
-def test_merge_programs_per_head_is_validated():
+@pytest.mark.parametrize("change, reason", [
+    ({"merge_programs_per_head": 3}, "merge_programs_per_head must be a power of two, got 3"),
+    ({"unsplit_tile_tokens": 100}, "unsplit_tile_tokens must be a power of two >= 16 \\(or None\\), got 100"),
+])
+def test_launch_knobs_are_validated(change, reason):
     q = torch.zeros(1, 4, 32)
     cache = torch.zeros(2, BLOCK, 1, 32)
-    with pytest.raises(ValueError, match="merge_programs_per_head must be a power of two, got 3"):
+    with pytest.raises(ValueError, match=reason):
         decode_module.paged_decode(q, cache, cache, torch.zeros(1, 2, dtype=torch.int32), torch.ones(1, dtype=torch.int32),
-                                   0.1, config=dataclasses.replace(decode_module.TWO_PASS_CONFIG, merge_programs_per_head=3))
+                                   0.1, config=dataclasses.replace(decode_module.TWO_PASS_CONFIG, **change))
 
 
 # The batch-1 fixed-cost variants (module docstring). programs_per_sm 8 so that the layer's batch

@@ -25,8 +25,8 @@ class DecodeConfig:
     # pairs fill the GPU by themselves), where that is more than blocks_per_iter gives; None: no
     # change. A split's short range wants short tiles (Llama-3.1-8B B32 C2048, two splits: 4
     # blocks of 16 tokens 77.5 us, 8 blocks 79.8); a whole sequence per program wants long ones
-    # (B139 C1152: 466 -> 445 us with 8 kv heads, 319 -> 258 with 4; H100, 2026-12-06,
-    # docs/perf/h100-2026-12-06d.md).
+    # (B139 C1152 unsplit, side by side: 454 -> 436 us with 8 kv heads, 316 -> 253 with 4; H100,
+    # 2026-12-06, docs/perf/h100-2026-12-06d.md). A power of two >= 16.
     unsplit_tile_tokens: Optional[int] = None
     num_warps: int = 8
     # Triton's software pipeline depth. With the block-table load ahead of the K/V loads, 5 is the

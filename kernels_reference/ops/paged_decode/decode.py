@@ -86,6 +86,9 @@ def paged_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
     tile = config.blocks_per_iter * key_cache.shape[1]
     if tile < 16 or tile & (tile - 1):
         raise ValueError(f"blocks_per_iter * block_size must be a power of two >= 16, got {tile}")
+    wide = config.unsplit_tile_tokens
+    if wide is not None and (wide < 16 or wide & (wide - 1)):
+        raise ValueError(f"unsplit_tile_tokens must be a power of two >= 16 (or None), got {wide}")
     if config.kernel == "blocks":
         launch = launch_blocks
     else:
