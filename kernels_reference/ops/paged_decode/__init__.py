@@ -67,7 +67,10 @@ launch whose programs start only after the first kernel drained. Each variant re
   (16 bytes of spill) lets all of them be resident at once.
 * Fewer, longer splits, bigger tiles, deeper pipelines are the existing knobs
   (``blocks_per_iter``, ``num_warps``, ``num_stages``, ``small_batch_programs_per_sm``,
-  ``max_splits``); the H200 script sweeps a grid of them on top of interleaved + PDL.
+  ``max_splits``); the H200 script sweeps a grid of them on top of interleaved + PDL, and
+  ``benchmarks/decode_configs.py`` times whole configurations on the attention task's serving
+  batches. ``unsplit_tile_tokens`` (two-pass) widens the tile of a launch that does not split,
+  where each program walks a whole sequence.
 
 CUDA-graph contract (the engine captures decode once per batch size and replays it): nothing here
 syncs with the host, and the launch (grid, number of splits, workspace size) is a function of
