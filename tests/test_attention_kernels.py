@@ -496,6 +496,28 @@ def test_decode_launch_depends_on_shapes_not_metadata_values(monkeypatch, kernel
     assert len(set(grids)) == 1 and grids[0][-1] > 1, grids  # the splits axis
 
 
+@pytest.mark.parametrize("splits, tile_blocks", [(1, 128 // BLOCK), (2, 4)])
+def test_two_pass_takes_the_wide_tile_only_when_it_does_not_split(monkeypatch, splits, tile_blocks):
+    """An unsplit launch walks whole sequences in 128-token steps; a split one keeps the config's
+    4 blocks (its ranges are short): the tile is chosen from the split count, a shape."""
+    nq, nk, lens, q, k_cache, v_cache, tables, seq_lens, ones = _uneven_partitions_case()  # (launches once)
+    launches = []
+    real = decode_two_pass._paged_decode_kernel
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append(kwargs["BLOCKS_PER_ITER"])
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(decode_two_pass, "_paged_decode_kernel", Recorder())
+    out = decode_module.paged_decode(q, k_cache, v_cache, tables, seq_lens, 0.3,
+                                     config=decode_module.TWO_PASS_CONFIG, num_splits=splits)
+    assert launches == [tile_blocks]
+    torch.testing.assert_close(out, ones, rtol=1e-5, atol=1e-6)
+
+
 def test_decode_splits_favour_small_batches():
     """Few (sequence, kv head) pairs: more, shorter splits; a batch that fills the SMs: fewer;
     never more splits than a full table has loop iterations, nor than max_splits."""
