@@ -47,7 +47,19 @@ def _rel_err(out, truth):
     return float((out.double() - truth).norm() / truth.norm())
 
 
-def time_case(label, tokens, width, fused, looped, rounds, flush):
+def _autotuned_pick(m, inputs, looped):
+    """The config a fresh autotuner picks for these inputs with ``looped`` as LOOPED_CONFIGS (tuned
+    here, outside capture, then launched by name so the timed graphs hold that config)."""
+    import triton
+    rms.LOOPED_CONFIGS = looped
+    rms._tuned_rms_norm.cache_clear()
+    tuned = rms._tuned_rms_norm(triton.next_power_of_2(m.hidden_size))
+    rms.rms_norm_rows(m, *inputs)
+    torch.cuda.synchronize()
+    return tuned.best_config
+
+
+def time_case(tokens, width, fused, looped, rounds, flush):
     import triton
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
@@ -64,27 +76,17 @@ def time_case(label, tokens, width, fused, looped, rounds, flush):
         truth = m64.forward_native(x0.double(), None if r0 is None else r0.double())
     truth = truth if isinstance(truth, tuple) else (truth,)
 
-    impls = {}
+    impls, rows, runners = {}, {}, {}
     for cfg in _configs(triton.next_power_of_2(width)):
         impls[_label(cfg)] = functools.partial(rms.rms_norm_rows, config=cfg)
-    impls["autotuned (whole rows only)"] = None  # built below, each with its own autotuner state
-    impls["autotuned (+ looped)"] = None
+    for name, setting in (("autotuned (whole rows only)", ()), ("autotuned (+ looped)", looped)):
+        cfg = _autotuned_pick(m, sets[0], setting)
+        rows[name] = {"picked": _label(cfg)}
+        impls[name] = functools.partial(rms.rms_norm_rows, config=cfg)
     compiled = torch.compile(m.forward_native, dynamic=False)
     impls["inductor"] = lambda mod, x, r: compiled(x, r)
 
-    rows, runners = {}, {}
     for name, fn in impls.items():
-        if name.startswith("autotuned"):
-            # tune now (outside capture), then launch through the tuned kernel
-            chosen = looped if "looped" in name else ()
-            rms.LOOPED_CONFIGS = chosen
-            rms._tuned_rms_norm.cache_clear()
-            tuned = rms._tuned_rms_norm(triton.next_power_of_2(width))
-            rms.rms_norm_rows(m, *sets[0])
-            torch.cuda.synchronize()
-            cfg = getattr(tuned, "best_config", None)
-            rows[name] = {"picked": _label(cfg) if cfg is not None else "?"}
-            fn = functools.partial(rms.rms_norm_rows, config=cfg) if cfg is not None else rms.rms_norm_rows
         try:
             with torch.no_grad():
                 out = fn(m, *sets[0])
@@ -119,7 +121,7 @@ def main():
     dynamo_config.recompile_limit = max(getattr(dynamo_config, "recompile_limit", 8), 256)
     results = {}
     for label, tokens, width, fused in CASES:
-        results[label] = time_case(label, tokens, width, fused, looped, args.rounds, flush)
+        results[label] = time_case(tokens, width, fused, looped, args.rounds, flush)
         print(f"{label}: done", flush=True)
     with open(os.path.join(out_dir, "rms_norm_variants.json"), "w") as f:
         json.dump({"looped": looped, "cases": results, "gpu": torch.cuda.get_device_name()}, f, indent=1)

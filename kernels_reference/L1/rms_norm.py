@@ -76,22 +76,17 @@ def rms_norm_rows(norm: nn.Module, x, residual=None, unit_offset: bool = False, 
     index_64 = max(_last_offset(rows), _last_offset(res), rows.n_rows * norm.hidden_size) >= 2**31
     consts = dict(HAS_RESIDUAL=residual is not None, WIDTH=norm.hidden_size, BLOCK=block,
                   INDEX_64=index_64, UNIT_OFFSET=unit_offset)
-    if config is not None:
-        _rms_norm_kernel[(triton.cdiv(rows.n_rows, config.kwargs["ROWS"]),)](
-            *args, **consts, **config.kwargs, num_warps=config.num_warps)
-    elif autotune_here(x) and rows.n_rows > DECODE_ROWS:
+    if config is None and autotune_here(x) and rows.n_rows > DECODE_ROWS:
         grid = lambda meta: (triton.cdiv(rows.n_rows, meta["ROWS"]),)  # noqa: E731
         _tuned_rms_norm(block)[grid](*args, **consts)
-    elif autotune_here(x):  # decode sizes: the first (smallest) config, no tuning among equals
+        return out if residual is None else (out, res_out)
+    if config is None and autotune_here(x):  # decode sizes: the first (smallest) config, no tuning among equals
         config = _configs_for_block(block)[0]
-        _rms_norm_kernel[(triton.cdiv(rows.n_rows, config.kwargs["ROWS"]),)](
-            *args, **consts, ROWS=config.kwargs["ROWS"], num_warps=config.num_warps)
-    else:
-        # Interpreter: one fixed config, large tiles (it pays per program, not per element).
+    elif config is None:  # Interpreter: one fixed config, large tiles (it pays per program, not per element).
         rows_per_program = max(1, 16384 // block)
-        _rms_norm_kernel[(triton.cdiv(rows.n_rows, rows_per_program),)](
-            *args, **consts, ROWS=rows_per_program, num_warps=warps_for(block * rows_per_program),
-        )
+        config = triton.Config({"ROWS": rows_per_program}, num_warps=warps_for(block * rows_per_program))
+    _rms_norm_kernel[(triton.cdiv(rows.n_rows, config.kwargs["ROWS"]),)](
+        *args, **consts, **config.kwargs, num_warps=config.num_warps)
     return out if residual is None else (out, res_out)
 
 
@@ -201,6 +196,13 @@ if triton is not None:
         return v.to(tl.float32)
 
     @triton.jit
+    def _store_chunk(ptr, cols, value, WIDTH: tl.constexpr, MASKED: tl.constexpr):
+        if MASKED:
+            tl.store(ptr + cols, value.to(ptr.dtype.element_ty), mask=cols < WIDTH)
+        else:
+            tl.store(ptr + cols, value.to(ptr.dtype.element_ty))
+
+    @triton.jit
     def _rms_norm_looped(
         x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, x_inner, x_s_outer, x_s_inner, r_inner, r_s_outer,
         r_s_inner, eps, HAS_RESIDUAL: tl.constexpr, WIDTH: tl.constexpr, BLOCK: tl.constexpr,
@@ -222,10 +224,7 @@ if triton is not None:
             x = _load_chunk(x_row, cols, WIDTH, masked, "evict_last")
             if HAS_RESIDUAL:
                 x += _load_chunk(r_row, cols, WIDTH, masked, "evict_last")
-                if masked:
-                    tl.store(res_out_ptr + o_row + cols, x.to(res_out_ptr.dtype.element_ty), mask=cols < WIDTH)
-                else:
-                    tl.store(res_out_ptr + o_row + cols, x.to(res_out_ptr.dtype.element_ty))
+                _store_chunk(res_out_ptr + o_row, cols, x, WIDTH, masked)
             acc += x * x
         rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / WIDTH + eps)
         for start in tl.static_range(0, BLOCK, CHUNK):
@@ -238,7 +237,4 @@ if triton is not None:
                 y = x * rstd * (1.0 + w)
             else:
                 y = (x * rstd).to(out_ptr.dtype.element_ty).to(tl.float32) * w
-            if masked:
-                tl.store(out_ptr + o_row + cols, y.to(out_ptr.dtype.element_ty), mask=cols < WIDTH)
-            else:
-                tl.store(out_ptr + o_row + cols, y.to(out_ptr.dtype.element_ty))
+            _store_chunk(out_ptr + o_row, cols, y, WIDTH, masked)
