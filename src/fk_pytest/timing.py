@@ -103,12 +103,22 @@ class _GpuRunner:
         self.multi_sets: List[Mapping[str, Any]] = []
         self.multi_keep: List[Any] = []
         self._warm(self.sets)
+        # One memory pool for all of this runner's graphs, as serving stacks capture their batch
+        # sizes: a graph's intermediates are free again once it ends, so the next capture reuses
+        # them, and only the kept outputs add up. With a pool per graph, four rotated sets and the
+        # K-call graph of a reference and a candidate held eight copies of a layer's activations
+        # (36 GB of graph pools at Qwen3-Next's float32 8094-token mixed batch on an H100,
+        # 2026-12-06, out of memory). Sharing is safe because the graphs replay one at a time on
+        # one stream and an output is read (cloned) right after its own replay, before any other
+        # graph can reuse its memory: a later capture may place its outputs in an earlier graph's
+        # intermediates. The candidate's graphs never share the reference's pool.
+        self.pool = torch.cuda.graph_pool_handle() if use_graphs else None
         if use_graphs:
             try:
                 graphs = []
                 for s in self.sets:
                     g = torch.cuda.CUDAGraph()
-                    with torch.no_grad(), capture(g):
+                    with torch.no_grad(), capture(g, self.pool):
                         self.keep.append(self.call(module, s))
                     graphs.append(g)
                 self.graphs = graphs
@@ -142,10 +152,12 @@ class _GpuRunner:
         self.calls = calls
         if self.graphs:
             self.multi = torch.cuda.CUDAGraph()
-            with torch.no_grad(), capture(self.multi):
+            with torch.no_grad(), capture(self.multi, self.pool):
                 self.multi_keep = [self.call(self.module, s) for s in self.multi_sets]
 
     def launch(self, i: int):
+        """Set ``i``'s call; its outputs stay valid until another of this runner's graphs replays
+        (they share one memory pool)."""
         if self.graphs:
             self.graphs[i % len(self.graphs)].replay()
             return self.keep[i % len(self.graphs)]
@@ -467,11 +479,33 @@ def bench_clock(samples_us: Sequence[float]) -> Callable[[], float]:
     return gpu_time_clock
 
 
-def measure_roofline(device) -> Dict[str, float]:
-    """Copy bandwidth and bf16 GEMM rate of this GPU, measured now with the same event timing."""
-    def median_ms(fn, reps=10):
+ROOFLINE_REPS = 30  # timed repetitions of each roofline op; the fastest counts
+ROOFLINE_WARM_S = 0.05  # seconds of the op run untimed first, so the clocks are up
+
+
+def measure_roofline(device, reps: int = ROOFLINE_REPS, statistic: str = "best") -> Dict[str, float]:
+    """Copy bandwidth and bf16 GEMM rate of this GPU, measured now with the same event timing.
+
+    A roofline is a ceiling, so the fastest repetition counts (``statistic="best"``), after about
+    ``ROOFLINE_WARM_S`` of untimed work. The median of ten, used until 2026-12-06, read the copy of
+    one H100 at 2.59 to 2.98 TB/s across eight calls in one process (docs/perf/h100-2026-12-06e.md),
+    and every "fraction of copy" moved with it. ``statistic="median"`` keeps that estimator for
+    ``python3 -m benchmarks roofline``, which compares the two."""
+    if statistic not in ("best", "median"):
+        raise ValueError(f"statistic must be 'best' or 'median', got {statistic!r}")
+    pick = min if statistic == "best" else statistics.median
+
+    def ms(fn):
         fn()
         torch.cuda.synchronize()
+        if statistic == "best":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            for _ in range(int(ROOFLINE_WARM_S / max(a.elapsed_time(b) * 1e-3, 1e-6))):
+                fn()
         times = []
         for _ in range(reps):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -480,15 +514,15 @@ def measure_roofline(device) -> Dict[str, float]:
             b.record()
             torch.cuda.synchronize()
             times.append(a.elapsed_time(b))
-        return statistics.median(times)
+        return pick(times)
 
     n = 1 << 30
     src = torch.empty(n, dtype=torch.int8, device=device).random_()
     dst = torch.empty_like(src)
-    copy_ms = median_ms(lambda: dst.copy_(src))
+    copy_ms = ms(lambda: dst.copy_(src))
     del src, dst
     m = 8192
     a = torch.randn(m, m, device=device, dtype=torch.bfloat16)
     b = torch.randn(m, m, device=device, dtype=torch.bfloat16)
-    gemm_ms = median_ms(lambda: a @ b)
+    gemm_ms = ms(lambda: a @ b)
     return {"copy_tbps": 2 * n / (copy_ms * 1e-3) / 1e12, "bf16_gemm_tflops": 2 * m ** 3 / (gemm_ms * 1e-3) / 1e12}
