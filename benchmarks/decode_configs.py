@@ -34,6 +34,11 @@ CHOICES = {
     "8 warps, 8 blocks/iter": R(TWO_PASS_CONFIG, num_warps=8, blocks_per_iter=8),
     "3 stages, 2/SM": R(TWO_PASS_CONFIG, num_stages=3, programs_per_sm=3, small_batch_programs_per_sm=3),
     "one-pass": ONE_PASS_CONFIG,
+    # more programs than the pairs fill at large batches (B139's captured lengths run from 232 to
+    # 7680 tokens: split, the long sequences no longer finish last alone), on every decode case
+    "large-batch 9/SM": R(TWO_PASS_CONFIG, programs_per_sm=9),
+    "large-batch 9/SM 8 blocks/iter": R(TWO_PASS_CONFIG, programs_per_sm=9, blocks_per_iter=8),
+    "large-batch 17/SM 8 blocks/iter": R(TWO_PASS_CONFIG, programs_per_sm=17, blocks_per_iter=8),
 }
 
 # --grid small-batch: a batch whose pairs do not fill the SMs (Qwen2.5-7B B32: 128 pairs of 4 kv
@@ -56,7 +61,7 @@ GRIDS = {"small-batch": SMALL_BATCH_GRID, "large-batch": LARGE_BATCH_GRID}
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-k", default="decode-B32 or decode-B139 or decode-B128", help="peer-benchmark case keyword")
-    parser.add_argument("--only", help="comma-separated CHOICES names (default: all)")
+    parser.add_argument("--only", help="CHOICES names separated by ';' (names hold commas; default: all)")
     parser.add_argument("--grid", choices=sorted(GRIDS), help="a grid's configurations instead of CHOICES")
     args = parser.parse_args()
     if args.grid:
@@ -64,7 +69,10 @@ def main():
         CHOICES.update(GRIDS[args.grid])
     spec = suite_ops()["attention"]
     ops = {"attention": dataclasses.replace(spec, peers=(), ceilings=())}
-    names = args.only.split(",") if args.only else list(CHOICES)
+    names = [n.strip() for n in args.only.split(";")] if args.only else list(CHOICES)
+    unknown = [n for n in names if n not in CHOICES]
+    if unknown:
+        parser.error(f"--only: no configuration named {', '.join(map(repr, unknown))}; known: {'; '.join(CHOICES)}")
     rows, docs = [], {}
     for name in names:
         decode.DECODE_CONFIG = CHOICES[name]
