@@ -120,6 +120,36 @@ def test_valid_keys_first_then_attention_over_the_count_is_the_masked_attention(
     torch.testing.assert_close(got, padded_attention_native(q, k, v, 0.3, mask), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype, num_heads, num_kv_heads, head_size, seq, block",
+                         [(torch.float32, 4, 2, 32, 40, 64), (torch.bfloat16, 3, 3, 72, 70, 64),
+                          (torch.float32, 2, 1, 16, 150, 16)])
+def test_key_span_kernel_is_the_masked_attention_for_any_mask(monkeypatch, dtype, num_heads, num_kv_heads,
+                                                             head_size, seq, block):
+    """The Triton kernel of the CUDA path's masked option sweeps each entry's keys from its first to
+    its last valid one (interpreted here): equal to the float64 definition for right-padded,
+    left-padded and holed masks and an unpadded entry, with GQA, a head size that is no power of
+    two and (16-token tiles) spans that start and end inside a tile; the query rows of the padded
+    positions included."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from kernels_reference.ops.attention import key_mask
+    monkeypatch.setattr(key_mask, "INTERPRETER_BLOCK", block)
+    gen = torch.Generator().manual_seed(seq)
+    q = torch.randn(4, seq, num_heads, head_size, generator=gen).to(dtype)
+    k, v = (torch.randn(4, seq, num_kv_heads, head_size, generator=gen).to(dtype) for _ in range(2))
+    mask = torch.zeros(4, seq, dtype=torch.bool)
+    mask[0, :seq // 2] = True  # right-padded
+    mask[1, seq - 23:] = True  # left-padded
+    mask[2, 5:seq - 3] = True  # both, with a hole
+    mask[2, 17:29] = False
+    mask[3] = True
+    got = key_mask.key_mask_attention(q, k, v, 0.3, mask)
+    want = padded_attention_native(*(x.double() for x in (q, k, v)), 0.3, mask)
+    error = ((got.double() - want).norm() / want.norm()).item()
+    assert error < (1e-6 if dtype == torch.float32 else 8e-3), error
+    with pytest.raises(ValueError, match="key_mask must be bool"):
+        key_mask.key_mask_attention(q, k, v, 0.3, mask.to(torch.int8))
+
+
 def test_the_faster_kernel_is_kept_only_if_it_computes_the_same_attention():
     """The CUDA path's choice between two kernels (``_time_options``): an option that raises or
     whose output is not the first option's is dropped, however fast; of the rest the faster wins."""
