@@ -42,8 +42,10 @@ must first give the first one's output (within ``AGREE_L2``), else it is not use
 * with a key mask also the valid keys of each entry moved to its front (attention does not depend
   on the order of the keys) and FlashAttention's varlen kernel told how many there are
   (``seqused_k``), so padded keys cost nothing; flex_attention, which skips masked blocks, took
-  22 us on those 8 documents. And a Triton kernel that sweeps only the span between each entry's
-  first and last valid key (kernels_reference/ops/attention/key_mask.py), with no gather.
+  22 us on those 8 documents. A Triton kernel that sweeps only the span between each entry's
+  first and last valid key (kernels_reference/ops/attention/key_mask.py) was one more option on
+  2026-12-06 and was not picked on that shape on an H100 (docs/perf/h100-2026-12-06e.md): it is
+  not an option until ``python3 -m benchmarks key_mask_tiles`` shows a tile that beats cuDNN.
 On the CPU ``forward`` runs ``forward_native``. Under ``torch.compile`` the packed layer is one
 opaque op, ``fk::encoder_only_attention``, whose implementation picks the path when it runs (its
 per-sequence lengths are host values); the padded layer's SDPA is traced as it is.
@@ -57,12 +59,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..dispatch import compute_dtype, op_name, use_fast_path
-from ..ops.attention.key_mask import key_mask_attention
 from ..forward_context import get_forward_context
 from ..records import RecordsInit
 
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
-_KEY_MASK_MAX_HEAD = 128  # head sizes the key-span kernel takes (its tiles hold a whole head)
 # Scores held at once by the native path ([heads, query rows, keys]); longer sequences go by
 # blocks of query rows (softmax is per row, so the result is the same): an 8192-token document's
 # float64 truth stays a few hundred MB instead of 8.6 GB of scores.
@@ -400,9 +400,8 @@ class MultiHeadAttention(RecordsInit, nn.Module):
         return self.forward_native(query, key, value, attention_mask)
 
     def forward_fast(self, query, key, value, attention_mask=None):
-        """The CUDA path: one SDPA call over the batch; with a key mask, that, FlashAttention over
-        the valid keys or the Triton kernel over each entry's span of valid keys, whichever is
-        faster for the shape."""
+        """The CUDA path: one SDPA call over the batch; with a key mask, that or FlashAttention over
+        the valid keys, whichever is faster for the shape."""
         q, k, v = self._heads(query, key, value)
         if torch.compiler.is_compiling() or q.dtype not in _FLASH_DTYPES:
             out = _sdpa(q, k, v, self.scale, attention_mask)
@@ -415,8 +414,6 @@ class MultiHeadAttention(RecordsInit, nn.Module):
                        "sdpa-cudnn-mask": lambda: _sdpa(q, k, v, self.scale, attention_mask, only_cudnn=True)}
             if _flash_varlen_applies(q[0], k[0]):
                 options["flash-valid-keys"] = lambda: masked_flash_attention(q, k, v, self.scale, attention_mask)
-            if q.shape[-1] <= _KEY_MASK_MAX_HEAD:
-                options["triton-key-span"] = lambda: key_mask_attention(q, k, v, self.scale, attention_mask)
             out = _fastest(("padded-masked",) + _shape_key(q, k), options)
         return out.reshape(*query.shape[:2], -1)
 

@@ -1,6 +1,10 @@
 """Bidirectional attention over a padded batch with a key-padding mask, in one Triton launch that
 reads only the span of each entry's valid keys.
 
+Status: not used by ``MultiHeadAttention``. As one of its timed options on an H100 (2026-12-06)
+it lost to cuDNN on MiniLM's 8 documents of 512 tokens, by how much was not recorded
+(docs/perf/h100-2026-12-06e.md); ``python3 -m benchmarks key_mask_tiles`` times its tiles there.
+
 ``MultiHeadAttention`` with ``attention_mask`` (Hugging Face's BERT feeding a padded batch of
 sentences) gives SDPA a boolean mask; every SDPA kernel then reads and scores the whole padded
 square, and on an H100 (2026-12-05) cuDNN took 37.5 us on 8 MiniLM documents padded to 512 tokens
@@ -99,8 +103,8 @@ if triton is not None:
         tl.store(o_base + rows[:, None].to(tl.int64) * o_ss + dims[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=row_ok[:, None] & dim_ok[None, :])
 
-    # Tiles per head size and length, tuned once per key (outside CUDA-graph capture: the module's
-    # first call of a shape times its kernels there, kernels_reference/L1/encoder_attention.py).
+    # Tiles per head size and length, tuned once per key on its first call (which must come before
+    # any CUDA-graph capture, as for every autotuned kernel here).
     _key_mask_attention_tuned = autotune(
         configs=[triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                  for m, n, w, s in ((64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3),
