@@ -22,6 +22,8 @@ wrongly; products of half values are exact in float32).
 """
 from __future__ import annotations
 
+from typing import Optional, Tuple
+
 import torch
 
 from ...triton_rows import autotune, autotune_here, interpreting
@@ -114,9 +116,11 @@ if triton is not None:
 
 
 def key_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                       key_mask: torch.Tensor) -> torch.Tensor:
+                       key_mask: torch.Tensor, tile: Optional[Tuple[int, int, int, int]] = None) -> torch.Tensor:
     """q [B, S, nq, d] over k/v [B, Skv, nk, d] (any strides with d contiguous; nq a multiple of
-    nk), ``key_mask`` [B, Skv] bool (True = attend). Returns [B, S, nq, d] in q's dtype."""
+    nk), ``key_mask`` [B, Skv] bool (True = attend). Returns [B, S, nq, d] in q's dtype.
+    ``tile``: (BLOCK_M, BLOCK_N, warps, stages) instead of the autotuner's (or the interpreter's)
+    choice, for benchmarks/key_mask_tiles.py."""
     b, s, nq, d = q.shape
     skv, nk = k.shape[1], k.shape[2]
     if key_mask.shape != (b, skv) or key_mask.dtype != torch.bool:
@@ -135,12 +139,15 @@ def key_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale:
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
             flags.stride(0), flags.stride(1))
     consts = dict(HEAD=d, HEAD_PAD=head_pad, SCAN=scan)
-    if autotune_here(q):
+    if tile is None and autotune_here(q):
         grid = lambda meta: (triton.cdiv(s, meta["BLOCK_M"]), b * nq)  # noqa: E731
         _key_mask_attention_tuned[grid](*args, FLOAT32_DOTS=q.dtype == torch.float32, **consts)
-    else:
+        return out
+    if tile is None:
         block = INTERPRETER_BLOCK if interpreting() else 64
-        _key_mask_attention[(triton.cdiv(s, block), b * nq)](
-            *args, FLOAT32_DOTS=q.dtype == torch.float32 or not q.is_cuda, BLOCK_M=block, BLOCK_N=block,
-            num_warps=4, **consts)
+        tile = (block, block, 4, 2)
+    block_m, block_n, warps, stages = tile
+    _key_mask_attention[(triton.cdiv(s, block_m), b * nq)](
+        *args, FLOAT32_DOTS=q.dtype == torch.float32 or not q.is_cuda or interpreting(), BLOCK_M=block_m,
+        BLOCK_N=block_n, num_warps=warps, num_stages=stages, **consts)
     return out
