@@ -128,3 +128,10 @@ def test_an_amortised_time_from_mostly_clamped_rounds_is_refused_naming_the_runn
 def test_a_few_clamped_rounds_leave_the_median_per_call_time(monkeypatch):
     out = _loop_on_fake_events(monkeypatch, broken_share=0.1)()["reference"]
     assert out.calls == 7 and abs(out.median_us - 2.0) < 0.1
+
+
+def test_the_roofline_names_an_unknown_estimator_before_touching_a_device():
+    import pytest
+    from fk_pytest.timing import measure_roofline
+    with pytest.raises(ValueError, match="statistic must be 'best' or 'median', got 'mean'"):
+        measure_roofline("cpu", statistic="mean")
