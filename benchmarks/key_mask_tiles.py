@@ -1,7 +1,8 @@
 """The key-span attention kernel (kernels_reference/ops/attention/key_mask.py) per tile choice, beside
 SDPA's cuDNN kernel with the mask, on the masked cases of the multi_head_attention task (full
 profile). Each choice is checked against cuDNN's output (relative L2 under the layer's AGREE_L2)
-and timed as the mean of 200 back-to-back calls between two CUDA events, twice, the faster kept.
+and timed with the layer's own option timer (``kernels_reference.L1.encoder_attention._cuda_ms``: back-to-back calls
+between two CUDA events), twice, the faster kept.
 
     python3 -m benchmarks key_mask_tiles
 """
@@ -9,26 +10,17 @@ import torch
 
 from benchmarks.markdown import md_table
 from fk_pytest.registry import get_task
-from kernels_reference.L1.encoder_attention import AGREE_L2, _sdpa, split_heads
+from kernels_reference.L1.encoder_attention import _TUNE_CALLS, AGREE_L2, _cuda_ms, _sdpa, split_heads
 from kernels_reference.ops.attention import key_mask
 
 TILES = [(m, n, w, s) for m, n in ((64, 64), (128, 64), (128, 32), (64, 32), (128, 128))
          for w in (4, 8) for s in (2, 3)]
-CALLS = 200
 
 
 def _us(fn) -> float:
-    best = float("inf")
-    for _ in range(2):
-        fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(CALLS):
-            fn()
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) * 1e3 / CALLS)
-    return best
+    """Per call, the faster of two windows of the layer's own option timer (what its choice sees)."""
+    fn()
+    return min(_cuda_ms(fn) for _ in range(2)) * 1e3 / _TUNE_CALLS
 
 
 def main():

@@ -496,25 +496,20 @@ def measure_roofline(device, reps: int = ROOFLINE_REPS, statistic: str = "best")
     pick = min if statistic == "best" else statistics.median
 
     def ms(fn):
-        fn()
-        torch.cuda.synchronize()
-        if statistic == "best":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        def once():
+            a, b = _event_pair()
             a.record()
             fn()
             b.record()
             b.synchronize()
-            for _ in range(int(ROOFLINE_WARM_S / max(a.elapsed_time(b) * 1e-3, 1e-6))):
+            return a.elapsed_time(b)
+
+        fn()
+        torch.cuda.synchronize()
+        if statistic == "best":
+            for _ in range(int(ROOFLINE_WARM_S / max(once() * 1e-3, 1e-6))):
                 fn()
-        times = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b))
-        return pick(times)
+        return pick([once() for _ in range(reps)])
 
     n = 1 << 30
     src = torch.empty(n, dtype=torch.int8, device=device).random_()
