@@ -140,6 +140,8 @@ step_cmd() {
     peers-enc-b) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops encoder_only_attention,multi_head_attention,patch_embed,convnext_dwconv_norm --json $OUT/peers-enc-b.json --md $OUT/peers-enc-b.md --time-budget 250" ;;
     # The encoder attention reference's kernel choice per shape (it times two kernels once a shape).
     enc-choices) echo "python3 -m benchmarks encoder_choices" ;;
+    # The key-span attention kernel's tiles beside cuDNN and flex_attention on the masked padded cases.
+    key-mask-tiles) echo "python3 -m benchmarks key_mask_tiles" ;;
     # The image end-to-end level (tasks/image_e2e.py) on the trained DINOv2-S, the example tree and the
     # reference itself (IMAGE_TREES adds others, e.g. tests/candidates/emb_plain_encoder:plain). No onnx
     # and no registry there: the backbone goes as tools/export_dinov2.py's safetensors in bfloat16

@@ -1,5 +1,6 @@
 """The key-span attention kernel (kernels_reference/ops/attention/key_mask.py) per tile choice, beside
-SDPA's cuDNN kernel with the mask, on the masked cases of the multi_head_attention task (full
+SDPA's cuDNN kernel with the mask and flex_attention (compiled, its key-padding block mask built
+once outside the timed calls, as the task's flex peer does), on the masked cases of the multi_head_attention task (full
 profile). Each choice is checked against cuDNN's output (relative L2 under the layer's AGREE_L2)
 and timed with the layer's own option timer (``kernels_reference.L1.encoder_attention._cuda_ms``: back-to-back calls
 between two CUDA events), twice, the faster kept.
@@ -13,7 +14,7 @@ from fk_pytest.registry import get_task
 from kernels_reference.L1.encoder_attention import _TUNE_CALLS, AGREE_L2, _cuda_ms, _sdpa, split_heads
 from kernels_reference.ops.attention import key_mask
 
-TILES = [(m, n, w, s) for m, n in ((64, 64), (128, 64), (128, 32), (64, 32), (128, 128))
+TILES = [(m, n, w, s) for m, n in ((64, 64), (128, 64), (128, 32), (64, 32), (128, 128), (64, 128))
          for w in (4, 8) for s in (2, 3)]
 
 
@@ -21,6 +22,23 @@ def _us(fn) -> float:
     """Per call, the faster of two windows of the layer's own option timer (what its choice sees)."""
     fn()
     return min(_cuda_ms(fn) for _ in range(2)) * 1e3 / _TUNE_CALLS
+
+
+def _flex_call(q, k, v, scale, mask):
+    """flex_attention over [B, S, heads, d] with a key-padding block mask built here, once."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    flex = torch.compile(flex_attention, dynamic=False)
+    block_mask = create_block_mask(lambda b, h, qi, ki: mask[b, ki], q.shape[0], None, q.shape[1], k.shape[1],
+                                   device=q.device)
+    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
+
+    def call():
+        with torch.no_grad():
+            return flex(qh, kh, vh, block_mask=block_mask, scale=scale,
+                        enable_gqa=k.shape[2] != q.shape[2]).transpose(1, 2)
+
+    return call
 
 
 def main():
@@ -41,6 +59,8 @@ def main():
             return float(((out.float() - want.float()) * valid).norm() / (want.float() * valid).norm())
 
         rows.append([case.id, "sdpa-cudnn-mask", _us(lambda: _sdpa(q, k, v, scale, mask, only_cudnn=True)), 0.0])
+        flex = _flex_call(q, k, v, scale, mask)
+        rows.append([case.id, "flex_attention (block mask built once)", _us(flex), error(flex())])
         rows.append([case.id, "autotuned", _us(lambda: key_mask.key_mask_attention(q, k, v, scale, mask)),
                      error(key_mask.key_mask_attention(q, k, v, scale, mask))])
         for tile in TILES:

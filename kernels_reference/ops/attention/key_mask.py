@@ -79,13 +79,17 @@ if triton is not None:
             keys = start + tl.arange(0, BLOCK_N)
             in_span = keys < span_end
             key_ok = in_span & (tl.load(mask_row + keys * m_ss, mask=in_span, other=0) != 0)
+            # The mask as an additive bias per key: one fused multiply-add per score instead of a
+            # multiply and a select (with head size 32 the softmax's per-score work, not the two
+            # matmuls, bounds the kernel).
+            bias = tl.where(key_ok, 0.0, float("-inf"))
             kt = tl.load(k_base + keys[None, :].to(tl.int64) * k_ss + dims[:, None],
                          mask=in_span[None, :] & dim_ok[:, None], other=0.0)
             if FLOAT32_DOTS:
                 s = tl.dot(q.to(tl.float32), kt.to(tl.float32), input_precision="ieee")
             else:
                 s = tl.dot(q, kt)
-            s = tl.where(key_ok[None, :], s * scale_log2, float("-inf"))
+            s = s * scale_log2 + bias[None, :]
             new_best = tl.maximum(best, tl.max(s, axis=1))
             # A row that has seen no valid key yet keeps -inf: shift it by 0 so exp2 gives 0, not NaN.
             shift = tl.where(new_best == float("-inf"), 0.0, new_best)
