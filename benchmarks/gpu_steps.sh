@@ -71,6 +71,8 @@ step_cmd() {
     # One task's speed tests three times, default timing, --fk-thorough, default again: the
     # reference's times across runs and S_t of the two timings side by side.
     speed-modes) echo "for r in quick1:'' thorough:--fk-thorough quick2:''; do $PYTEST tasks/L1/test_${SPEED_TASK:-rms_norm}.py -k speed --fk-device=cuda --fk-candidate=examples/candidates/triton \${r#*:} --fk-report=$OUT/speed-\${r%%:*}.json; done" ;;
+    # Any task files' speed tests once on the example tree (SPEED_FILES), phases in the report.
+    speed-one) echo "$PYTEST \${SPEED_FILES:-tasks/L1/test_rms_norm.py} -k speed --fk-device=cuda --fk-profile=full --fk-candidate=examples/candidates/triton --fk-report=$OUT/speed-one.json" ;;
     # One task's whole verdict three times: the example tree filling the reference cache, its speed
     # tests again with no cache (the reference timed anew: do its times repeat?), an honest PyTorch tree
     # on the warm cache (what a second candidate pays). Seconds per run in $OUT/task-cache.log.

@@ -132,3 +132,33 @@ def test_adaptive_rounds_stop_when_the_speedup_is_known_to_one_percent(tokens):
     assert cand.ratio_ci is not None and cand.ratio_ci <= 0.01, cand.ratio_ci
     assert QUICK_MIN_ROUNDS <= cand.rounds < 1000
     assert abs(cand.median_us / ref.median_us - 1) < 0.03
+
+
+class _StaleNorm(RMSNorm):
+    """Right on its first call, then every call returns a copy of that call's output: a graph
+    captured after it replays a stale result."""
+
+    def forward(self, x, residual=None):
+        if not hasattr(self, "_first"):
+            self._first = super().forward(x, residual)
+        return self._first.clone()
+
+
+@pytest.mark.parametrize("case_id", ["llama-3.1-8b-decode-T1-bf16", "llama-3.1-8b-prefill-T16384-bf16"])
+def test_the_default_one_set_timing_scores_a_copy_and_catches_a_stale_replay(case_id):
+    """measure_speed's default on CUDA: one input set per implementation (the flush keeps it cold)
+    and the timed path checked on a set none of its graphs held. An identical copy of the reference
+    measures about 1.0; a module whose graph replays its first output is TIMED_OUTPUT_WRONG."""
+    from fk_pytest import status
+    from fk_pytest.errors import CandidateError
+    from fk_pytest.registry import get_task
+    from fk_pytest.speed import measure_speed
+
+    task = get_task("rms_norm")
+    case = next(c for c in task.cases("full") if c.id == case_id)
+    same = measure_speed(task, case, task.reference, "cuda", seed=0)
+    print(f"{case_id}: identical copy {same.speedup:.3f} (K={same.calls}, {same.ref_us:.2f} us)")
+    assert 0.95 <= same.speedup <= 1.05, same
+    with pytest.raises(CandidateError) as caught:
+        measure_speed(task, case, _StaleNorm, "cuda", seed=0)
+    assert caught.value.status == status.TIMED_OUTPUT_WRONG

@@ -25,6 +25,12 @@ SUSPECT_FRACTION = 0.85  # a time under 85% of the roofline floor is not a recor
 TARGET_CI = 0.01
 QUICK_MIN_ROUNDS = 50  # 20 let one decode-sized identity check end 3.3% off with a "1%" interval (H200)
 QUICK_MIN_SECONDS = 2.0  # rounds of calls this slow need fewer than QUICK_MIN_ROUNDS (timing.min_rounds_for)
+# Input sets the one-call replays rotate over on CUDA. Every timed window opens after an L2 flush,
+# which already leaves the set cold, so the default keeps one (one warm-up and one capture per
+# implementation); --fk-thorough keeps the four rotated sets of the method until 2026-12-06. The
+# K-call graph of amortised timing draws its own sets in both modes (call j on set j).
+ROTATED_SETS = 1
+THOROUGH_ROTATED_SETS = 4
 
 
 @dataclasses.dataclass
@@ -65,7 +71,9 @@ class SpeedResult:
 
 def measure_speed(task: Task, case: Case, candidate_cls: type, device, seed: int,
                   roofline: Optional[Dict[str, float]] = None, flusher: Optional[L2Flusher] = None,
-                  input_sets: int = 4, compose=None, thorough: bool = False, cache=None) -> SpeedResult:
+                  input_sets: Optional[int] = None, compose=None, thorough: bool = False, cache=None) -> SpeedResult:
+    if input_sets is None:
+        input_sets = THOROUGH_ROTATED_SETS if thorough else ROTATED_SETS
     try:
         return _measure(task, case, candidate_cls, torch.device(device), seed, roofline, flusher,
                         input_sets, compose, thorough, cache)
@@ -95,13 +103,14 @@ def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_s
             # H200 out of memory on 2026-12-04).
             state = reference.state_dict()
     with phase("inputs", device):
+        # The CPU times each of two sets once and checks both calls' outputs (no graph to replay).
         sets = draw_inputs(task, case, device, range(seed, seed + (input_sets if device.type == "cuda" else 2)))
     with phase("capture", device):  # warm-up (compilation, autotuning) and graph capture
         runners = make_runners(candidate, reference, sets, device, task.call)
     with phase("timing", device):
         if device.type == "cuda":
             remove_call_checks(candidate)  # calls were checked while warming up and capturing: no hook when timed
-            more = seed + input_sets  # the amortised timing's extra sets, after the rotated ones
+            more = seed + max(input_sets, 2)  # the amortised timing's extra sets: after the rotated and check sets
 
             def time_both():
                 return time_pair_cuda(runners, flusher or L2Flusher(device), l2_hot=task.l2_hot(case),
@@ -114,7 +123,11 @@ def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_s
         else:
             timings, remeasured = time_pair_cpu(runners), False
     with phase("timed_check", device):
-        checks = _check_after_timing(task, case, state, runners, sets, device, cached["checks"] if cached else None)
+        # The timed path runs once more on values it was never warmed, captured or timed on: the
+        # draw of seed + 1 (set 1 where the sets rotate, else drawn now).
+        check = sets[1] if len(sets) > 1 else draw_inputs(task, case, device, [seed + 1])[0]
+        checks = _check_after_timing(task, case, state, runners, sets, check, device,
+                                     cached["checks"] if cached else None)
     if cached:
         cache.hit()
         ref = Timing(**cached["timing"])
@@ -157,11 +170,12 @@ def timings_cacheable(device) -> bool:
     return device.type == "cuda"
 
 
-def _check_after_timing(task, case, state, runners, sets, device, ref_checks=None) -> dict:
+def _check_after_timing(task, case, state, runners, sets, values, device, ref_checks=None) -> dict:
     """The path that was timed must compute the op, and the timers must be the genuine ones.
 
-    Set 0's buffers receive set 1's values and the timed path (graph replay or eager launch) runs
-    once more; its outputs must pass a sanity check against the truth for set 1. On the CPU, where
+    Set 0's buffers receive ``values`` (an input set they never held) and the timed
+    path (graph replay or eager launch) runs once more; its outputs must pass a sanity check
+    against the truth for ``values``. On the CPU, where
     there is no captured graph and a call-counting candidate could behave only while checked, the
     outputs of the timed calls themselves are checked as well. A candidate that computes only when
     it is checked, replays a cached result or leaves its work on another stream fails here.
@@ -199,9 +213,9 @@ def _check_after_timing(task, case, state, runners, sets, device, ref_checks=Non
                 by_set[i % len(sets)] = truths_for(sets[i % len(sets)])
             truths = by_set[i % len(sets)]
             _sane(task, case, truths, _errors(truths, ref_out), cand_out, "a timed call")
-        values = sets[1 % len(sets)]
         known = (ref_checks or {}).get("rows")
-        truths = by_set.get(1 % len(sets)) if known is None else None
+        # The CPU's set 1 is ``values``: its truth may be computed already.
+        truths = by_set.get(1) if known is None and len(sets) > 1 and sets[1] is values else None
         if truths is None:
             truths = truths_for(values, known)
     checks = dict(ref_checks or {})

@@ -1,7 +1,8 @@
 """GPU time of candidate and reference, measured side by side.
 
-Method (DESIGN "Speed"): each implementation gets its own copies of several input sets (rotation:
-no round reuses the previous round's data or output); each call is captured in a CUDA graph when
+Method (DESIGN "Speed"): each implementation gets its own copies of the input sets (the caller
+decides how many: the flush before every window keeps even one set cold; several rotate, so no
+round reuses the previous round's data or output); each call is captured in a CUDA graph when
 the module allows it (production runs small kernels inside graphs), else it is launched eagerly.
 Every timed round starts with an L2 flush outside the timed window; candidate and reference rounds
 alternate in one process, the order flipping each round; all events are read after one final
