@@ -111,13 +111,16 @@ def test_position_embedding_triton_kernel_is_the_fast_path(grid, dtype, batch, m
     taps sum in another order than the kron product, and the interpreter rounds to bfloat16 its own
     way), the class row and every image of the batch included, from patch tokens with a row stride."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    module = Dinov2PositionEmbedding(160, image_size=98, patch_size=14)  # two channel blocks, one masked
+    from kernels_reference.ops.position_embedding import bicubic_add
+    monkeypatch.setattr(bicubic_add, "MAX_BLOCK_D", 128)  # 160 channels: two blocks, one masked
+    monkeypatch.setattr(bicubic_add, "IMAGES_PER_PROGRAM", 4)
+    module = Dinov2PositionEmbedding(160, image_size=98, patch_size=14)
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
         module.position_embeddings.copy_(torch.randn(module.position_embeddings.shape, generator=gen))
         module.cls_token.copy_(torch.randn(module.cls_token.shape, generator=gen))
     module = module.to(dtype)
-    wide = torch.randn(batch, grid[0] * grid[1], 200, generator=gen).to(dtype)  # B5: two programs of images
+    wide = torch.randn(batch, grid[0] * grid[1], 200, generator=gen).to(dtype)  # B5: two programs of images, the second masked
     x = wide[..., 20:180]
     with torch.no_grad():
         got, want = module.forward_triton(x, *grid), module.forward_fast(x, *grid)

@@ -98,11 +98,11 @@ if triton is not None:
             total = total * rescale + tl.sum(p, axis=1)
             v = tl.load(v_base + keys[:, None].to(tl.int64) * v_ss + dims[None, :],
                         mask=in_span[:, None] & dim_ok[None, :], other=0.0)
+            acc = acc * rescale[:, None]
             if FLOAT32_DOTS:
-                pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+                acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
             else:
-                pv = tl.dot(p.to(v.dtype), v)
-            acc = acc * rescale[:, None] + pv
+                acc = tl.dot(p.to(v.dtype), v, acc)  # accumulated in the matmul: no separate add
             best = new_best
         out = acc / tl.where(total > 0, total, 1.0)[:, None]  # a mask row with no True: zeros
         o_base = o_ptr + entry.to(tl.int64) * o_sb + head * o_sh

@@ -5,8 +5,8 @@ Face's op sequence rounds it (``Dinov2PositionEmbedding.forward_fast`` is that s
 Bicubic resampling at fixed sizes reads a 4 x 4 neighbourhood of the native table per output cell,
 with weights that depend only on the sizes: ``bicubic_taps`` gives each output row and column its
 four source indices (clamped to the edge) and weights, kept per (grid, height, width, device). One
-program computes one output cell's resampled row for a block of channels in float32 and adds it to
-that cell of up to ``IMAGES_PER_PROGRAM`` images of the batch. At batch 1 and 224 px the op was
+program computes one output cell's resampled row (up to ``MAX_BLOCK_D`` channels) in float32 and
+adds it to that cell of up to ``IMAGES_PER_PROGRAM`` images of the batch, as one 2-D tile. At batch 1 and 224 px the op was
 launch-bound in torch (five launches: 27 us on the H100 where Inductor's fused version took 14,
 2026-12-05, docs/perf/h100-2026-12-05.md).
 """
@@ -25,11 +25,12 @@ except ImportError:  # the torch path still works without Triton
     triton = None
 
 CUBIC_A = -0.75  # torch's (and PIL's) bicubic kernel parameter
-# Images one program adds its resampled cell to. All of them (one program per cell) left a batch of
-# 32 at 448 px at 0.55 of copy bandwidth on the H100 (2026-12-05): each program's loads waited on
-# one another; four per program give the GPU 8x the programs, each resampling its 16 taps from L2.
-IMAGES_PER_PROGRAM = 4
-
+# Images one program adds its resampled cell to, as one [images, channels] tile: its loads are
+# issued together, and the cell's 16 taps are resampled once for all of them. One program per
+# cell and 128 channels looping over 4 images (one image's row at a time) left 32 images of
+# 336 x 448 px at 0.62 of copy bandwidth on the H100 (2026-12-06, docs/perf/h100-flashinfer-tree.md).
+IMAGES_PER_PROGRAM = 8
+MAX_BLOCK_D = 1024  # channels per program; wider rows (DINOv2-g's 1536) take two programs
 
 def bicubic_taps(out_size: int, in_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """([out, 4] int64 source indices, [out, 4] float64 weights) of F.interpolate(mode="bicubic",
@@ -71,20 +72,23 @@ if triton is not None:
                             BLOCK_D: tl.constexpr, IMAGES: tl.constexpr):
         cell = tl.program_id(0)  # output token: 0 the class token, 1 + i * width + j the patches
         offs = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-        first = tl.program_id(2) * IMAGES  # this program's images: first .. first + IMAGES - 1
-        last = tl.minimum(first + IMAGES, batch)
+        images = tl.program_id(2) * IMAGES + tl.arange(0, IMAGES)
         mask = offs < dim
+        tile_mask = (images < batch)[:, None] & mask[None, :]
+        out_rows = out_ptr + images[:, None].to(tl.int64) * out_stride_b + offs[None, :]
         out_ty = out_ptr.dtype.element_ty
         if cell == 0:
             table = tl.load(pos_ptr + offs, mask=mask, other=0.0).to(tl.float32).to(out_ty).to(tl.float32)
             cls = tl.load(cls_ptr + offs, mask=mask, other=0.0).to(out_ty).to(tl.float32)
-            value = (cls + table).to(out_ty)
-            for b in range(first, last):
-                tl.store(out_ptr + b * out_stride_b + offs, value, mask=mask)
+            value = tl.zeros((IMAGES, BLOCK_D), dtype=tl.float32) + (cls + table)[None, :]
+            tl.store(out_rows, value.to(out_ty), mask=tile_mask)
         else:
             q = cell - 1
             i = q // width
             j = q - i * width
+            # The images' loads first: they do not depend on the resampling below.
+            x = tl.load(x_ptr + images[:, None].to(tl.int64) * x_stride_b + q * x_stride_p + offs[None, :],
+                        mask=tile_mask, other=0.0).to(tl.float32)
             acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
             for a in tl.static_range(4):
                 r = tl.load(row_idx_ptr + i * 4 + a)
@@ -95,9 +99,7 @@ if triton is not None:
                     src = pos_ptr + (1 + r * grid + col) * dim + offs
                     acc += (wr * wc) * tl.load(src, mask=mask, other=0.0).to(tl.float32)
             table = acc.to(out_ty).to(tl.float32)
-            for b in range(first, last):
-                x = tl.load(x_ptr + b * x_stride_b + q * x_stride_p + offs, mask=mask, other=0.0).to(tl.float32)
-                tl.store(out_ptr + b * out_stride_b + cell * out_stride_p + offs, (x + table).to(out_ty), mask=mask)
+            tl.store(out_rows + cell * out_stride_p, (x + table[None, :]).to(out_ty), mask=tile_mask)
 
 
 def bicubic_add(embeddings: torch.Tensor, position_embeddings: torch.Tensor, cls_token: torch.Tensor,
@@ -117,10 +119,11 @@ def bicubic_add(embeddings: torch.Tensor, position_embeddings: torch.Tensor, cls
     if batch == 0:
         return out
     row_idx, row_w, col_idx, col_w = _device_taps(grid, height, width, embeddings.device)
-    block = 256 if dim % 256 == 0 else 128
-    grid_launch = (1 + patches, triton.cdiv(dim, block), triton.cdiv(batch, IMAGES_PER_PROGRAM))
+    block = min(MAX_BLOCK_D, triton.next_power_of_2(dim))
+    images = min(IMAGES_PER_PROGRAM, triton.next_power_of_2(batch))
+    grid_launch = (1 + patches, triton.cdiv(dim, block), triton.cdiv(batch, images))
     _bicubic_add_kernel[grid_launch](
         embeddings, pos, cls, out, row_idx, row_w, col_idx, col_w, batch, width, grid, dim,
         embeddings.stride(0), embeddings.stride(1), out.stride(0), out.stride(1), BLOCK_D=block,
-        IMAGES=IMAGES_PER_PROGRAM, num_warps=2)
+        IMAGES=images, num_warps=4 if images * block >= 2048 else 2)
     return out
