@@ -2,8 +2,8 @@
 SDPA's cuDNN kernel with the mask and flex_attention (compiled, its key-padding block mask built
 once outside the timed calls, as the task's flex peer does), on the masked cases of the multi_head_attention task (full
 profile). Each choice is checked against cuDNN's output (relative L2 under the layer's AGREE_L2)
-and timed with the layer's own option timer (``kernels_reference.L1.encoder_attention._cuda_ms``: back-to-back calls
-between two CUDA events), twice, the faster kept.
+and timed with the layer's own option timer (``kernels_reference.L1.encoder_attention._cuda_ms``: a
+CUDA graph of five calls, replayed between two CUDA events), twice, the faster kept.
 
     python3 -m benchmarks key_mask_tiles
 """

@@ -27,7 +27,8 @@ cuDNN or memory-efficient, with the mask as a boolean ``[B, 1, 1, Skv]`` attn_ma
 one; per-sequence SDPA where the varlen kernel does not apply (float32, odd head sizes, older GPUs).
 
 Some shapes have more than one candidate kernel, and the first call of each shape times them and keeps
-the fastest (``_fastest``; as Triton's autotuner does, outside CUDA-graph capture). Every other kernel
+the fastest (``_fastest``; as Triton's autotuner does, outside CUDA-graph capture), each timed as a
+CUDA graph of a few calls (``_cuda_ms``: GPU time, without the host's launches). Every other kernel
 must first give the first one's output (within ``AGREE_L2``), else it is not used:
 
 * a packed batch that is one sequence: SDPA forced to cuDNN (an option that cannot run is
@@ -42,10 +43,12 @@ must first give the first one's output (within ``AGREE_L2``), else it is not use
 * with a key mask also the valid keys of each entry moved to its front (attention does not depend
   on the order of the keys) and FlashAttention's varlen kernel told how many there are
   (``seqused_k``), so padded keys cost nothing; flex_attention, which skips masked blocks, took
-  22 us on those 8 documents. A Triton kernel that sweeps only the span between each entry's
-  first and last valid key (kernels_reference/ops/attention/key_mask.py) was one more option on
-  2026-12-06 and was not picked on that shape on an H100 (docs/perf/h100-2026-12-06e.md): it is
-  not an option until ``python3 -m benchmarks key_mask_tiles`` shows a tile that beats cuDNN.
+  22 us on those 8 documents; and a Triton kernel that sweeps only the span between each entry's
+  first and last valid key (kernels_reference/ops/attention/key_mask.py). On an H100 (2026-12-06,
+  docs/perf/h100-2026-12-06f.md) the layer then kept that kernel on MiniLM's and BGE-M3's padded
+  batches: 23.6 us on the 8 documents (flex_attention 22.5, cuDNN 37.4) and 18.2 us on 32 BGE-M3
+  queries of 128 tokens (cuDNN 26.8). While the options were timed as back-to-back eager calls
+  (until that day) the choice measured the host's launches, and cuDNN was kept at 37 us.
 On the CPU ``forward`` runs ``forward_native``. Under ``torch.compile`` the packed layer is one
 opaque op, ``fk::encoder_only_attention``, whose implementation picks the path when it runs (its
 per-sequence lengths are host values); the padded layer's SDPA is traced as it is.
@@ -59,10 +62,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..dispatch import compute_dtype, op_name, use_fast_path
+from ..ops.attention.key_mask import key_mask_attention
 from ..forward_context import get_forward_context
 from ..records import RecordsInit
 
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
+_KEY_MASK_MAX_HEAD = 128  # head sizes the key-span kernel takes (its tiles hold a whole head)
 # Scores held at once by the native path ([heads, query rows, keys]); longer sequences go by
 # blocks of query rows (softmax is per row, so the result is the same): an 8192-token document's
 # float64 truth stays a few hundred MB instead of 8.6 GB of scores.
@@ -178,10 +183,35 @@ def _fastest(key: tuple, options: Dict[str, Callable[[], torch.Tensor]]) -> torc
 
 
 def _cuda_ms(call: Callable[[], torch.Tensor]) -> float:
+    """Milliseconds of ``_TUNE_CALLS`` calls replayed as one CUDA graph: GPU time, as a serving
+    stack's graphs pay it. Back-to-back eager calls timed the host's launches as much as the
+    kernels: on an H100 (2026-12-06) SDPA's cuDNN kernel read 105 us a call that way on MiniLM's
+    padded B8 S512 batch where its graph replay takes 37 us, and the choice between kernels was
+    made on launch overhead. A call that cannot be captured is timed as eager calls."""
+    from ..cuda_graphs import capture
+
+    try:
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            call()  # capture wants the call's lazy work (workspaces, tables) done first
+        torch.cuda.current_stream().wait_stream(side)
+        with capture(graph):
+            for _ in range(_TUNE_CALLS):
+                call()
+        run = graph.replay
+        run()
+    except RuntimeError:
+        torch.cuda.synchronize()
+        graph = None
+
+        def run():
+            for _ in range(_TUNE_CALLS):
+                call()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    for _ in range(_TUNE_CALLS):
-        call()
+    run()
     end.record()
     end.synchronize()
     return start.elapsed_time(end)
@@ -400,8 +430,9 @@ class MultiHeadAttention(RecordsInit, nn.Module):
         return self.forward_native(query, key, value, attention_mask)
 
     def forward_fast(self, query, key, value, attention_mask=None):
-        """The CUDA path: one SDPA call over the batch; with a key mask, that or FlashAttention over
-        the valid keys, whichever is faster for the shape."""
+        """The CUDA path: one SDPA call over the batch; with a key mask, that, FlashAttention over
+        the valid keys or the Triton kernel over each entry's span of valid keys, whichever is
+        faster for the shape."""
         q, k, v = self._heads(query, key, value)
         if torch.compiler.is_compiling() or q.dtype not in _FLASH_DTYPES:
             out = _sdpa(q, k, v, self.scale, attention_mask)
@@ -414,6 +445,8 @@ class MultiHeadAttention(RecordsInit, nn.Module):
                        "sdpa-cudnn-mask": lambda: _sdpa(q, k, v, self.scale, attention_mask, only_cudnn=True)}
             if _flash_varlen_applies(q[0], k[0]):
                 options["flash-valid-keys"] = lambda: masked_flash_attention(q, k, v, self.scale, attention_mask)
+            if q.shape[-1] <= _KEY_MASK_MAX_HEAD:
+                options["triton-key-span"] = lambda: key_mask_attention(q, k, v, self.scale, attention_mask)
             out = _fastest(("padded-masked",) + _shape_key(q, k), options)
         return out.reshape(*query.shape[:2], -1)
 

@@ -1,9 +1,11 @@
 """Bidirectional attention over a padded batch with a key-padding mask, in one Triton launch that
 reads only the span of each entry's valid keys.
 
-Status: not used by ``MultiHeadAttention``. As one of its timed options on an H100 (2026-12-06)
-it lost to cuDNN on MiniLM's 8 documents of 512 tokens, by how much was not recorded
-(docs/perf/h100-2026-12-06e.md); ``python3 -m benchmarks key_mask_tiles`` times its tiles there.
+Status: one of ``MultiHeadAttention``'s timed options with a key mask, kept by its first call on
+MiniLM's and BGE-M3's padded batches on an H100 (2026-12-06, docs/perf/h100-2026-12-06f.md, graph
+replays of ``python3 -m benchmarks key_mask_tiles``): 22.1 us on 8 MiniLM documents of 512 tokens
+(flex_attention 20.9, cuDNN 35.1), 8.3 us on 32 of 128 (flex 10.0, cuDNN 18.3), 14.5 and 37.5 us on
+BGE-M3's two batches (cuDNN 24.0 and 45.3).
 
 ``MultiHeadAttention`` with ``attention_mask`` (Hugging Face's BERT feeding a padded batch of
 sentences) gives SDPA a boolean mask; every SDPA kernel then reads and scores the whole padded
@@ -110,11 +112,13 @@ if triton is not None:
                  mask=row_ok[:, None] & dim_ok[None, :])
 
     # Tiles per head size and length, tuned once per key on its first call (which must come before
-    # any CUDA-graph capture, as for every autotuned kernel here).
+    # any CUDA-graph capture, as for every autotuned kernel here). On the H100 sweep of 2026-12-06
+    # the autotuner's pick came within 0.4-8% of the sweep's fastest tile on the four padded encoder
+    # batches (BGE-M3's B8 S512 the 8%: its best was 128 x 128 with 2 stages, not in this list).
     _key_mask_attention_tuned = autotune(
         configs=[triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-                 for m, n, w, s in ((64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3),
-                                    (128, 32, 4, 3))],
+                 for m, n, w, s in ((128, 128, 4, 3), (64, 128, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3),
+                                    (64, 64, 4, 3), (128, 32, 4, 3))],
         key=["seq_q", "seq_kv", "HEAD_PAD"],
     )(_key_mask_attention)
 
