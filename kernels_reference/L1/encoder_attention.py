@@ -204,7 +204,6 @@ def _cuda_ms(call: Callable[[], torch.Tensor]) -> float:
         run()
     except RuntimeError:
         torch.cuda.synchronize()
-        graph = None
 
         def run():
             for _ in range(_TUNE_CALLS):
