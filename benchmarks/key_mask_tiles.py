@@ -2,7 +2,7 @@
 SDPA's cuDNN kernel with the mask and flex_attention (compiled, its key-padding block mask built
 once outside the timed calls, as the task's flex peer does), on the masked cases of the multi_head_attention task (full
 profile). Each choice is checked against cuDNN's output (relative L2 under the layer's AGREE_L2)
-and timed with the layer's own option timer (``kernels_reference.L1.encoder_attention._cuda_ms``: a
+and timed with the layer's own option timer (``kernels_reference.ops.attention.fastest.graph_ms``: a
 CUDA graph of five calls, replayed between two CUDA events), twice, the faster kept.
 
     python3 -m benchmarks key_mask_tiles
@@ -11,7 +11,8 @@ import torch
 
 from benchmarks.markdown import md_table
 from fk_pytest.registry import get_task
-from kernels_reference.L1.encoder_attention import _TUNE_CALLS, AGREE_L2, _cuda_ms, _sdpa, split_heads
+from kernels_reference.L1.encoder_attention import _sdpa, split_heads
+from kernels_reference.ops.attention.fastest import AGREE_L2, TUNE_CALLS, graph_ms
 from kernels_reference.ops.attention import key_mask
 
 TILES = [(m, n, w, s) for m, n in ((64, 64), (128, 64), (128, 32), (64, 32), (128, 128), (64, 128))
@@ -21,7 +22,7 @@ TILES = [(m, n, w, s) for m, n in ((64, 64), (128, 64), (128, 32), (64, 32), (12
 def _us(fn) -> float:
     """Per call, the faster of two windows of the layer's own option timer (what its choice sees)."""
     fn()
-    return min(_cuda_ms(fn) for _ in range(2)) * 1e3 / _TUNE_CALLS
+    return min(graph_ms(fn) for _ in range(2)) * 1e3 / TUNE_CALLS
 
 
 def _flex_call(q, k, v, scale, mask):

@@ -151,9 +151,9 @@ def test_key_span_kernel_is_the_masked_attention_for_any_mask(monkeypatch, dtype
 
 
 def test_the_faster_kernel_is_kept_only_if_it_computes_the_same_attention():
-    """The CUDA path's choice between two kernels (``_time_options``): an option that raises or
+    """The CUDA path's choice between kernels (``ops.attention.fastest.time_options``): an option that raises or
     whose output is not the first option's is dropped, however fast; of the rest the faster wins."""
-    from kernels_reference.L1 import encoder_attention as ea
+    from kernels_reference.ops.attention import fastest
 
     out = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
 
@@ -164,11 +164,11 @@ def test_the_faster_kernel_is_kept_only_if_it_computes_the_same_attention():
                "rounded": lambda: out + 1e-4}
     fake_ms = {id(options["established"]): 3.0, id(options["wrong"]): 0.1, id(options["rounded"]): 1.0}
     with pytest.warns(UserWarning, match="wrong kernel's output differs"):
-        times = ea._time_options(options, timer=lambda call: fake_ms[id(call)])
+        times = fastest.time_options(options, timer=lambda call: fake_ms[id(call)])
     assert times["wrong"] == times["raises"] == float("inf")
     assert min(times, key=times.get) == "rounded"
     with pytest.raises(RuntimeError, match="no kernel"):
-        ea._time_options({"raises": broken}, timer=lambda call: 0.0)
+        fastest.time_options({"raises": broken}, timer=lambda call: 0.0)
 
 
 def test_padded_query_rows_are_not_scored():

@@ -27,8 +27,8 @@ cuDNN or memory-efficient, with the mask as a boolean ``[B, 1, 1, Skv]`` attn_ma
 one; per-sequence SDPA where the varlen kernel does not apply (float32, odd head sizes, older GPUs).
 
 Some shapes have more than one candidate kernel, and the first call of each shape times them and keeps
-the fastest (``_fastest``; as Triton's autotuner does, outside CUDA-graph capture), each timed as a
-CUDA graph of a few calls (``_cuda_ms``: GPU time, without the host's launches). Every other kernel
+the fastest (``ops.attention.fastest``; as Triton's autotuner does, outside CUDA-graph capture), each
+timed as a CUDA graph of a few calls (GPU time, without the host's launches). Every other kernel
 must first give the first one's output (within ``AGREE_L2``), else it is not used:
 
 * a packed batch that is one sequence: SDPA forced to cuDNN (an option that cannot run is
@@ -54,14 +54,14 @@ opaque op, ``fk::encoder_only_attention``, whose implementation picks the path w
 per-sequence lengths are host values); the padded layer's SDPA is traced as it is.
 """
 import contextlib
-import warnings
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..dispatch import compute_dtype, op_name, use_fast_path
+from ..ops.attention.fastest import fastest
 from ..ops.attention.key_mask import key_mask_attention
 from ..forward_context import get_forward_context
 from ..records import RecordsInit
@@ -155,102 +155,6 @@ def _shape_key(q: torch.Tensor, k: torch.Tensor) -> tuple:
     return tuple(q.shape) + tuple(k.shape) + (q.dtype, q.device.index)
 
 
-# ---- two candidates for one shape: the faster, timed once -------------------------------------------
-
-_CHOSEN: Dict[tuple, str] = {}  # shape key -> the option that won
-TUNED: Dict[tuple, Dict[str, float]] = {}  # shape key -> each option's best ms (benchmarks/encoder_choices.py)
-_TUNE_CALLS = 5  # calls per option and round; two rounds, interleaved, the faster round counts
-
-
-# Two kernels computing the same attention differ by their rounding (bf16: well under 1% of the
-# output's norm); an option further than this from the first (the established kernel) computes
-# something else, and is dropped rather than timed.
-AGREE_L2 = 2e-2
-
-
-def _fastest(key: tuple, options: Dict[str, Callable[[], torch.Tensor]]) -> torch.Tensor:
-    """The result of the faster of ``options`` (the same attention by different kernels) for this
-    shape: checked and timed on its first call, outside CUDA-graph capture; during capture before
-    any timing, the first option. An option that raises, or whose output is not the first
-    option's, is dropped; if all raise, the first one's error is raised."""
-    choice = _CHOSEN.get(key)
-    if choice is None:
-        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            return next(iter(options.values()))()
-        TUNED[key] = _time_options(options)
-        choice = _CHOSEN[key] = min(TUNED[key], key=TUNED[key].get)
-    return options[choice]()
-
-
-def _cuda_ms(call: Callable[[], torch.Tensor]) -> float:
-    """Milliseconds of ``_TUNE_CALLS`` calls replayed as one CUDA graph: GPU time, as a serving
-    stack's graphs pay it. Back-to-back eager calls timed the host's launches as much as the
-    kernels: on an H100 (2026-12-06) SDPA's cuDNN kernel read 105 us a call that way on MiniLM's
-    padded B8 S512 batch where its graph replay takes 37 us, and the choice between kernels was
-    made on launch overhead. A call that cannot be captured is timed as eager calls."""
-    from ..cuda_graphs import capture
-
-    try:
-        graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            call()  # capture wants the call's lazy work (workspaces, tables) done first
-        torch.cuda.current_stream().wait_stream(side)
-        with capture(graph):
-            for _ in range(_TUNE_CALLS):
-                call()
-        run = graph.replay
-        run()
-    except RuntimeError:
-        torch.cuda.synchronize()
-
-        def run():
-            for _ in range(_TUNE_CALLS):
-                call()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    run()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
-
-
-def _agrees(out: torch.Tensor, baseline: torch.Tensor) -> bool:
-    if out.shape != baseline.shape or not bool(torch.isfinite(out).all()):
-        return False
-    diff = (out.float() - baseline.float()).norm()
-    return bool(diff <= AGREE_L2 * baseline.float().norm())
-
-
-def _time_options(options: Dict[str, Callable[[], torch.Tensor]],
-                  timer: Callable[[Callable[[], torch.Tensor]], float] = _cuda_ms) -> Dict[str, float]:
-    """Each option's faster of two interleaved rounds (ms for _TUNE_CALLS calls); inf where it
-    raised or disagreed with the first option that ran."""
-    best: Dict[str, float] = {}
-    first_error, baseline = None, None
-    for name, call in options.items():  # each option once: does it run, and compute the same?
-        try:
-            out = call()
-        except RuntimeError as exc:
-            first_error = first_error or exc
-            best[name] = float("inf")
-            continue
-        if baseline is None:
-            baseline = out
-        elif not _agrees(out, baseline):
-            warnings.warn(f"encoder attention: the {name} kernel's output differs from the first kernel's "
-                          f"by more than {AGREE_L2:.0%} (relative L2) on this shape; it is not used")
-            best[name] = float("inf")
-    if baseline is None:
-        raise first_error
-    for _ in range(2):
-        for name, call in options.items():
-            if best.get(name) != float("inf"):
-                best[name] = min(best.get(name, float("inf")), timer(call))
-    return best
-
-
 # ---- the padded batch with a key mask: valid keys first, FlashAttention told how many -------------
 
 def valid_keys_first(key_mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -300,7 +204,7 @@ def varlen_attention_fast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
 
         if len(query_lens) > 1:
             return varlen()
-        return _fastest(("one-sequence",) + _shape_key(q, k),
+        return fastest(("one-sequence",) + _shape_key(q, k),
                         {"flash-varlen": varlen,
                          "sdpa-cudnn": lambda: _sdpa(q[None], k[None], v[None], scale, only_cudnn=True)[0]})
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -436,7 +340,7 @@ class MultiHeadAttention(RecordsInit, nn.Module):
         if torch.compiler.is_compiling() or q.dtype not in _FLASH_DTYPES:
             out = _sdpa(q, k, v, self.scale, attention_mask)
         elif attention_mask is None:
-            out = _fastest(("padded",) + _shape_key(q, k),
+            out = fastest(("padded",) + _shape_key(q, k),
                            {"sdpa": lambda: _sdpa(q, k, v, self.scale),
                             "sdpa-cudnn": lambda: _sdpa(q, k, v, self.scale, only_cudnn=True)})
         else:
@@ -446,7 +350,7 @@ class MultiHeadAttention(RecordsInit, nn.Module):
                 options["flash-valid-keys"] = lambda: masked_flash_attention(q, k, v, self.scale, attention_mask)
             if q.shape[-1] <= _KEY_MASK_MAX_HEAD:
                 options["triton-key-span"] = lambda: key_mask_attention(q, k, v, self.scale, attention_mask)
-            out = _fastest(("padded-masked",) + _shape_key(q, k), options)
+            out = fastest(("padded-masked",) + _shape_key(q, k), options)
         return out.reshape(*query.shape[:2], -1)
 
     def forward_native(self, query, key, value, attention_mask=None):
