@@ -44,6 +44,11 @@ def graph_ms(call: Callable[[], torch.Tensor]) -> float:
     kernels: on an H100 (2026-12-06) SDPA's cuDNN kernel read 105 us a call that way on MiniLM's
     padded B8 S512 batch where its graph replay takes 37 us, and the choice between kernels was
     made on launch overhead. A call that cannot be captured is timed as eager calls."""
+    def several():
+        for _ in range(TUNE_CALLS):
+            call()
+
+    run = several
     try:
         graph = torch.cuda.CUDAGraph()
         side = torch.cuda.Stream()
@@ -52,16 +57,11 @@ def graph_ms(call: Callable[[], torch.Tensor]) -> float:
             call()  # capture wants the call's lazy work (workspaces, tables) done first
         torch.cuda.current_stream().wait_stream(side)
         with capture(graph):
-            for _ in range(TUNE_CALLS):
-                call()
+            several()
+        graph.replay()
         run = graph.replay
-        run()
     except RuntimeError:
         torch.cuda.synchronize()
-
-        def run():
-            for _ in range(TUNE_CALLS):
-                call()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     run()
