@@ -167,6 +167,10 @@ step_cmd() {
     # The linear-attention scans per tile choice of their long-prefill kernels (issue 28):
     # SCAN_TASKS names the tasks, each swept by `python3 -m benchmarks scan_tiles TASK`
     scan-tiles) echo "for t in \${SCAN_TASKS:-mamba_chunk_scan gated_linear_attention rwkv7 gated_delta_rule}; do python3 -m benchmarks scan_tiles \$t; done" ;;
+    # One shard of the whole kernel level (SHARD=i/N, tasks packed by test count or by the costs an
+    # earlier run left in the cache directory), the example tree, stopped with SIGINT after SHARD_S
+    # seconds so that the report is still written (marked interrupted) with every test's seconds.
+    kernel-shard) echo "timeout -s INT \${SHARD_S:-500} $PYTEST tasks -k 'not e2e' --fk-shard=\${SHARD:-1/8} --fk-device=cuda --fk-profile=full --fk-candidate=examples/candidates/triton --fk-cache-dir=/tmp/fk-cache --fk-report=$OUT/kernel-shard.json" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
     *) echo "false unknown-step-$1" ;;
   esac
