@@ -90,7 +90,7 @@ def to_markdown(doc: Dict[str, Any], command: Optional[str] = None) -> str:
               f"{run.get('elapsed_s', '?')} s{'' if doc['complete'] else ' (INCOMPLETE run)'}. "
               "Each case: every peer checked against the float64 truth with the task's calibrated compare "
               "(a wrong peer is excluded), then all implementations timed interleaved in one loop "
-              "(CUDA-graph replay where capturable, L2 flushed outside the timed window, rotated inputs). "
+              "(CUDA-graph replay where capturable, L2 flushed outside the timed window, one input set each). "
               f"**ratio = best peer time / reference time**; targets per op: geomean >= {RATIO_GEOMEAN_TARGET}, "
               f"no shape < {RATIO_SHAPE_FLOOR} (or the op's own floor, named in its row), for some ops every case "
               "at or above a floor against the production peers alone, and the bandwidth targets (fraction of the "
