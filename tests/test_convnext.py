@@ -30,9 +30,11 @@ def _grn(dim, dtype, seed=0):
 # chunks of 16.
 GPU_TILES = Tiles(splits=4, reduce_rows=4, reduce_channels=16, apply_rows=4, apply_channels=32, warps=4,
                   stats_channels=16)
+# A reduction tile wider than the channels (512 over 384 on the GPU): one channel block, most lanes masked.
+WIDE_TILES = GPU_TILES._replace(reduce_rows=8, reduce_channels=64)
 
 
-@pytest.mark.parametrize("config", [None, GPU_TILES], ids=["interpreter-tiles", "gpu-split"])
+@pytest.mark.parametrize("config", [None, GPU_TILES, WIDE_TILES], ids=["interpreter-tiles", "gpu-split", "gpu-wide"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_grn_triton_matches_native(monkeypatch, dtype, config):
     """Two images of 5 x 3 pixels and 40 channels: partial channel and pixel tiles, and (gpu-split)
