@@ -30,7 +30,7 @@ def _grn(dim, dtype, seed=0):
 # chunks of 16.
 GPU_TILES = Tiles(splits=4, reduce_rows=4, reduce_channels=16, apply_rows=4, apply_channels=32, warps=4,
                   stats_channels=16)
-# A reduction tile wider than the channels (512 over 384 on the GPU): one channel block, most lanes masked.
+# A reduction tile wider than the channels (512 over 384 on the GPU): one channel block, its tail masked.
 WIDE_TILES = GPU_TILES._replace(reduce_rows=8, reduce_channels=64)
 
 

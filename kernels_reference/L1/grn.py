@@ -169,9 +169,8 @@ def interpreter_tiles(x: torch.Tensor) -> Tiles:
 # Reduction tiles load whole 128-1024 B row segments (64-512 bf16 channels); apply tiles range from
 # narrow-and-tall (one-image stage 4 has 49 pixels) to wide. The last three move 32 KB a loop step:
 # the reduction of stage 1 at batch 32 ran at 0.64 of copy bandwidth with the first five (40.2 of
-# 94.1 us; the apply launch 0.95), where each program walks 628 pixels in 4-8 KB steps, and the
-# loop's steps are a chain of memory latencies unless each step has more bytes in flight (H100,
-# 2026-12-06, docs/perf/h100-2026-12-06g.md).
+# 94.1 us; the apply launch 0.95; H100, 2026-12-06, docs/perf/h100-2026-12-06g.md), where each
+# program walks 628 pixels in 4-8 KB steps: more bytes in flight a step is the guess, not yet timed.
 _REDUCE_CONFIGS = [(32, 64, 4), (64, 64, 4), (32, 128, 4), (64, 128, 8), (16, 256, 4),
                    (64, 256, 8), (128, 128, 8), (32, 512, 8)]
 _APPLY_CONFIGS = [(16, 128, 4), (32, 128, 4), (64, 128, 8), (32, 256, 8), (128, 64, 8)]

@@ -12,7 +12,8 @@ For every op (an L1 task) and each selected workload case:
 3. check every peer's outputs (and the inputs it must write, e.g. the KV cache) against the float64
    truth with the task's calibrated compare; a ``wrong`` peer is reported and never "best";
 4. time the reference and the surviving peers interleaved in one loop with :mod:`fk_pytest.timing`
-   (CUDA-graph replay where capturable, L2 flush outside the timed window, one input set each as in the suite's default timing);
+   (CUDA-graph replay where capturable, L2 flush outside the timed window, one input set each, as
+   in the suite's default timing);
 5. derive TB/s, TFLOP/s, the fraction of the roofline measured at start, the best peer and
    ``ratio = best peer time / reference time`` (above 1: the reference is faster).
 
