@@ -164,9 +164,9 @@ def compare_speed(args, pytest_args) -> int:
     for path in args.reports:
         with open(path) as f:
             reports.append({t["name"]: t for t in json.load(f)["tasks"]})
-    print("| task | report | rounds (sum) | S_t | S (weighted geomean of the speed cases) | capture s | timing s "
-          "| ref_us vs first: max dev | cases > 10 us within 5% |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| task | report | rounds (sum) | S_t | S (weighted geomean of the speed cases) | warm-up s | capture s "
+          "| timing s | ref_us vs first: max dev | cases > 10 us within 5% |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in sorted(reports[0]):
         first = {s["case_id"]: s for s in reports[0][name]["speed"]}
         for path, rep in zip(args.reports, reports):
@@ -177,13 +177,15 @@ def compare_speed(args, pytest_args) -> int:
             devs = [(s["ref_us"] / first[c]["ref_us"] - 1, first[c]["ref_us"]) for c, s in speed.items()
                     if c in first and first[c]["ref_us"] > 0]
             big = [d for d, us in devs if us > 10]
-            timing, capture = (sum((s.get("phases") or {}).get(p, 0.0) for s in t["speed"]) for p in ("timing", "capture"))
+            # warm-up: reports before the phase existed billed it to capture (0.0 here)
+            warm, capture, timing = (sum((s.get("phases") or {}).get(p, 0.0) for s in t["speed"])
+                                     for p in ("warm_up", "capture", "timing"))
             rounds = sum(s["rounds"] for s in t["speed"])
             s_t = f"{t['S_t']:.4f}" if t.get("S_t") is not None else "-"
             scored = [(s["weight"], s["speedup"]) for s in t["speed"] if s.get("speedup") and s.get("weight")]
             total = sum(w for w, _ in scored)
             geo = f"{math.exp(sum(w * math.log(x) for w, x in scored) / total):.4f}" if total else "-"
-            print(f"| {name} | {path.rsplit('/', 1)[-1]} | {rounds} | {s_t} | {geo} | {capture:.1f} | {timing:.1f} | "
+            print(f"| {name} | {path.rsplit('/', 1)[-1]} | {rounds} | {s_t} | {geo} | {warm:.1f} | {capture:.1f} | {timing:.1f} | "
                   f"{max((abs(d) for d, _ in devs), default=0):.3f} | "
                   f"{sum(abs(d) <= 0.05 for d in big)}/{len(big)} |")
     return 0

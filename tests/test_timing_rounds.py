@@ -1,6 +1,7 @@
 """The stopping rule of the default GPU timing, on the CPU: the paired bootstrap interval of the
 ratio of two medians (fk_pytest.timing.ratio_ci) is narrow for steady rounds, wide for noisy ones,
-and sees a shift of both runners in one round as what it is (paired, so it cancels)."""
+and sees a shift of both runners in one round as what it is (paired, so it cancels); and a timing
+runner's warm-up billed as a phase of its own."""
 import dataclasses
 import random
 
@@ -135,3 +136,21 @@ def test_the_roofline_names_an_unknown_estimator_before_touching_a_device():
     from fk_pytest.timing import measure_roofline
     with pytest.raises(ValueError, match="statistic must be 'best' or 'median', got 'mean'"):
         measure_roofline("cpu", statistic="mean")
+
+
+def test_a_runner_s_warm_up_is_billed_apart_from_the_capture(monkeypatch):
+    """The first calls of a timing runner (on a bare GPU machine mostly compilation) bill the
+    phase "warm_up", not "capture" around it: a cost table then says which of the two it was."""
+    import time
+
+    import torch
+
+    from fk_pytest import phases
+    from fk_pytest.timing import _GpuRunner
+
+    monkeypatch.setattr(_GpuRunner, "_warm", lambda self, sets: time.sleep(0.05))
+    phases.take()
+    with phases.phase("capture"):
+        _GpuRunner(torch.nn.Identity(), [{}], use_graphs=False)
+    billed = phases.take()
+    assert billed.get("warm_up", 0) >= 0.05 and billed["capture"] < 0.05, billed

@@ -14,9 +14,12 @@ from collections import defaultdict
 from typing import Dict
 
 # In the order a case meets them; "worker_start" is the interpreter, imports and the evaluator,
-# "release" the collection of the previous case's GPU memory.
+# "release" the collection of the previous case's GPU memory, "warm_up" the timing runners' first
+# calls before their graphs are captured (on a bare machine mostly compilation and autotuning:
+# when one phase held both, rms_norm's speed tests billed it 22.2 s on a bare H100 and 1.0-1.4 s
+# once the kernels were compiled, 2026-12-06, docs/perf/h100-2026-12-06g.md).
 PHASES = ("worker_start", "release", "build", "inputs", "truth", "routing", "reference", "candidate", "compare",
-          "capture", "timing", "timed_check")
+          "warm_up", "capture", "timing", "timed_check")
 
 _seconds: Dict[str, float] = defaultdict(float)
 _inner: list = []  # per open phase, the seconds its nested phases took (billed to them, not to it)

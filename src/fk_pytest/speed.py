@@ -105,7 +105,7 @@ def _measure(task, case, candidate_cls, device, seed, roofline, flusher, input_s
     with phase("inputs", device):
         # The CPU times each of two sets once and checks both calls' outputs (no graph to replay).
         sets = draw_inputs(task, case, device, range(seed, seed + (input_sets if device.type == "cuda" else 2)))
-    with phase("capture", device):  # warm-up (compilation, autotuning) and graph capture
+    with phase("capture", device):  # graph capture (the warm-up calls before it bill "warm_up")
         runners = make_runners(candidate, reference, sets, device, task.call)
     with phase("timing", device):
         if device.type == "cuda":

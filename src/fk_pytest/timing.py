@@ -35,6 +35,7 @@ import torch
 from kernels_reference.cuda_graphs import capture
 
 from .build import clone_inputs
+from .phases import phase
 
 
 AMORTISE_TARGET_US = 100.0  # a K-call replay lasts at least this long (the launch floor is ~4 us)
@@ -103,7 +104,8 @@ class _GpuRunner:
         self.multi: Optional[torch.cuda.CUDAGraph] = None
         self.multi_sets: List[Mapping[str, Any]] = []
         self.multi_keep: List[Any] = []
-        self._warm(self.sets)
+        with phase("warm_up"):  # billed apart from the capture: a bare machine compiles here
+            self._warm(self.sets)
         # One memory pool for all of this runner's graphs, as serving stacks capture their batch
         # sizes: a graph's intermediates are free again once it ends, so the next capture reuses
         # them, and only the kept outputs add up. With a pool per graph, four rotated sets and the
