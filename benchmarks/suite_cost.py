@@ -185,7 +185,8 @@ def compare_speed(args, pytest_args) -> int:
             scored = [(s["weight"], s["speedup"]) for s in t["speed"] if s.get("speedup") and s.get("weight")]
             total = sum(w for w, _ in scored)
             geo = f"{math.exp(sum(w * math.log(x) for w, x in scored) / total):.4f}" if total else "-"
-            print(f"| {name} | {path.rsplit('/', 1)[-1]} | {rounds} | {s_t} | {geo} | {warm:.1f} | {capture:.1f} | {timing:.1f} | "
+            print(f"| {name} | {path.rsplit('/', 1)[-1]} | {rounds} | {s_t} | {geo} | {warm:.1f} | {capture:.1f} | "
+                  f"{timing:.1f} | "
                   f"{max((abs(d) for d, _ in devs), default=0):.3f} | "
                   f"{sum(abs(d) <= 0.05 for d in big)}/{len(big)} |")
     return 0
