@@ -5,7 +5,7 @@ indexing), ending the broken capture raises its own error, "operation failed due
 error during capture", and that error replaces the original one: the message no longer says which
 operation, in which file, was not capturable. ``capture`` re-raises the original instead."""
 import contextlib
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -24,3 +24,16 @@ def capture(graph: "torch.cuda.CUDAGraph", pool: Optional[tuple] = None) -> Iter
         raise
     context.__exit__(None, None, None)
 
+
+
+def warm_up(calls: Sequence[Callable[[], object]], repeats: int = 1) -> None:
+    """Run ``calls`` (``repeats`` times over) on a side stream and make the current stream wait for
+    them: what a capture needs done first (compilation, autotuning, lazy workspaces and tables), off
+    the stream a graph is then captured on."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(repeats):
+            for call in calls:
+                call()
+    torch.cuda.current_stream().wait_stream(side)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
-from kernels_reference.cuda_graphs import capture
+from kernels_reference.cuda_graphs import capture, warm_up
 
 from .build import clone_inputs
 from .phases import phase
@@ -133,13 +133,8 @@ class _GpuRunner:
 
     def _warm(self, sets) -> None:
         """Compilation, autotuning and lazy tables happen here, on a side stream (as capture needs)."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.no_grad():
-            for _ in range(2):
-                for s in sets:
-                    self.call(self.module, s)
-        torch.cuda.current_stream().wait_stream(side)
+        with torch.no_grad():
+            warm_up([lambda s=s: self.call(self.module, s) for s in sets], repeats=2)
         torch.cuda.synchronize()
 
     def amortise(self, extra_sets: Sequence[Mapping[str, Any]], calls: int, rotate: bool = True) -> None:

@@ -11,7 +11,7 @@ from typing import Callable, Dict
 
 import torch
 
-from ...cuda_graphs import capture
+from ...cuda_graphs import capture, warm_up
 
 _CHOSEN: Dict[tuple, str] = {}  # shape key -> the option that won
 TUNED: Dict[tuple, Dict[str, float]] = {}  # shape key -> each option's best ms (benchmarks/encoder_choices.py)
@@ -51,11 +51,7 @@ def graph_ms(call: Callable[[], torch.Tensor]) -> float:
     run = several
     try:
         graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            call()  # capture wants the call's lazy work (workspaces, tables) done first
-        torch.cuda.current_stream().wait_stream(side)
+        warm_up([call])  # capture wants the call's lazy work (workspaces, tables) done first
         with capture(graph):
             several()
         graph.replay()

@@ -6,8 +6,8 @@ Bicubic resampling at fixed sizes reads a 4 x 4 neighbourhood of the native tabl
 with weights that depend only on the sizes: ``bicubic_taps`` gives each output row and column its
 four source indices (clamped to the edge) and weights, kept per (grid, height, width, device). One
 program computes one output cell's resampled row (up to ``MAX_BLOCK_D`` channels) in float32 and
-adds it to that cell of up to ``IMAGES_PER_PROGRAM`` images of the batch, as one 2-D tile. At batch 1 and 224 px the op was
-launch-bound in torch (five launches: 27 us on the H100 where Inductor's fused version took 14,
+adds it to that cell of up to ``IMAGES_PER_PROGRAM`` images of the batch, as one 2-D tile. At
+batch 1 and 224 px the op was launch-bound in torch (five launches: 27 us on the H100 where Inductor's fused version took 14,
 2026-12-05, docs/perf/h100-2026-12-05.md).
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ CUBIC_A = -0.75  # torch's (and PIL's) bicubic kernel parameter
 # 336 x 448 px at 0.62 of copy bandwidth on the H100 (2026-12-06, docs/perf/h100-flashinfer-tree.md).
 IMAGES_PER_PROGRAM = 8
 MAX_BLOCK_D = 1024  # channels per program; wider rows (DINOv2-g's 1536) take two programs
+
 
 def bicubic_taps(out_size: int, in_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """([out, 4] int64 source indices, [out, 4] float64 weights) of F.interpolate(mode="bicubic",
