@@ -22,7 +22,8 @@ XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_T
 # through the plugin, 30-60 s; the stub tree's probe of every task's calls on the reference 20-30 s;
 # trained all-MiniLM-L6-v2's HF and packed float32 runs about 3 s; the trained DINOv2-S's ONNX read and
 # both models' float32 runs on four photos about 3 s; the MiniLM embedding case's calibration (noise runs
-# and six mutants) about 3 s.
+# and six mutants) about 3 s; the Mixtral cut's degree-1 calibration for both tensor-parallel trees
+# about 1.5 s alone, 3-10 s beside the other worker; the SmolLM2 GGUF file's HF reads about 2 s.
 SHARED_FIXTURE_GROUPS = {"tests/test_e2e.py::test_smollm2_": "smollm2-calibration",
                          "tests/test_e2e.py::test_kernel_and_e2e_macroevals_side_by_side": "mixtral-plugin-run",
                          "tests/test_e2e.py::test_the_cache_options_reach_the_evaluator": "mixtral-plugin-run",
@@ -30,7 +31,9 @@ SHARED_FIXTURE_GROUPS = {"tests/test_e2e.py::test_smollm2_": "smollm2-calibratio
                          "tests/test_stubs.py::test_manifest_names_the_tree_and_every_task": "stub-tree",
                          "tests/test_minilm_trained.py::": "minilm-trained",
                          "tests/test_dinov2_trained.py::": "dinov2-trained",
-                         "tests/test_embedding_e2e.py::": "minilm-embedding-calibration"}
+                         "tests/test_embedding_e2e.py::": "minilm-embedding-calibration",
+                         "tests/test_e2e_tp.py::": "mixtral-tp-calibration",
+                         "tests/test_gguf.py::": "smollm2-gguf"}
 
 
 def pytest_configure(config):
@@ -102,6 +105,22 @@ def _suite_env():
     return env
 
 
+class _NoGcAtExit:
+    """What pytester's in-process runs do: no full garbage collection at the end of the run.
+    pytest collects garbage twice as a run ends, to report exceptions raised in ``__del__``; in
+    this process, which holds torch, Triton and every earlier run's modules, that took 0.5 s of
+    each run (a collect-only run: 1.1 s in all). A fresh ``pytest`` process is cheap to collect,
+    and an exception in a finalizer is still reported when reference counting runs it."""
+
+    @staticmethod
+    def pytest_configure(config):
+        try:  # pytest's own switch, private and recent (pytest>=8 is all pyproject asks for)
+            from _pytest.unraisableexception import gc_collect_iterations_key
+        except ImportError:
+            return  # an older pytest: the collection stays, only the time is lost
+        config.stash[gc_collect_iterations_key] = 0
+
+
 def run_suite_in_process(args, cwd) -> pytest.RunResult:
     """``pytest`` on the task suite in this process, output captured as pytester's runs capture it.
 
@@ -135,7 +154,8 @@ def run_suite_in_process(args, cwd) -> pytest.RunResult:
             # which pytest marks for assertion rewriting: in this process an earlier run (or
             # test) imported them already, and pytest warns that it cannot rewrite them, a
             # warning that a fresh pytest process never gives.
-            ret = pytest.main([*map(str, args), "-W", "ignore::pytest.PytestAssertRewriteWarning"])
+            ret = pytest.main([*map(str, args), "-W", "ignore::pytest.PytestAssertRewriteWarning"],
+                              plugins=[_NoGcAtExit()])
     finally:
         os.chdir(here)
         sys.modules.update(modules)
