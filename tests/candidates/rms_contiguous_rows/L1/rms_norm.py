@@ -7,14 +7,17 @@ from torch import nn
 
 
 @triton.jit
-def _kernel(x_ptr, w_ptr, y_ptr, width, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
+def _kernel(x_ptr, w_ptr, y_ptr, n_rows, width, eps, BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    # ROWS rows a program (a common tiling; the interpreter pays per program, not per row)
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
-    m = cols < width
-    x = tl.load(x_ptr + row * width + cols, mask=m, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, axis=0) / width + eps)
-    w = tl.load(w_ptr + cols, mask=m, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * width + cols, ((x * r).to(y_ptr.dtype.element_ty).to(tl.float32) * w).to(y_ptr.dtype.element_ty), mask=m)
+    m = (rows[:, None] < n_rows) & (cols[None, :] < width)
+    offs = rows[:, None] * width + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(x * x, axis=1) / width + eps)
+    w = tl.load(w_ptr + cols, mask=cols < width, other=0.0).to(tl.float32)
+    y = (x * r[:, None]).to(y_ptr.dtype.element_ty).to(tl.float32) * w[None, :]
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=m)
 
 
 class RMSNorm(nn.Module):
@@ -30,6 +33,6 @@ class RMSNorm(nn.Module):
             residual = x
         y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         n_rows = x.numel() // self.hidden_size
-        _kernel[(n_rows,)](x, self.weight, y, self.hidden_size, self.variance_epsilon,
-                           BLOCK=triton.next_power_of_2(self.hidden_size))
+        _kernel[(triton.cdiv(n_rows, 16),)](x, self.weight, y, n_rows, self.hidden_size, self.variance_epsilon,
+                                            BLOCK=triton.next_power_of_2(self.hidden_size), ROWS=16)
         return y if residual is None else (y, residual)
