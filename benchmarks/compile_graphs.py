@@ -17,6 +17,7 @@ import torch
 
 from fk_pytest.build import clone_inputs, instantiate, master_state
 from fk_pytest.registry import all_tasks
+from kernels_reference.cuda_graphs import warm_up
 
 
 def _outputs(out):
@@ -43,11 +44,7 @@ def _agree(got, eager, truth):
 def _graph_run(task, module, inputs):
     """Capture one call in a CUDA graph, then replay it on the same (fresh-copied) inputs."""
     static = clone_inputs(inputs)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        task.call(module, clone_inputs(inputs))  # warm-up: compilation, autotuning, lazy tables
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up([lambda: task.call(module, clone_inputs(inputs))])  # compilation, autotuning, lazy tables
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = task.call(module, static)

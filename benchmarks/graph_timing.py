@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from kernels_reference.cuda_graphs import capture  # reports the operation that broke a capture
+from kernels_reference.cuda_graphs import capture, warm_up  # capture reports the operation that broke it
 
 
 class AmortisedGraphs:
@@ -21,12 +21,7 @@ class AmortisedGraphs:
     def __init__(self, calls, warmup=None, context=None):
         self.calls = len(calls)
         with (context or contextlib.nullcontext)(), torch.no_grad():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for fn in (calls if warmup is None else warmup):
-                    fn()
-            torch.cuda.current_stream().wait_stream(side)
+            warm_up(calls if warmup is None else warmup)
             torch.cuda.synchronize()
             self.one = torch.cuda.CUDAGraph()
             with capture(self.one):
@@ -70,6 +65,18 @@ def time_amortised(runners, flush, rounds):
         out[n] = {"us": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "single_us": statistics.median(one),
                   "calls": k, "rounds": rounds, "mode": "cuda-graph amortised"}
     return out
+
+
+def add_times(rows: dict, runners, flush, rounds: int, moved_bytes: int, baseline: str = "inductor") -> dict:
+    """Time ``runners`` (name -> AmortisedGraphs) interleaved and write each one's us, spread, TB/s
+    (``moved_bytes`` a call) and ``vs_<baseline>`` (the baseline's time / its own) into ``rows``."""
+    for name, t in time_amortised(runners, flush, rounds).items():
+        rows[name].update(us=t["us"], spread=t["spread"], tb_s=moved_bytes / (t["us"] * 1e-6) / 1e12)
+    base = rows.get(baseline, {}).get("us")
+    for r in rows.values():
+        if base and r.get("us"):
+            r[f"vs_{baseline}"] = base / r["us"]
+    return rows
 
 
 def graph_kernel_breakdown(graph, reps: int = 5) -> dict:
@@ -126,12 +133,7 @@ class Timer:
             t0 = time.perf_counter()
             fn()
             return {"us": (time.perf_counter() - t0) * 1e6, "mode": "cpu-wall"}
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
+        warm_up([fn], repeats=2)
         torch.cuda.synchronize()
         run, mode = fn, "cuda-events"
         if graph:

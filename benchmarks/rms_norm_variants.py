@@ -20,7 +20,7 @@ import os
 import torch
 
 import kernels_reference.L1.rms_norm as rms
-from benchmarks.graph_timing import over_sets, time_amortised
+from benchmarks.graph_timing import add_times, over_sets
 from benchmarks.markdown import md_table
 from fk_pytest.timing import L2Flusher
 
@@ -96,14 +96,8 @@ def time_case(tokens, width, fused, looped, rounds, flush):
             rows.setdefault(name, {})["rel_err"] = err
         except Exception as exc:  # noqa: BLE001 - one form that does not build is a row, not the end
             rows.setdefault(name, {})["error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
-    times = time_amortised(runners, flush, rounds)
     moved = tokens * width * 2 * (4 if fused else 2)
-    for name, t in times.items():
-        rows[name].update(us=t["us"], spread=t["spread"], tb_s=moved / (t["us"] * 1e-6) / 1e12)
-    ind = rows.get("inductor", {}).get("us")
-    for r in rows.values():
-        if ind and r.get("us"):
-            r["vs_inductor"] = ind / r["us"]
+    add_times(rows, runners, flush, rounds, moved)
     return rows
 
 

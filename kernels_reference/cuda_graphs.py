@@ -25,7 +25,6 @@ def capture(graph: "torch.cuda.CUDAGraph", pool: Optional[tuple] = None) -> Iter
     context.__exit__(None, None, None)
 
 
-
 def warm_up(calls: Sequence[Callable[[], object]], repeats: int = 1) -> None:
     """Run ``calls`` (``repeats`` times over) on a side stream and make the current stream wait for
     them: what a capture needs done first (compilation, autotuning, lazy workspaces and tables), off
