@@ -119,7 +119,9 @@ def _configs_for_block(block: int):
     """(rows per program, warps): encoder widths are 384-1536, so narrow rows get several rows per
     program and wide ones a program each (the RMSNorm split, see ``rms_norm._configs_for_block``)."""
     if block <= 512:
-        pairs = [(1, 1), (2, 1), (4, 2), (8, 4), (16, 4)]
+        # the last three move 8-24 KB a program: MiniLM's 384-wide rows at 16384 tokens trailed
+        # Inductor by 3.4% with the first five (H100, 2026-12-06, docs/perf/h100-2026-12-06g.md)
+        pairs = [(1, 1), (2, 1), (4, 2), (8, 4), (16, 4), (8, 8), (16, 8), (32, 8)]
     elif block <= 2048:
         pairs = [(1, 2), (1, 4), (1, 8), (2, 4), (4, 8)]
     else:
