@@ -47,6 +47,16 @@ def test_grn_triton_matches_native(monkeypatch, dtype, config):
     tol = 2e-5 if dtype == torch.float32 else 1.6e-2
     torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
     assert torch.equal(grn_channels_last(grn, x, config), got)  # no atomics: the same bits again
+    # Where the factors are computed moves work between programs, never a value; the ticket form
+    # twice, for its counters back at zero after a launch.
+    for form in ("recompute", "factor-launch", "ticket", "ticket"):
+        assert torch.equal(grn_channels_last(grn, x, config, form=form), got), form
+
+
+def test_grn_names_an_unknown_form():
+    grn, gen = _grn(8, torch.float32)
+    with pytest.raises(ValueError, match="'atomics' is not one of"):
+        grn_channels_last(grn, torch.randn(1, 2, 2, 8, generator=gen), form="atomics")
 
 
 @pytest.mark.parametrize("batch, side, channels", [(32, 56, 384), (32, 14, 1536), (1, 56, 384), (1, 7, 3072)])

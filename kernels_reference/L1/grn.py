@@ -18,23 +18,23 @@ Numerics: half types compute in float32 (the norms, their mean, the epilogue) an
 float64 stays float64, which makes ``forward_native`` the correctness truth. timm and HF on half
 types round the norm and its mean to the activation dtype on the way; one rounding is stricter.
 
-The fast path on CUDA (channels-last, half or float32) is two Triton launches. The first sums
-squares: a program per (image, pixel range, channel block) reduces its range into a float32
-``partial[B, splits, C]`` with plain stores, the pixels split so that the launch has a few
-programs per SM even for one image. The second applies: a program per (image, pixel tile, channel
-block) sums its image's partials (a few KB, L2-resident) into the norms of every channel, takes
-their mean, and writes ``x * (1 + weight * Nx) + bias`` for its tile. Recomputing the mean in
-every program costs less than a launch between the two, and no float atomics means the same bits
-on every run of one configuration. Tile shapes are autotuned per (channels, pixel-count bucket).
-Channels-first inputs take the native path.
+The fast path on CUDA (channels-last, half or float32) is a reduction launch and an apply launch.
+The first sums squares: a program per (image, pixel range, channel block) reduces its range into a
+float32 ``partial[B, splits, C]`` with plain stores, the pixels split so that the launch has a few
+programs per SM even for one image. The second writes ``x * (1 + weight * Nx) + bias`` for a tile
+per program. The factors ``1 + weight * Nx`` need the image's mean norm over all channels; where
+they are computed is ``FORM`` (below): the shipped form has every apply program sum its image's
+partials again; a factor launch between the two, or the reduction's last program per image (an
+atomic ticket), are the others. No float atomics: the same bits on every run of one configuration,
+in every form. Tile shapes are autotuned per (channels, pixel-count bucket). Channels-first inputs
+take the native path.
 
-What the timings so far say: the earlier design (atomics into ``[B, C]``, a factor launch, an apply launch)
-timed at 0.22-0.29 of ``torch.compile(forward_native)``'s speed on ConvNeXt-V2-Tiny's batch-32
-stages (H200, 2026-12-05), and so did this one (stage 1, B32: 382 us against 85 us on an H100 the
-same day). Both numbers were mostly a copy: the task handed the op features in NCHW memory order,
-which ``x.contiguous()`` rewrote on every call (291 of the 382 us; the two kernels took 55 + 37 us,
-``python3 -m benchmarks kernel_breakdown global_response_norm``). An MLP's fc1 writes them
-contiguous, and the task now does too; the two designs have not been compared since.
+What the timings say: an earlier design (atomics into ``[B, C]``, a factor launch, an apply
+launch) and the recompute form both timed at 0.22-0.29 of ``torch.compile(forward_native)`` on
+ConvNeXt-V2-Tiny's batch-32 stages (2026-12-05), mostly a copy: the task handed the op NCHW
+features, which ``x.contiguous()`` rewrote on every call. With contiguous features (as an MLP's fc1
+writes them), on an H100 on 2026-12-06 (docs/perf/h100-2026-12-06h.md): stages 2-4 at batch 32 at
+0.98-1.39 of Inductor, stage 1 at 0.86 (the factor launch: 0.94), one stage-1 image at 0.63.
 """
 import functools
 from typing import NamedTuple, Optional
@@ -92,6 +92,7 @@ class Tiles(NamedTuple):
     apply_channels: int
     warps: int
     stats_channels: int
+    apply_warps: Optional[int] = None  # None: ``warps``
 
 
 # Programs a reduction aims for per SM: enough to hide memory latency, few enough that each still
@@ -104,11 +105,31 @@ PARTIALS_PER_IMAGE = 4096
 MAX_SPLITS = 32  # the apply programs hold [splits, channels] partial tiles in registers
 NOMINAL_CHANNELS = 64  # the channel block the split count is planned for
 STATS_TILE = 4096  # [splits, channel chunk] partials summed at once
+# How the apply programs get each (image, channel)'s factor ``1 + weight * Nx``, which needs the
+# image's mean norm over all channels, so every reduction program of the image first:
+#   "recompute"      each apply program sums every split's partials of its image (stage 1 at batch
+#                    32: 7.7 KB of L2 reads a program, 72 MB over the launch);
+#   "factor-launch"  a third launch, a program per image, writes [B, C] factors between the two;
+#   "ticket"         the reduction program of an image that finishes last (an atomic ticket per
+#                    image) writes them: two launches and no re-reads. The sums run in a fixed
+#                    order whichever program is last, so the bits do not depend on the schedule.
+# On an H100 (2026-12-06, grn_variants) the factor launch took stage 1 at batch 32 from 97.9 to
+# 89.5 us against Inductor's 84.1, and was slower at stages 3 and 4; a single 56 x 56 x 384 image
+# took 14.5-15.1 us in either form against Inductor's 9.5: three launches' latency, or the
+# recompute's re-reads. "ticket" is not yet timed.
+FORMS = ("recompute", "factor-launch", "ticket")
+FORM = "recompute"
+_TICKETS = {}  # device -> int32 counters, one per image, zero between launches
 
 
-def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional[Tiles] = None) -> torch.Tensor:
-    """The two launches on a channels-last ``x``; ``config`` is only given by tests that run the
-    GPU's tiling in the interpreter (a real GPU autotunes, the interpreter takes ``interpreter_tiles``)."""
+def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional[Tiles] = None,
+                      form: Optional[str] = None) -> torch.Tensor:
+    """The launches on a channels-last ``x``; ``config`` is only given by tests that run the GPU's
+    tiling in the interpreter and by benchmarks/grn_variants.py (a real GPU autotunes, the
+    interpreter takes ``interpreter_tiles``), ``form`` (default ``FORM``) by those that compare forms."""
+    form = FORM if form is None else form
+    if form not in FORMS:
+        raise ValueError(f"GRN form {form!r} is not one of {FORMS}")
     if x.dim() != 4 or x.shape[-1] != grn.dim:
         raise ValueError(f"GlobalResponseNorm({grn.dim}) expects [B, H, W, {grn.dim}], got {tuple(x.shape)}")
     x = x.contiguous()  # the MLP's fc1 + GELU output already is
@@ -128,23 +149,52 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     splits = triton.cdiv(pixels, rows_per_split)
     partial = torch.empty((batch, splits, channels), dtype=torch.float32, device=x.device)
     splits_block = triton.next_power_of_2(splits)
-    stats_channels = (config.stats_channels if config is not None
-                      else max(1, min(triton.next_power_of_2(channels), STATS_TILE // splits_block)))
-    reduce_args = (x, partial, pixels, channels, splits, rows_per_split, size_class(batch * pixels))
-    apply_args = (x, partial, grn.weight, grn.bias, out, pixels, channels, splits, grn.eps, size_class(batch * pixels))
-    apply_consts = dict(SPLITS_BLOCK=splits_block, STATS_BLOCK=stats_channels)
+    stats_channels = config.stats_channels if config is not None else stats_chunk(splits, channels)
+    stats_consts = dict(SPLITS_BLOCK=splits_block, STATS_BLOCK=stats_channels)
+    # What the apply programs read: the partials, or [B, C] factors written before them.
+    factors = partial if form == "recompute" else torch.empty((batch, channels), dtype=torch.float32, device=x.device)
+    tickets = _tickets(x.device, batch) if form == "ticket" else partial  # a placeholder, never read, otherwise
+    size_cls = size_class(batch * pixels)
+    reduce_args = (x, partial, grn.weight, factors, tickets, pixels, channels, splits, rows_per_split, grn.eps, size_cls)
+    reduce_consts = dict(stats_consts, FINALIZE=form == "ticket")
+    apply_args = (x, factors, grn.weight, grn.bias, out, pixels, channels, splits, grn.eps, size_cls)
+    apply_consts = dict(stats_consts, FACTORS=form != "recompute")
     if tuned:
-        _tuned_sumsq()[lambda meta: (batch * splits, triton.cdiv(channels, meta["BLOCK_C"]))](*reduce_args)
+        _tuned_sumsq()[lambda meta: (batch * splits, triton.cdiv(channels, meta["BLOCK_C"]))](*reduce_args, **reduce_consts)
+    else:
+        _grn_sumsq_kernel[(batch * splits, triton.cdiv(channels, config.reduce_channels))](
+            *reduce_args, **reduce_consts, BLOCK_R=config.reduce_rows, BLOCK_C=config.reduce_channels,
+            num_warps=config.warps)
+    if form == "factor-launch":
+        _grn_factor_kernel[(batch,)](partial, grn.weight, factors, channels, splits, grn.eps, **stats_consts)
+    if tuned:
         apply_grid = lambda meta: (batch * triton.cdiv(pixels, meta["BLOCK_R"]),  # noqa: E731
                                    triton.cdiv(channels, meta["BLOCK_C"]))
         _tuned_apply()[apply_grid](*apply_args, **apply_consts)
-        return out
-    _grn_sumsq_kernel[(batch * splits, triton.cdiv(channels, config.reduce_channels))](
-        *reduce_args, BLOCK_R=config.reduce_rows, BLOCK_C=config.reduce_channels, num_warps=config.warps)
-    grid = (batch * triton.cdiv(pixels, config.apply_rows), triton.cdiv(channels, config.apply_channels))
-    _grn_apply_kernel[grid](*apply_args, **apply_consts, BLOCK_R=config.apply_rows,
-                            BLOCK_C=config.apply_channels, num_warps=config.warps)
+    else:
+        grid = (batch * triton.cdiv(pixels, config.apply_rows), triton.cdiv(channels, config.apply_channels))
+        _grn_apply_kernel[grid](*apply_args, **apply_consts, BLOCK_R=config.apply_rows, BLOCK_C=config.apply_channels,
+                                num_warps=config.apply_warps or config.warps)
     return out
+
+
+def _tickets(device: torch.device, batch: int) -> torch.Tensor:
+    """The ticket form's counters: one int32 per image, kept per device and zero between launches
+    (each image's last program resets its own). Two GRN launches running at once on two streams of
+    one device would share them; a model runs its blocks one after another. Under CUDA-graph
+    capture with no large enough buffer yet, a fresh zeroed one: the graph then zeroes it itself."""
+    buf = _TICKETS.get(device)
+    if buf is None or buf.numel() < batch:
+        fresh = torch.zeros(max(batch, 64), dtype=torch.int32, device=device)
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return fresh
+        _TICKETS[device] = buf = fresh
+    return buf
+
+
+def stats_chunk(splits: int, channels: int) -> int:
+    """The channels whose [splits, channels] partials are summed at once: ``STATS_TILE`` floats."""
+    return max(1, min(triton.next_power_of_2(channels), STATS_TILE // triton.next_power_of_2(splits)))
 
 
 def pixel_splits(batch: int, pixels: int, channels: int, sm_count: int) -> int:
@@ -170,7 +220,9 @@ def interpreter_tiles(x: torch.Tensor) -> Tiles:
 # narrow-and-tall (one-image stage 4 has 49 pixels) to wide. The last three move 32 KB a loop step:
 # the reduction of stage 1 at batch 32 ran at 0.64 of copy bandwidth with the first five (40.2 of
 # 94.1 us; the apply launch 0.95; H100, 2026-12-06, docs/perf/h100-2026-12-06g.md), where each
-# program walks 628 pixels in 4-8 KB steps: more bytes in flight a step is the guess, not yet timed.
+# program walks 628 pixels in 4-8 KB steps. Timed later that day (h100-2026-12-06h.md): at stage 1
+# batch 32 neither form's fastest reduction used them; for one stage-1 image (128, 128, 8) was the
+# fastest with the factor launch. The autotuner picks among all eight.
 _REDUCE_CONFIGS = [(32, 64, 4), (64, 64, 4), (32, 128, 4), (64, 128, 8), (16, 256, 4),
                    (64, 256, 8), (128, 128, 8), (32, 512, 8)]
 _APPLY_CONFIGS = [(16, 128, 4), (32, 128, 4), (64, 128, 8), (32, 256, 8), (128, 64, 8)]
@@ -179,20 +231,21 @@ _APPLY_CONFIGS = [(16, 128, 4), (32, 128, 4), (64, 128, 8), (32, 256, 8), (128, 
 @functools.lru_cache(maxsize=None)
 def _tuned_sumsq():
     configs = [triton.Config({"BLOCK_R": r, "BLOCK_C": c}, num_warps=w) for r, c, w in _REDUCE_CONFIGS]
-    return autotune(configs=configs, key=["channels", "size_cls"])(_grn_sumsq_kernel)
+    return autotune(configs=configs, key=["channels", "size_cls", "FINALIZE"])(_grn_sumsq_kernel)
 
 
 @functools.lru_cache(maxsize=None)
 def _tuned_apply():
     configs = [triton.Config({"BLOCK_R": r, "BLOCK_C": c}, num_warps=w) for r, c, w in _APPLY_CONFIGS]
-    return autotune(configs=configs, key=["channels", "size_cls"])(_grn_apply_kernel)
+    return autotune(configs=configs, key=["channels", "size_cls", "FACTORS"])(_grn_apply_kernel)
 
 
 if triton is not None:
 
     @triton.jit(do_not_specialize=["size_cls"])
-    def _grn_sumsq_kernel(x_ptr, partial_ptr, pixels, channels, splits, rows_per_split,
-                          size_cls,  # only an autotune key (the pixel-count bucket)
+    def _grn_sumsq_kernel(x_ptr, partial_ptr, w_ptr, factor_ptr, ticket_ptr, pixels, channels, splits, rows_per_split,
+                          eps, size_cls,  # size_cls: only an autotune key (the pixel-count bucket)
+                          FINALIZE: tl.constexpr, SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr,
                           BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
         image = tl.program_id(0) // splits
         split = tl.program_id(0) % splits
@@ -209,33 +262,71 @@ if triton is not None:
             v = v.to(tl.float32)
             acc += v * v
         tl.store(partial_ptr + (image * splits + split) * channels + cols, tl.sum(acc, axis=0), mask=col_ok)
+        if FINALIZE:  # the "ticket" form: the image's last program to finish writes its factors
+            tl.debug_barrier()  # every thread's partials stored before the ticket is taken
+            if tl.atomic_add(ticket_ptr + image, 1, sem="acq_rel") == splits * tl.num_programs(1) - 1:
+                tl.atomic_xchg(ticket_ptr + image, 0)  # every program of the image has its ticket
+                _write_image_factors(partial_ptr, w_ptr, factor_ptr, image, channels, splits, eps,
+                                     SPLITS_BLOCK, STATS_BLOCK, True)
 
     @triton.jit
-    def _summed_partials(stats_ptr, splits, channels, cols, SPLITS_BLOCK: tl.constexpr):
+    def _summed_partials(stats_ptr, splits, channels, cols, SPLITS_BLOCK: tl.constexpr, FROM_L2: tl.constexpr):
         """Sums of squares of the channels ``cols``: the image's splits added up."""
         s = tl.arange(0, SPLITS_BLOCK)
         ok = (s < splits)[:, None] & (cols < channels)[None, :]
-        return tl.sum(tl.load(stats_ptr + s[:, None] * channels + cols[None, :], mask=ok, other=0.0), axis=0)
+        offsets = stats_ptr + s[:, None] * channels + cols[None, :]
+        if FROM_L2:  # stored by other programs of this launch (the ticket form): past this SM's L1
+            return tl.sum(tl.load(offsets, mask=ok, other=0.0, cache_modifier=".cg"), axis=0)
+        return tl.sum(tl.load(offsets, mask=ok, other=0.0), axis=0)
 
-    @triton.jit(do_not_specialize=["size_cls"])
-    def _grn_apply_kernel(x_ptr, partial_ptr, w_ptr, b_ptr, out_ptr, pixels, channels, splits, eps,
-                          size_cls,  # only an autotune key (the pixel-count bucket)
-                          SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr,
-                          BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-        row_blocks = tl.cdiv(pixels, BLOCK_R)
-        image = tl.program_id(0) // row_blocks
-        stats = partial_ptr + image * splits * channels
-        # The mean norm over all channels, which every program of the image recomputes.
+    @triton.jit
+    def _inverse_mean_norm(stats, channels, splits, eps, SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr,
+                           FROM_L2: tl.constexpr):
+        """1 / (the mean over channels of the L2 norms + eps) from one image's partials."""
         norms = tl.zeros([STATS_BLOCK], dtype=tl.float32)
         for start in range(0, channels, STATS_BLOCK):
-            norms += tl.sqrt(_summed_partials(stats, splits, channels, start + tl.arange(0, STATS_BLOCK), SPLITS_BLOCK))
-        inv_mean = 1.0 / (tl.sum(norms, axis=0) / channels + eps)
+            norms += tl.sqrt(_summed_partials(stats, splits, channels, start + tl.arange(0, STATS_BLOCK), SPLITS_BLOCK,
+                                              FROM_L2))
+        return 1.0 / (tl.sum(norms, axis=0) / channels + eps)
+
+    @triton.jit
+    def _image_factors(stats, w_ptr, channels, splits, inv_mean, cols, SPLITS_BLOCK: tl.constexpr, FROM_L2: tl.constexpr):
+        """``1 + weight * Nx`` of the channels ``cols`` from one image's partials."""
+        nx = tl.sqrt(_summed_partials(stats, splits, channels, cols, SPLITS_BLOCK, FROM_L2)) * inv_mean
+        return 1.0 + tl.load(w_ptr + cols, mask=cols < channels, other=0.0).to(tl.float32) * nx
+
+    @triton.jit
+    def _grn_factor_kernel(partial_ptr, w_ptr, factor_ptr, channels, splits, eps,
+                           SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr):
+        _write_image_factors(partial_ptr, w_ptr, factor_ptr, tl.program_id(0), channels, splits, eps,
+                             SPLITS_BLOCK, STATS_BLOCK, False)
+
+    @triton.jit
+    def _write_image_factors(partial_ptr, w_ptr, factor_ptr, image, channels, splits, eps,
+                             SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr, FROM_L2: tl.constexpr):
+        stats = partial_ptr + image * splits * channels
+        inv_mean = _inverse_mean_norm(stats, channels, splits, eps, SPLITS_BLOCK, STATS_BLOCK, FROM_L2)
+        for start in range(0, channels, STATS_BLOCK):
+            cols = start + tl.arange(0, STATS_BLOCK)
+            factor = _image_factors(stats, w_ptr, channels, splits, inv_mean, cols, SPLITS_BLOCK, FROM_L2)
+            tl.store(factor_ptr + image * channels + cols, factor, mask=cols < channels)
+
+    @triton.jit(do_not_specialize=["size_cls"])
+    def _grn_apply_kernel(x_ptr, stats_ptr, w_ptr, b_ptr, out_ptr, pixels, channels, splits, eps,
+                          size_cls,  # only an autotune key (the pixel-count bucket)
+                          SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr,
+                          FACTORS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+        row_blocks = tl.cdiv(pixels, BLOCK_R)
+        image = tl.program_id(0) // row_blocks
         cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         col_ok = cols < channels
-        nx = tl.sqrt(_summed_partials(stats, splits, channels, cols, SPLITS_BLOCK)) * inv_mean
-        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        if FACTORS:  # [B, C] factors written before this launch
+            factor = tl.load(stats_ptr + image * channels + cols, mask=col_ok, other=0.0)
+        else:  # every program of the image recomputes them from the partials
+            stats = stats_ptr + image * splits * channels
+            inv_mean = _inverse_mean_norm(stats, channels, splits, eps, SPLITS_BLOCK, STATS_BLOCK, False)
+            factor = _image_factors(stats, w_ptr, channels, splits, inv_mean, cols, SPLITS_BLOCK, False)
         b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        factor = 1.0 + w * nx
         rows = (tl.program_id(0) % row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
         ok = (rows < pixels)[:, None] & col_ok[None, :]
         offsets = image.to(tl.int64) * pixels * channels + rows.to(tl.int64)[:, None] * channels + cols[None, :]

@@ -1,0 +1,148 @@
+"""GRN's launch forms and tiles against Inductor, side by side on the GPU.
+
+The reference's GRN (kernels_reference.L1.grn) is a sum-of-squares reduction into per-split
+partials and an apply pass, in one of three forms (``grn.FORMS``: the apply programs recompute the
+factors from the partials, a factor launch between, or the reduction's last program per image
+writes them). For each case below and each form: the autotuned path, the reduction tiles at 1x, 2x
+and 4x the planned pixel splits (one apply tile), the apply tiles (one reduction tile), each checked
+against the float64 definition and timed in one interleaved loop (amortised CUDA graphs, L2
+flushed, a fresh input set per call) beside ``torch.compile(forward_native)``. Then the peer
+benchmark's GRN comparison (every case of the task) once per form, with ``FORM`` set to it:
+
+    python3 -m benchmarks grn_variants [--rounds 30] [--cases stage1-B32,stage3-B32] [--no-peers]
+"""
+import argparse
+import io
+import json
+import os
+
+import torch
+
+import kernels_reference.L1.grn as grn_mod
+from benchmarks.graph_timing import add_times, over_sets
+from benchmarks.markdown import md_table
+from fk_pytest.timing import L2Flusher
+
+# ConvNeXt-V2-Tiny's GRN inputs at 224 px: (label, batch, side, channels = 4 x the stage's dim)
+CASES = (("stage1-B32", 32, 56, 384), ("stage2-B32", 32, 28, 768), ("stage3-B32", 32, 14, 1536),
+         ("stage4-B32", 32, 7, 3072), ("stage1-B1", 1, 56, 384))
+SETS = 4
+APPLY_FOR_REDUCE_SWEEP = (32, 128, 4)  # the apply tile fixed while the reduction tiles vary
+REDUCE_FOR_APPLY_SWEEP = (64, 64, 4)  # and the reduction tile while the apply tiles vary
+
+
+def _tiles(splits, reduce, apply, channels):
+    return grn_mod.Tiles(splits, reduce[0], reduce[1], apply[0], apply[1], reduce[2],
+                         grn_mod.stats_chunk(splits, channels), apply_warps=apply[2])
+
+
+def variants(batch, pixels, channels, sms):
+    """label -> (Tiles, or None for the autotuned path; form)"""
+    planned = grn_mod.pixel_splits(batch, pixels, channels, sms)
+    out = {}
+    for form in grn_mod.FORMS:
+        out[f"{form} autotuned"] = (None, form)
+        for mult in (1, 2, 4):
+            splits = min(grn_mod.MAX_SPLITS, planned * mult)
+            for reduce in grn_mod._REDUCE_CONFIGS:
+                out[f"{form} splits={splits} reduce={reduce}"] = (_tiles(splits, reduce, APPLY_FOR_REDUCE_SWEEP, channels),
+                                                                  form)
+        for apply in grn_mod._APPLY_CONFIGS:
+            out[f"{form} apply={apply}"] = (_tiles(planned, REDUCE_FOR_APPLY_SWEEP, apply, channels), form)
+    return out
+
+
+def time_case(batch, side, channels, rounds, flush):
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    m = grn_mod.GlobalResponseNorm(channels).to(dev, torch.bfloat16)
+    with torch.no_grad():
+        m.weight.copy_(0.5 * torch.randn(m.weight.shape, generator=g, device=dev))
+        m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g, device=dev))
+    sets = [torch.nn.functional.gelu(torch.randn(batch, side, side, channels, generator=g, device=dev)).to(torch.bfloat16)
+            for _ in range(SETS)]
+    m64 = grn_mod.GlobalResponseNorm(channels).to(dev, torch.float64)
+    m64.load_state_dict(m.state_dict())
+    with torch.no_grad():
+        truth = m64.forward_native(sets[0].double())
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    impls = {}
+    for label, (tiles, form) in variants(batch, side * side, channels, sms).items():
+        impls[label] = lambda x, t=tiles, f=form: grn_mod.grn_channels_last(m, x, t, form=f)
+    compiled = torch.compile(m.forward_native, dynamic=False)
+    impls["inductor"] = compiled
+    rows, runners = {}, {}
+    for name, fn in impls.items():
+        try:
+            with torch.no_grad():
+                out = fn(sets[0])
+            err = float((out.double() - truth).norm() / truth.norm())
+            runners[name] = over_sets(lambda x, fn=fn: fn(x), sets, SETS)
+            rows[name] = {"rel_err": err}
+        except Exception as exc:  # noqa: BLE001 - one form that does not build is a row, not the end
+            rows[name] = {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+    moved = 2 * sets[0].numel() * sets[0].element_size()  # one read and one write: the least any form moves
+    add_times(rows, runners, flush, rounds, moved)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--cases", default=",".join(c[0] for c in CASES))
+    parser.add_argument("--no-peers", action="store_true", help="skip the peer comparison per form")
+    args = parser.parse_args()
+    wanted = set(args.cases.split(","))
+    unknown = wanted - {c[0] for c in CASES}
+    if unknown:
+        parser.error(f"unknown case(s) {sorted(unknown)}; known: {[c[0] for c in CASES]}")
+    out_dir = os.environ.get("OUT", ".")
+    flush = L2Flusher(torch.device("cuda"))
+    import torch._dynamo.config as dynamo_config
+    dynamo_config.recompile_limit = max(getattr(dynamo_config, "recompile_limit", 8), 64)
+    results = {}
+    for label, batch, side, channels in CASES:
+        if label in wanted:
+            results[label] = time_case(batch, side, channels, args.rounds, flush)
+            print(f"{label}: done", flush=True)
+            with open(os.path.join(out_dir, "grn_variants.json"), "w") as f:
+                json.dump({"cases": results, "gpu": torch.cuda.get_device_name()}, f, indent=1)
+    peer_rows = [] if args.no_peers else peers_per_form()
+    with open(os.path.join(out_dir, "grn_variants.json"), "w") as f:
+        json.dump({"cases": results, "peers": peer_rows, "gpu": torch.cuda.get_device_name()}, f, indent=1)
+    keys = ("us", "spread", "tb_s", "vs_inductor", "rel_err")
+    for label, rows in results.items():
+        ranked = sorted(rows.items(), key=lambda kv: kv[1].get("us", 1e9))
+        keep = [kv for i, kv in enumerate(ranked) if i < 8 or kv[0] == "inductor" or kv[0].endswith("autotuned")]
+        table = [(name, *(r.get(k) for k in keys), r.get("error", "")) for name, r in keep]
+        print(f"\n{label} (the 8 fastest, Inductor and each form autotuned; all in grn_variants.json)\n"
+              + md_table(["form", "us", "spread", "TB/s (1 read + 1 write)", "Inductor / form", "rel err", "note"],
+                         table, ["", ".2f", ".3f", ".2f", ".3f", ".1e", ""]))
+
+    if peer_rows:
+        print("\n" + md_table(["FORM", "case", "reference us", "Inductor us", "ratio (best peer / ref)"], peer_rows,
+                              ["", "", ".2f", ".2f", ".3f"]))
+
+
+def peers_per_form():
+    """(form, case, reference us, Inductor us, best peer / reference) for every case of the task."""
+    from fk_pytest.peers.measure import Options
+    from fk_pytest.peers.run import benchmark
+    rows, shipped = [], grn_mod.FORM
+    try:
+        for form in grn_mod.FORMS:
+            grn_mod.FORM = form
+            doc = benchmark(Options(torch.device("cuda"), "full"), ["global_response_norm"], max_cases=0,
+                            progress=io.StringIO())
+            for case in doc["ops"][0]["cases"]:
+                impls = case["impls"]
+                rows.append((form, case["case"], impls["reference"].get("us"), impls.get("compile", {}).get("us"),
+                             case.get("ratio")))
+            print(f"peers with FORM={form}: done", flush=True)
+    finally:
+        grn_mod.FORM = shipped
+    return rows
+
+
+if __name__ == "__main__":
+    main()
