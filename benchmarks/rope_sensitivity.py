@@ -1,12 +1,15 @@
 """How far the two RoPE mutants move a random-weight Qwen3-Next cut's top-1, per depth and rope base.
 
-``python -m benchmarks rope_sensitivity [--scenario batch-32] [--hidden 512] [--experts 32]
-[--dtype bfloat16] LAYERS:THETA[:ROUTER_SCALE] ...`` builds the end-to-end case's full-profile model (its attention shape: 16 query
+``python -m benchmarks rope_sensitivity [--model qwen3-next-80b-a3b] [--scenario batch-32] [--hidden 512] [--experts 32]
+[--dtype bfloat16] LAYERS:THETA[:ROUTER_SCALE[:QK_SCALE]] ...`` builds the end-to-end case's full-profile model (its attention shape: 16 query
 heads of 256, 2 KV heads, a quarter of each head rotated; local heads as ``tasks.e2e`` draws
 them) at LAYERS layers and rope base THETA, narrower elsewhere so that it runs on a CPU in float32,
 and scores the scenario's requests (at 10% scale) prefill- and decode-forced with the reference
 and with each RoPE mutant. It prints the share of target tokens each mutant flips against the
-reference. ROUTER_SCALE multiplies every MoE router's weight (its logits' temperature). In float32
+reference. ROUTER_SCALE multiplies every MoE router's weight (its logits' temperature); QK_SCALE
+sets the attention's q and k norm scales (``1 + weight``, drawn near 1) to about that value, which
+multiplies every attention logit by its square (``tasks.e2e.sharp_heads``; default: the end-to-end
+case's own, ``QK_NORM_SCALE``). In float32
 there are no noise runs (a CPU flips nothing), so compare its numbers across cuts, against a GPU
 floor measured elsewhere; in bfloat16 a re-batched run of the reference (the evaluator's
 ``rebatched_engine_args``) stands for the floor, and the mutants are counted on the positions it
@@ -20,7 +23,7 @@ import torch
 from fk_pytest.e2e import as_mutant
 from fk_pytest.e2e_run import _engine, compose_candidate
 from kernels_reference.L4.llama import init_random_weights, model_for
-from tasks.e2e import E2E as SPEC, WEIGHT_SEED, local_heads, model_config
+from tasks.e2e import E2E as SPEC, QK_NORM_SCALE, WEIGHT_SEED, model_config, shaped_attention
 from tasks.mutants import BUILTIN_MUTANTS
 
 MODEL = "qwen3-next-80b-a3b"
@@ -42,11 +45,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("cuts", nargs="+", help="LAYERS:THETA, e.g. 4:1e7 8:1e7")
     ap.add_argument("--scenario", default="batch-32")
+    ap.add_argument("--model", default=MODEL, help="another end-to-end model with RoPE and q/k norms (qwen3-30b-a3b)")
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--experts", type=int, default=32)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     args = ap.parse_args()
-    case = next(c for c in SPEC.cases("full", 0.1) if c["model"] == MODEL and c["scenario"] == args.scenario)
+    case = next((c for c in SPEC.cases("full", 0.1) if c["model"] == args.model and c["scenario"] == args.scenario), None)
+    if case is None:
+        ap.error(f"no full-profile end-to-end case {args.model}-{args.scenario}")
     requests, continuations = SPEC.requests(case), SPEC.continuations(case)
     sequences = [p + list(c) for (p, _), c in zip(requests, continuations)]
     prompt_lens = [len(p) for p, _ in requests]
@@ -55,15 +61,16 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     print(f"{case.id}: {len(requests)} requests, prompts {min(prompt_lens)}-{max(prompt_lens)} tokens, "
           f"{sum(n for _, n in requests)} target tokens; hidden {args.hidden}, {args.experts} experts, {args.dtype}")
-    print("| layers | rope_theta | router scale | re-batched pre / dec | "
+    print("| layers | rope_theta | router scale | q/k norm scale | re-batched pre / dec | "
           + " | ".join(f"{m} pre / dec" for m in MUTANTS) + " | s |")
-    print("|---|---|---|---|" + "---|" * len(MUTANTS) + "---|")
+    print("|---|---|---|---|---|" + "---|" * len(MUTANTS) + "---|")
     for cut in args.cuts:
-        layers, theta, router = (cut.split(":") + ["1"])[:3]
+        layers, theta, router, qk = (cut.split(":") + ["1", str(QK_NORM_SCALE.get(args.model, 1.0))])[:4]
         started = time.time()
-        config = dict(model_config(MODEL, "full"), num_hidden_layers=int(layers), rope_theta=float(theta),
+        config = dict(model_config(args.model, "full"), num_hidden_layers=int(layers), rope_theta=float(theta),
                       hidden_size=args.hidden, num_experts=args.experts)
-        reference = local_heads(init_random_weights(model_for(config), torch.Generator().manual_seed(WEIGHT_SEED)))
+        reference = shaped_attention(init_random_weights(model_for(config), torch.Generator().manual_seed(WEIGHT_SEED)),
+                                     args.model, qk_scale=float(qk))
         with torch.no_grad():
             for name, module in reference.named_modules():
                 if name.endswith("mlp.gate"):
@@ -80,7 +87,7 @@ def main() -> None:
         keep = [agree(ref[i], scores["rebatched"][i]) for i in range(2)]
         cells = [f"{flipped(ref[0], scores[m][0], keep[0]):.3f} / {flipped(ref[1], scores[m][1], keep[1]):.3f}"
                  for m in ("rebatched",) + MUTANTS]
-        print(f"| {layers} | {theta} | {router} | " + " | ".join(cells) + f" | {time.time() - started:.0f} |",
+        print(f"| {layers} | {theta} | {router} | {qk} | " + " | ".join(cells) + f" | {time.time() - started:.0f} |",
               flush=True)
 
 

@@ -27,7 +27,8 @@ Two kinds of model:
   reshaping was needed for the state paths: at random weights the token-mixing layers already
   decide the top-1 (every state mutant flipped 29-100% of the CPU cuts' tokens). Qwen3-Next's
   gated attention gets local heads like the Llama family (:func:`local_heads`): without them
-  the two decode-path KV mutants flipped 7-10% of its tokens (not caught), with them 29%.
+  the two decode-path KV mutants flipped 7-10% of its tokens (not caught), with them 29%; and
+  sharper heads (:func:`sharp_heads`), without which its RoPE mutants stayed under the floor.
 
 Sizes: the full profile runs the serving scenarios shrunk by ``FULL_SCALE`` (``--fk-e2e-scale``);
 the CPU profile runs SmolLM2 whole on ``CPU_REQUESTS`` short corpus prompts. Every case compares at
@@ -89,6 +90,8 @@ FULL_LAYERS = {"mixtral-8x7b": 8, "qwen3-30b-a3b": 24, "deepseek-v2-lite": 14,
                # that calibration copies share the reference's weights) 0.00-0.09 against 0.059,
                # as its 512-expert routing's near-ties compound with depth; with 8 layers and routers
                # 4x sharper 0.00-0.06 against 0.049. Four layers: the same blindness at half the memory.
+               # Those runs had the attention heads as drawn; sharp_heads (QK_NORM_SCALE) came after
+               # them, for this blindness, and has not run on a GPU yet.
                "mamba2-2.7b": 8, "qwen3-next-80b-a3b": 4}
 # What is on record for the (model, profile) cases known to stay INSENSITIVE, shown with the verdict.
 BLIND_REASONS = {
@@ -96,7 +99,7 @@ BLIND_REASONS = {
         "a random-weight Qwen3-Next rotates a quarter of each head in one layer of four, and the "
         "near-ties of its routing over 512 experts set its floor; its RoPE mutants stayed under that "
         "floor at 4 layers, at 8 and at 8 with sharper routers on an H100 (2026-12-06, "
-        "docs/perf/h100-2026-12-06c.md)"),
+        "docs/perf/h100-2026-12-06c.md), with its attention heads as drawn (before sharp_heads)"),
 }
 # The CPU cut of each MoE model: its own switches, expert count and top-k; narrow and shallow.
 CUT_VOCAB = 2048
@@ -138,7 +141,7 @@ STATE_MUTANT_NAMES = {
 # there (they must fail the case, credit below 0.9): Qwen3-Next rotates a quarter of each head's
 # dimensions, in one layer of four, so RoPE ignoring positions flipped about a tenth of the CPU
 # cut's tokens (d 0.08-0.10 with and without local heads, 0.14-0.21 even with the attention
-# output scaled 2-8x), never half.
+# output scaled 2-8x), never half; with sharp_heads 0.21 (the chat case, 2026-12-06).
 GRADED_HERE = {"qwen3-next-80b-a3b": ("rope-ignores-positions",)}
 CPU_REQUESTS, CPU_PROMPT, CPU_OUTPUT = 4, (16, 40), 16
 CPU_TOKEN_BUDGET = 64  # small prefill chunks on the CPU keep chunked prefill (cache reads) in play
@@ -149,6 +152,12 @@ WEIGHT_SEED = 0
 # unit-variance logits elsewhere: about a third of its attention in the 32k scenario's ~3300 keys
 # at FULL_SCALE, most of it in a chat-length context.
 LOCAL_HEAD_MIX = 0.7
+# Qwen3-Next's q and k norms (``1 + weight``, drawn near 1) scaled to about this, which multiplies
+# every attention logit by its square: see sharp_heads. Not Qwen3-30B-A3B's: at 2 its GPU chat
+# case's gross RoPE mutant (d 0.48, short of 0.5) would likely count (on the CPU stand-in, 24
+# layers, the mutant flipped 0.997 of the tokens against 0.39), but its CPU cut's SwiGLU mutant fell
+# from d 0.61 to 0.36 and that case turned INSENSITIVE (2026-12-06).
+QK_NORM_SCALE = {"qwen3-next-80b-a3b": 2.0}
 # Target tokens a full-profile case compares at least (outputs stretched where a scaled scenario
 # has fewer). The trained model's graded mutants flip a tenth of the tokens or less; at 102 tokens
 # (SmolLM2 batch-1 on the H200, 2026-12-02) the sampling allowance alone was 0.035-0.045, and the
@@ -205,7 +214,7 @@ class LlmE2E(E2ESpec):
         gen = torch.Generator(device=device).manual_seed(WEIGHT_SEED)
         with torch.device(device):
             model = model_for(model_config(case["model"], case["profile"]))
-        return local_heads(init_random_weights(model, gen)).to(case.dtype).eval()
+        return shaped_attention(init_random_weights(model, gen), case["model"]).to(case.dtype).eval()
 
     def build_architecture(self, case, device) -> torch.nn.Module:
         if case["weights"] == "gguf":
@@ -308,6 +317,36 @@ def model_config(model: str, profile: str) -> dict:
     elif model in FULL_LAYERS:
         cfg["num_hidden_layers"] = FULL_LAYERS[model]
     return cfg
+
+
+def shaped_attention(model: torch.nn.Module, name: str, qk_scale: Optional[float] = None) -> torch.nn.Module:
+    """A random-weight model's attention made to behave as a trained model's does: local heads
+    (every model), sharper heads where ``QK_NORM_SCALE`` (or ``qk_scale``) names a scale."""
+    local_heads(model)
+    scale = QK_NORM_SCALE.get(name, 1.0) if qk_scale is None else qk_scale
+    return sharp_heads(model, scale) if scale != 1.0 else model
+
+
+@torch.no_grad()
+def sharp_heads(model: torch.nn.Module, scale: float) -> torch.nn.Module:
+    """Scale the q and k norms of every ``Qwen3NextAttention`` (their ``1 + weight``) by ``scale``,
+    and those of a ``LlamaAttention`` with q/k norms (Qwen3's; their ``weight``), where a caller asks.
+
+    Its q and k are RMS-normed per head, so at random weights every logit is about N(0, 1) and a
+    head spreads its weight over many keys: a RoPE bug, which reshuffles the logits of the quarter
+    of each head that rotates, then moves the head's output little. Trained heads are sharper. With
+    the norms at 2 (logits about N(0, 16)) the two RoPE mutants flipped 0.38-0.44 of the 4-layer cut's
+    tokens in every scenario, against 0.04-0.08 as drawn (``python -m benchmarks rope_sensitivity``:
+    hidden 512, 32 experts, bfloat16 on the CPU, 2026-12-06); on the H100 the same mutants had
+    stayed under the 512-expert routing's floor of 0.023 (docs/perf/h100-2026-12-06c.md)."""
+    for attention in model.modules():
+        if isinstance(attention, Qwen3NextAttention):
+            for norm in (attention.q_norm, attention.k_norm):
+                norm.weight.add_(1.0).mul_(scale).sub_(1.0)
+        elif isinstance(attention, LlamaAttention) and attention.qk_norm:
+            for norm in (attention.q_norm, attention.k_norm):
+                norm.weight.mul_(scale)
+    return model
 
 
 @torch.no_grad()
