@@ -95,23 +95,28 @@ def test_contiguous_rows_kernel_is_right_on_packed_rows():
     assert counts == {status.PASSED: len(packed)}
 
 
-def test_the_interpreted_reference_runs_only_for_a_candidate_over_the_plain_bar(monkeypatch):
-    """On the CPU a bf16 bar also counts the reference's own Triton path run in the interpreter (its
-    truncating conversions); a bar is the worst of the reference's errors, so that run can only
-    raise it and is made only for a candidate over the bar without it: none for the cases the
-    packed-rows kernel gets right, one per case it gets wrong, and those still fail."""
+@pytest.mark.parametrize("dtype, tree, bug", [(torch.bfloat16, "rms_contiguous_rows", "layout"),
+                                               (torch.float32, "rms_stale_residual", "variant")])
+def test_the_interpreted_reference_runs_only_for_a_candidate_over_the_plain_bar(monkeypatch, dtype, tree, bug):
+    """On the CPU a bf16 or float32 bar also counts the reference's own Triton path run in the
+    interpreter (its truncating bf16 conversions, its float32 summation order); a bar is the worst
+    of the reference's errors, so that run can only raise it and is made only for a candidate over
+    the bar without it: none for the cases a Triton tree gets right, one per case it gets wrong
+    (strided rows for the packed-rows kernel, the fused add for the stale residual), and those
+    still fail."""
     import fk_pytest.correctness as correctness
 
     made, real = [], correctness.with_paths
     monkeypatch.setattr(correctness, "with_paths", lambda *a, **k: made.append(1) or real(*a, **k))
-    cls = load(CANDIDATES / "rms_contiguous_rows", "rms_norm")
-    bf16 = [c for c in get_task("rms_norm").cases("cpu") if c.dtype == torch.bfloat16]
-    packed = [c for c in bf16 if c["layout"] == "contiguous"][:2]
-    strided = [c for c in bf16 if c["layout"] != "contiguous"][:3]
-    assert packed and strided
-    counts, _ = verdicts("rms_norm", cls, packed)
-    assert counts == {status.PASSED: len(packed)} and made == []
-    counts, results = verdicts("rms_norm", cls, strided)
+    cls = load(CANDIDATES / tree, "rms_norm")
+    typed = [c for c in get_task("rms_norm").cases("cpu") if c.dtype == dtype]
+    right_where = {"layout": "contiguous", "variant": "plain"}[bug]
+    right = [c for c in typed if c[bug] == right_where][:2]
+    wrong = [c for c in typed if c[bug] != right_where][:3]
+    assert right and wrong
+    counts, _ = verdicts("rms_norm", cls, right)
+    assert counts == {status.PASSED: len(right)} and made == []
+    counts, results = verdicts("rms_norm", cls, wrong)
     assert counts[status.WRONG_RESULT] >= 1 and len(made) == counts[status.WRONG_RESULT], (counts, made)
 
 

@@ -13,6 +13,8 @@ calibrated the same way the kernel runs: the floor is the error of *truncating* 
 a candidate that launched interpreted Triton kernels the reference's error is the larger of its
 native run and its own Triton path run in the interpreter (see :mod:`fk_pytest.correctness`). The verdict then charges a kernel for what it computes, not
 for the interpreter's conversion; the GPU run, where conversions round, stays the strict one.
+float32 bars count that interpreted run as well (the interpreter's summation order), with the
+rounding floor.
 """
 from __future__ import annotations
 

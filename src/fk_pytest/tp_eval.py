@@ -23,7 +23,7 @@ import torch
 from . import status
 from .build import clone_inputs, master_state, with_paths
 from .compare import reference_error
-from .correctness import (CaseResult, ReferenceSide, _compare, _interpreted_bf16, _kept, _truth_run, as_outputs,
+from .correctness import (CaseResult, ReferenceSide, _compare, _interpreted_triton, _kept, _truth_run, as_outputs,
                           interpreted_launches)
 from .errors import CandidateError, TaskDefinitionError, short_traceback
 from .phases import phase
@@ -79,7 +79,7 @@ def _rank_job(rank: int, tp: int, payload: dict):
     with interpreted_launches(module) as launches:
         cand_out = _call_at_rank(task, case, module, shard, payload["inputs"], rank, tp)
     twin = None
-    if launches["n"] and _interpreted_bf16(case, torch.device("cpu")):
+    if launches["n"] and _interpreted_triton(case, torch.device("cpu")):
         # The candidate's Triton kernels ran in the interpreter: its bar is the reference with the
         # same classes on their Triton paths, here at this rank (as correctness._compare does at
         # degree 1), so the all-reduce's rounding is in the bar as it is in the candidate.
