@@ -357,7 +357,8 @@ class _HostSyncs(TorchDispatchMode):
 def test_fused_moe_fast_path_has_no_host_sync():
     """Every torch op of forward_triton (routing, align, buffers, the final sum) runs under a mode that
     records syncing ops; the Triton launches themselves take device pointers only. The same check
-    catches the example candidate, which sorts with bincount(...).tolist()."""
+    passes the example candidate's grouped GEMMs and catches its per-expert loop, which sorts with
+    bincount(...).tolist()."""
     m, g = _moe(16, 4, 32, 16, True, torch.bfloat16)
     x, logits = torch.randn(7, 32, generator=g).bfloat16(), router_logits(7, 16, 4, g, "cpu", torch.bfloat16)
     from kernels_reference.ops.moe import kernels as moe_kernels
@@ -395,11 +396,16 @@ def test_fused_moe_fast_path_has_no_host_sync():
             else:
                 delattr(obj, name)  # back to the class's method
     assert mode.seen == []
-    example = load(EXAMPLES, "fused_moe")(16, 4, 32, 16, True)
+    example = load(EXAMPLES, "fused_moe")(16, 4, 32, 16, True).to(torch.bfloat16)
     example.load_state_dict(m.state_dict())
+    with torch.no_grad(), _HostSyncs() as grouped:  # the example's grouped GEMMs: ends on the device
+        grouped_out = example(x, logits)
+    assert grouped.seen == []
+    example._grouped_gemm_fits = lambda x: False  # its per-expert loop, where that GEMM syncs
     with torch.no_grad(), _HostSyncs() as control:
-        example.to(torch.bfloat16)(x, logits)
+        looped_out = example(x, logits)
     assert "bincount" in control.seen
+    assert torch.equal(grouped_out, looped_out)  # one GEMM per expert either way on a CPU
     # .tolist()/.item() on a CPU tensor read memory without dispatching an op; on CUDA they sync.
     # The source of the fast path must not call them (nor move data to the host).
     source = "".join(_code_of(f) for f in (moe_kernels.align_to_blocks, moe_kernels.align_to_blocks_torch,

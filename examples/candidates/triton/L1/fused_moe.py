@@ -1,7 +1,11 @@
-# An honest MoE layer in plain PyTorch: pairs sorted by expert, one GEMM pair per expert on its rows,
-# the routing-weighted results added back per token in float32. Inside a CUDA-graph capture (the
-# engine decodes in graphs) the per-expert row counts cannot be read back, so there every expert runs
-# on every token and the routing weights (zero off-route) mask the results.
+# An honest MoE layer in plain PyTorch: token/expert pairs sorted by expert, then one grouped GEMM
+# per projection over every expert's rows (torch._grouped_mm, whose group ends stay on the device,
+# so a CUDA graph can hold it), the routing-weighted results added back per token in float32.
+# Where the grouped GEMM is not there without a host read (it reads the group ends back on a GPU
+# other than sm90/sm100 or for a dtype other than bf16) or not at all, one GEMM pair per expert
+# on its rows; inside a CUDA-graph capture (the engine decodes in graphs), where the per-expert
+# row counts cannot be read back, every expert then runs on every token and the routing weights
+# (zero off-route) mask the results.
 # Under tensor parallelism each rank holds every expert's slice of the intermediate features and
 # the partial outputs are summed over the ranks.
 import torch
@@ -44,6 +48,8 @@ class FusedMoE(nn.Module):
     def _experts(self, hidden_states, router_logits):
         t, h = hidden_states.shape
         weights, ids = self.gate(router_logits)
+        if self._grouped_gemm_fits(hidden_states):
+            return self._grouped_experts(hidden_states, weights, ids)
         if hidden_states.is_cuda and torch.cuda.is_current_stream_capturing():
             routing = torch.zeros(t, self.num_experts, dtype=torch.float32, device=hidden_states.device)
             routing.scatter_add_(1, ids, weights.float())
@@ -61,4 +67,31 @@ class FusedMoE(nn.Module):
                 y = self._expert(e, hidden_states[tokens]) * weights.reshape(-1)[pairs, None]
                 out.index_add_(0, tokens, y)
             start += n
+        return out.to(hidden_states.dtype)
+
+    def _grouped_gemm_fits(self, x):
+        if not hasattr(torch, "_grouped_mm") or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            return False
+        # its operands' row strides must be multiples of 16 bytes
+        if any(n * x.element_size() % 16 for n in (x.shape[1], self.w2_weight.shape[2])):
+            return False
+        if x.is_cuda:  # elsewhere it loops over the groups with their ends read back to the host
+            return x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device)[0] in (9, 10)
+        return x.device.type == "cpu"
+
+    def _grouped_experts(self, hidden_states, weights, ids):
+        t, h = hidden_states.shape
+        expert_of_pair = ids.reshape(-1)
+        order = torch.argsort(expert_of_pair, stable=True)
+        token_of_pair = order // self.top_k
+        # each expert's last row + 1 in the sorted pairs, found on the device (bincount reads its
+        # largest value back to the host on a GPU)
+        experts = torch.arange(self.num_experts, device=ids.device, dtype=expert_of_pair.dtype)
+        ends = torch.searchsorted(expert_of_pair[order], experts, right=True).to(torch.int32)
+        x = hidden_states[token_of_pair]
+        gate, up = torch._grouped_mm(x, self.w13_weight.transpose(1, 2), offs=ends).float().chunk(2, dim=-1)
+        act = (F.silu(gate) * up).to(x.dtype)
+        y = torch._grouped_mm(act, self.w2_weight.transpose(1, 2), offs=ends).float()
+        out = torch.zeros(t, h, dtype=torch.float32, device=hidden_states.device)
+        out.index_add_(0, token_of_pair, y * weights.reshape(-1)[order, None].float())
         return out.to(hidden_states.dtype)
