@@ -90,7 +90,7 @@ FULL_LAYERS = {"mixtral-8x7b": 8, "qwen3-30b-a3b": 24, "deepseek-v2-lite": 14,
                # that calibration copies share the reference's weights) 0.00-0.09 against 0.059,
                # as its 512-expert routing's near-ties compound with depth; with 8 layers and routers
                # 4x sharper 0.00-0.06 against 0.049. Four layers: the same blindness at half the memory.
-               # Those runs had the attention heads as drawn; sharp_heads (QK_NORM_SCALE) came after
+               # Those runs had the attention heads as drawn; sharp_heads (qk_norm_scale) came after
                # them, for this blindness, and has not run on a GPU yet.
                "mamba2-2.7b": 8, "qwen3-next-80b-a3b": 4}
 # What is on record for the (model, profile) cases known to stay INSENSITIVE, shown with the verdict.
@@ -152,12 +152,16 @@ WEIGHT_SEED = 0
 # unit-variance logits elsewhere: about a third of its attention in the 32k scenario's ~3300 keys
 # at FULL_SCALE, most of it in a chat-length context.
 LOCAL_HEAD_MIX = 0.7
-# Qwen3-Next's q and k norms (``1 + weight``, drawn near 1) scaled to about this, which multiplies
-# every attention logit by its square: see sharp_heads. Not Qwen3-30B-A3B's: at 2 its GPU chat
-# case's gross RoPE mutant (d 0.48, short of 0.5) would likely count (on the CPU stand-in, 24
-# layers, the mutant flipped 0.997 of the tokens against 0.39), but its CPU cut's SwiGLU mutant fell
-# from d 0.61 to 0.36 and that case turned INSENSITIVE (2026-12-06).
-QK_NORM_SCALE = {"qwen3-next-80b-a3b": 2.0}
+# The q and k norm scales per model and profile (``1 + weight`` for Qwen3-Next's, drawn near 1;
+# ``weight`` for Qwen3's), which multiply every attention logit by the square: see sharp_heads.
+# Not Qwen3-30B-A3B's: at 2 its CPU cut's SwiGLU mutant fell from d 0.61 to 0.36 and that case
+# turned INSENSITIVE. Its GPU chat case is INSENSITIVE as drawn (the gross RoPE mutant at d 0.48,
+# short of 0.5; on the CPU stand-in at the GPU depth and scale 2 it flipped 0.997 of the tokens
+# against 0.39, 2026-12-06), so a GPU-profile scale is the lever left; whether its other mutants
+# stay caught at 2 is unmeasured (`python -m benchmarks rope_sensitivity 24:1e6:1:2 --model
+# qwen3-30b-a3b --scenario chat --dtype bfloat16 --mutants case` ran past 50 minutes on a 2-core
+# CPU without finishing its first cut, 2026-12-07).
+QK_NORM_SCALE = {"qwen3-next-80b-a3b": {"cpu": 2.0, "full": 2.0}}
 # Target tokens a full-profile case compares at least (outputs stretched where a scaled scenario
 # has fewer). The trained model's graded mutants flip a tenth of the tokens or less; at 102 tokens
 # (SmolLM2 batch-1 on the H200, 2026-12-02) the sampling allowance alone was 0.035-0.045, and the
@@ -214,7 +218,8 @@ class LlmE2E(E2ESpec):
         gen = torch.Generator(device=device).manual_seed(WEIGHT_SEED)
         with torch.device(device):
             model = model_for(model_config(case["model"], case["profile"]))
-        return shaped_attention(init_random_weights(model, gen), case["model"]).to(case.dtype).eval()
+        scale = qk_norm_scale(case["model"], case["profile"])
+        return shaped_attention(init_random_weights(model, gen), scale).to(case.dtype).eval()
 
     def build_architecture(self, case, device) -> torch.nn.Module:
         if case["weights"] == "gguf":
@@ -319,18 +324,22 @@ def model_config(model: str, profile: str) -> dict:
     return cfg
 
 
-def shaped_attention(model: torch.nn.Module, name: str, qk_scale: Optional[float] = None) -> torch.nn.Module:
+def qk_norm_scale(model: str, profile: str) -> float:
+    """The q/k norm scale of ``model``'s random-weight cases in ``profile`` (1: as drawn)."""
+    return QK_NORM_SCALE.get(model, {}).get(profile, 1.0)
+
+
+def shaped_attention(model: torch.nn.Module, qk_scale: float = 1.0) -> torch.nn.Module:
     """A random-weight model's attention made to behave as a trained model's does: local heads
-    (every model), sharper heads where ``QK_NORM_SCALE`` (or ``qk_scale``) names a scale."""
+    (every model), sharper heads where ``qk_scale`` (``qk_norm_scale``) is not 1."""
     local_heads(model)
-    scale = QK_NORM_SCALE.get(name, 1.0) if qk_scale is None else qk_scale
-    return sharp_heads(model, scale) if scale != 1.0 else model
+    return sharp_heads(model, qk_scale) if qk_scale != 1.0 else model
 
 
 @torch.no_grad()
 def sharp_heads(model: torch.nn.Module, scale: float) -> torch.nn.Module:
-    """Scale the q and k norms of every ``Qwen3NextAttention`` (their ``1 + weight``) by ``scale``,
-    and those of a ``LlamaAttention`` with q/k norms (Qwen3's; their ``weight``), where a caller asks.
+    """Scale the q and k norms of every ``Qwen3NextAttention`` (their ``1 + weight``) and of every
+    ``LlamaAttention`` with q/k norms (Qwen3's; their ``weight``) by ``scale``.
 
     Its q and k are RMS-normed per head, so at random weights every logit is about N(0, 1) and a
     head spreads its weight over many keys: a RoPE bug, which reshuffles the logits of the quarter
