@@ -95,9 +95,10 @@ def test_contiguous_rows_kernel_is_right_on_packed_rows():
     assert counts == {status.PASSED: len(packed)}
 
 
-@pytest.mark.parametrize("dtype, tree, bug", [(torch.bfloat16, "rms_contiguous_rows", "layout"),
-                                               (torch.float32, "rms_stale_residual", "variant")])
-def test_the_interpreted_reference_runs_only_for_a_candidate_over_the_plain_bar(monkeypatch, dtype, tree, bug):
+@pytest.mark.parametrize("dtype, tree, key, right_where", [(torch.bfloat16, "rms_contiguous_rows", "layout", "contiguous"),
+                                                            (torch.float32, "rms_stale_residual", "variant", "plain")])
+def test_the_interpreted_reference_runs_only_for_a_candidate_over_the_plain_bar(monkeypatch, dtype, tree, key,
+                                                                              right_where):
     """On the CPU a bf16 or float32 bar also counts the reference's own Triton path run in the
     interpreter (its truncating bf16 conversions, its float32 summation order); a bar is the worst
     of the reference's errors, so that run can only raise it and is made only for a candidate over
@@ -110,9 +111,8 @@ def test_the_interpreted_reference_runs_only_for_a_candidate_over_the_plain_bar(
     monkeypatch.setattr(correctness, "with_paths", lambda *a, **k: made.append(1) or real(*a, **k))
     cls = load(CANDIDATES / tree, "rms_norm")
     typed = [c for c in get_task("rms_norm").cases("cpu") if c.dtype == dtype]
-    right_where = {"layout": "contiguous", "variant": "plain"}[bug]
-    right = [c for c in typed if c[bug] == right_where][:2]
-    wrong = [c for c in typed if c[bug] != right_where][:3]
+    right = [c for c in typed if c[key] == right_where][:2]
+    wrong = [c for c in typed if c[key] != right_where][:3]
     assert right and wrong
     counts, _ = verdicts("rms_norm", cls, right)
     assert counts == {status.PASSED: len(right)} and made == []

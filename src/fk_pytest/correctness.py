@@ -468,7 +468,7 @@ def interpreted_launches(root: Optional[torch.nn.Module] = None):
 
 
 def _interpreted_triton(case, device) -> bool:
-    """On the CPU under Triton's interpreter, the bars of half and float32 cases also count the
+    """On the CPU under Triton's interpreter, the bars of bf16 and float32 cases also count the
     reference's own Triton path, run as the candidate's kernels ran. bf16: the interpreter's
     conversions truncate (see :mod:`fk_pytest.compare`). float32: the interpreter sums in NumPy's
     order where torch's CPU kernels sum in theirs, and a model several layers deep carries that

@@ -1,11 +1,10 @@
 # An honest MoE layer in plain PyTorch: token/expert pairs sorted by expert, then one grouped GEMM
-# per projection over every expert's rows (torch._grouped_mm, whose group ends stay on the device,
-# so a CUDA graph can hold it), the routing-weighted results added back per token in float32.
-# Where the grouped GEMM is not there without a host read (it reads the group ends back on a GPU
-# other than sm90/sm100 or for a dtype other than bf16) or not at all, one GEMM pair per expert
-# on its rows; inside a CUDA-graph capture (the engine decodes in graphs), where the per-expert
-# row counts cannot be read back, every expert then runs on every token and the routing weights
-# (zero off-route) mask the results.
+# per projection over every expert's rows (torch._grouped_mm; its group ends stay on the device, so
+# a CUDA graph can hold it), the routing-weighted results added back per token in float32.
+# Where that GEMM would read the ends back to the host (GPUs other than sm90/sm100, dtypes other
+# than bf16) or is missing: one GEMM pair per expert on its rows, and inside a CUDA-graph capture
+# (the engine decodes in graphs), where the row counts cannot be read back, every expert on every
+# token with the routing weights (zero off-route) masking the results.
 # Under tensor parallelism each rank holds every expert's slice of the intermediate features and
 # the partial outputs are summed over the ranks.
 import torch
@@ -55,9 +54,7 @@ class FusedMoE(nn.Module):
             routing.scatter_add_(1, ids, weights.float())
             out = sum(self._expert(e, hidden_states) * routing[:, e:e + 1] for e in range(self.num_experts))
             return out.to(hidden_states.dtype)
-        expert_of_pair = ids.reshape(-1)
-        order = torch.argsort(expert_of_pair, stable=True)
-        token_of_pair = order // self.top_k
+        expert_of_pair, order, token_of_pair = self._sorted_pairs(ids)
         counts = torch.bincount(expert_of_pair, minlength=self.num_experts).tolist()
         out = torch.zeros(t, h, dtype=torch.float32, device=hidden_states.device)
         start = 0
@@ -79,11 +76,15 @@ class FusedMoE(nn.Module):
             return x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device)[0] in (9, 10)
         return x.device.type == "cpu"
 
-    def _grouped_experts(self, hidden_states, weights, ids):
-        t, h = hidden_states.shape
+    def _sorted_pairs(self, ids):
+        """Each (token, expert) pair's expert, the pairs' order sorted by expert, and their tokens."""
         expert_of_pair = ids.reshape(-1)
         order = torch.argsort(expert_of_pair, stable=True)
-        token_of_pair = order // self.top_k
+        return expert_of_pair, order, order // self.top_k
+
+    def _grouped_experts(self, hidden_states, weights, ids):
+        t, h = hidden_states.shape
+        expert_of_pair, order, token_of_pair = self._sorted_pairs(ids)
         # each expert's last row + 1 in the sorted pairs, found on the device (bincount reads its
         # largest value back to the host on a GPU)
         experts = torch.arange(self.num_experts, device=ids.device, dtype=expert_of_pair.dtype)
