@@ -25,15 +25,25 @@ from . import status
 _CONTEXT = None
 
 
+# What every rank imports before its job runs: torch, Triton (the kernels' language) and the suite's
+# rank jobs with what they import (fk_pytest.evaluator resolves the task). The fork server imports
+# them once with the environment of the process that started it, as each rank did before; the task's
+# module and the candidate's still load in each rank, from their paths. A group of 2-4 ranks after
+# the first started in 0.1-0.2 s against 1.0-1.75 s importing these per rank (2-core CPU,
+# 2026-12-07). A module missing here is imported by the rank instead (the server skips it).
+RANK_PRELOAD = ["torch", "torch.distributed", "triton", "fk_pytest.evaluator", "fk_pytest.tp_eval",
+                "fk_pytest.e2e_tp"]
+
+
 def _context():
-    """Processes forked from a fork server that imported torch once: a rank then starts in tens of
-    milliseconds instead of a second and a half of imports (forking the evaluator itself is not
-    safe once its OpenMP pool has run)."""
+    """Processes forked from a fork server that imported what a rank needs once (``RANK_PRELOAD``):
+    a rank then starts in tens of milliseconds instead of a second or more of imports (forking the
+    evaluator itself is not safe once its OpenMP pool has run)."""
     global _CONTEXT
     if _CONTEXT is None:
         import torch.multiprocessing as mp
         _CONTEXT = mp.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(["torch", "torch.distributed"])
+        _CONTEXT.set_forkserver_preload(RANK_PRELOAD)
     return _CONTEXT
 
 
