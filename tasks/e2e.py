@@ -154,14 +154,15 @@ WEIGHT_SEED = 0
 LOCAL_HEAD_MIX = 0.7
 # The q and k norm scales per model and profile (``1 + weight`` for Qwen3-Next's, drawn near 1;
 # ``weight`` for Qwen3's), which multiply every attention logit by the square: see sharp_heads.
-# Not Qwen3-30B-A3B's: at 2 its CPU cut's SwiGLU mutant fell from d 0.61 to 0.36 and that case
-# turned INSENSITIVE. Its GPU chat case is INSENSITIVE as drawn (the gross RoPE mutant at d 0.48,
-# short of 0.5; on the CPU stand-in at the GPU depth and scale 2 it flipped 0.997 of the tokens
-# against 0.39, 2026-12-06), so a GPU-profile scale is the lever left; whether its other mutants
-# stay caught at 2 is unmeasured (`python -m benchmarks rope_sensitivity 24:1e6:1:2 --model
-# qwen3-30b-a3b --scenario chat --dtype bfloat16 --mutants case` ran past 50 minutes on a 2-core
-# CPU without finishing its first cut, 2026-12-07).
-QK_NORM_SCALE = {"qwen3-next-80b-a3b": {"cpu": 2.0, "full": 2.0}}
+# Qwen3-30B-A3B's on the full profile only: at 2 its CPU cut's SwiGLU mutant fell from d 0.61 to
+# 0.36 and that case turned INSENSITIVE. Its GPU chat case is INSENSITIVE as drawn (the gross RoPE
+# mutant at d 0.48, short of 0.5, H200, 2026-12-03). On the CPU stand-in at the GPU depth in
+# float32 (`python -m benchmarks rope_sensitivity 24:1e6:1:1 24:1e6:1:2 --model qwen3-30b-a3b
+# --scenario chat --mutants rope-ignores-positions,silu-and-mul-halves-swapped`, 2026-12-07) scale 2
+# took RoPE from 0.391 to 0.998 of the tokens flipped and SwiGLU from 0.566 to 0.986. Not yet run on
+# a GPU: on an 80 GB H100 the 24-layer cut ran out of memory composing the candidate beside its
+# reference (the H200 held both on 2026-12-03).
+QK_NORM_SCALE = {"qwen3-next-80b-a3b": {"cpu": 2.0, "full": 2.0}, "qwen3-30b-a3b": {"full": 2.0}}
 # Target tokens a full-profile case compares at least (outputs stretched where a scaled scenario
 # has fewer). The trained model's graded mutants flip a tenth of the tokens or less; at 102 tokens
 # (SmolLM2 batch-1 on the H200, 2026-12-02) the sampling allowance alone was 0.035-0.045, and the
