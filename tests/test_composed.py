@@ -2,6 +2,9 @@
 import json
 import shutil
 
+import pytest
+import torch
+
 from conftest import CANDIDATES
 
 # Degree 1 only: composed mode on tensor-parallel ranks is tests/test_tensor_parallel.py's.
@@ -67,3 +70,45 @@ def test_composed_task_untouched_by_the_tree_is_not_attempted(suite_run, tmp_pat
               "--fk-mode=composed", f"--fk-report={report}")
     tasks = {t["name"]: t for t in json.loads(report.read_text())["tasks"]}
     assert tasks["llama_mlp"]["status"] == "NOT_ATTEMPTED" and not tasks["llama_mlp"]["valid"]
+
+
+def _norm_that_cannot_load(error: Exception):
+    from kernels_reference.L1.rms_norm import RMSNorm
+
+    class NormThatCannotLoad(RMSNorm):
+        def load_state_dict(self, *args, **kwargs):
+            raise error
+    return NormThatCannotLoad
+
+
+@pytest.mark.parametrize("error, verdict", [
+    (RuntimeError("Missing key(s) in state_dict: 'weight'"), "STATE_DICT_MISMATCH"),
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 384.00 MiB"), None)])
+def test_a_full_device_is_not_blamed_on_the_class_as_a_state_dict_mismatch(error, verdict):
+    """Loading the reference's weights into a candidate class fails either because the class lays
+    them out wrongly (STATE_DICT_MISMATCH, the class's fault) or because the device is full (a
+    24-layer Qwen3-30B-A3B cut held twice on an 80 GB H100, 2026-12-07): the second is not a
+    verdict on the class, so it propagates as itself, standalone and composed."""
+    from fk_pytest.build import instantiate, instantiate_candidate, master_state
+    from fk_pytest.compose import swap_children
+    from fk_pytest.errors import CandidateError
+    from fk_pytest.registry import all_tasks
+    from kernels_reference.L1.rms_norm import RMSNorm
+
+    task = all_tasks()["rms_norm"]
+    case = task.cases("cpu")[0]
+    state = master_state(task, case, seed=0)
+    cls = _norm_that_cannot_load(error)
+    holder = torch.nn.Module()
+    holder.norm = instantiate(task.reference, task, case, state, "cpu", case.dtype)
+    if verdict is None:
+        with pytest.raises(torch.OutOfMemoryError):
+            instantiate_candidate(cls, task, case, state, "cpu", case.dtype)
+        with pytest.raises(torch.OutOfMemoryError):
+            swap_children(holder, lambda ref: cls if ref is RMSNorm else None)
+        return
+    with pytest.raises(CandidateError) as caught:
+        instantiate_candidate(cls, task, case, state, "cpu", case.dtype)
+    assert caught.value.status == verdict and "Missing key" in caught.value.message
+    composition = swap_children(holder, lambda ref: cls if ref is RMSNorm else None)
+    assert composition.failed["RMSNorm"].startswith(verdict)

@@ -74,6 +74,8 @@ def _candidate_module(cls, task, case, state, device, dtype) -> torch.nn.Module:
         raise CandidateError(status.RUNTIME_ERROR, f"{cls.__name__}.to({device}, {dtype}) raised {exc!r}") from exc
     try:
         module.load_state_dict(state, strict=True)
+    except torch.OutOfMemoryError:
+        raise  # the device is full, not a layout the class got wrong
     except Exception as exc:
         raise CandidateError(
             status.STATE_DICT_MISMATCH,

@@ -97,6 +97,8 @@ def _rebuild(child: torch.nn.Module, cand: type) -> torch.nn.Module:
         if ref_param is not None:
             new.to(device=ref_param.device, dtype=ref_param.dtype)
         new.load_state_dict(child.state_dict(), strict=True)
+    except torch.OutOfMemoryError:
+        raise  # the device is full (a model too large to hold twice), not a layout the class got wrong
     except Exception as exc:
         raise CandidateError(status.STATE_DICT_MISMATCH,
                              f"the reference {type(child).__name__}'s state_dict does not load strictly "
