@@ -24,9 +24,8 @@ float32 ``partial[B, splits, C]`` with plain stores, the pixels split so that th
 programs per SM even for one image. The second writes ``x * (1 + weight * Nx) + bias`` for a tile
 per program. The factors ``1 + weight * Nx`` need the image's mean norm over all channels; where
 they are computed is ``FORM`` (below): the shipped form has every apply program sum its image's
-partials again; a factor launch between the two, or the reduction's last program per image (an
-atomic ticket), are the others. No float atomics: the same bits on every run of one configuration,
-in every form. Tile shapes are autotuned per (channels, pixel-count bucket). Channels-first inputs
+partials again; a factor launch between the two is the other. No atomics: the same bits on every
+run of one configuration, in either form. Tile shapes are autotuned per (channels, pixel-count bucket). Channels-first inputs
 take the native path.
 
 What the timings say: an earlier design (atomics into ``[B, C]``, a factor launch, an apply
@@ -109,17 +108,15 @@ STATS_TILE = 4096  # [splits, channel chunk] partials summed at once
 # image's mean norm over all channels, so every reduction program of the image first:
 #   "recompute"      each apply program sums every split's partials of its image (stage 1 at batch
 #                    32: 7.7 KB of L2 reads a program, 72 MB over the launch);
-#   "factor-launch"  a third launch, a program per image, writes [B, C] factors between the two;
-#   "ticket"         the reduction program of an image that finishes last (an atomic ticket per
-#                    image) writes them: two launches and no re-reads. The sums run in a fixed
-#                    order whichever program is last, so the bits do not depend on the schedule.
-# On an H100 (2026-12-06, grn_variants) the factor launch took stage 1 at batch 32 from 97.9 to
-# 89.5 us against Inductor's 84.1, and was slower at stages 3 and 4; a single 56 x 56 x 384 image
-# took 14.5-15.1 us in either form against Inductor's 9.5: three launches' latency, or the
-# recompute's re-reads. "ticket" is not yet timed.
-FORMS = ("recompute", "factor-launch", "ticket")
+#   "factor-launch"  a third launch, a program per image, writes [B, C] factors between the two.
+# On an H100 (2026-12-07, grn_variants, every ConvNeXt-V2-tiny stage at batch 1 and 32 against
+# Inductor) recompute's geomean was 1.016 (min 0.707, one 56 x 56 x 384 image: 15.0 us against
+# 10.6), the factor launch's 0.929 (min 0.691): faster only at stage 1 at batch 32 (91.1 against
+# 96.0 us, as on 2026-12-06), slower at every other shape. A third form, the reduction's last
+# program per image writing the factors after an atomic ticket (two launches, no re-reads), was
+# slower still (geomean 0.915, min 0.702) and is gone (21bd60d has it).
+FORMS = ("recompute", "factor-launch")
 FORM = "recompute"
-_TICKETS = {}  # device -> int32 counters, one per image, zero between launches
 
 
 def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional[Tiles] = None,
@@ -153,18 +150,15 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     stats_consts = dict(SPLITS_BLOCK=splits_block, STATS_BLOCK=stats_channels)
     # What the apply programs read: the partials, or [B, C] factors written before them.
     factors = partial if form == "recompute" else torch.empty((batch, channels), dtype=torch.float32, device=x.device)
-    tickets = _tickets(x.device, batch) if form == "ticket" else partial  # a placeholder, never read, otherwise
     size_cls = size_class(batch * pixels)
-    reduce_args = (x, partial, grn.weight, factors, tickets, pixels, channels, splits, rows_per_split, grn.eps, size_cls)
-    reduce_consts = dict(stats_consts, FINALIZE=form == "ticket")
+    reduce_args = (x, partial, pixels, channels, splits, rows_per_split, size_cls)
     apply_args = (x, factors, grn.weight, grn.bias, out, pixels, channels, splits, grn.eps, size_cls)
     apply_consts = dict(stats_consts, FACTORS=form != "recompute")
     if tuned:
-        _tuned_sumsq()[lambda meta: (batch * splits, triton.cdiv(channels, meta["BLOCK_C"]))](*reduce_args, **reduce_consts)
+        _tuned_sumsq()[lambda meta: (batch * splits, triton.cdiv(channels, meta["BLOCK_C"]))](*reduce_args)
     else:
         _grn_sumsq_kernel[(batch * splits, triton.cdiv(channels, config.reduce_channels))](
-            *reduce_args, **reduce_consts, BLOCK_R=config.reduce_rows, BLOCK_C=config.reduce_channels,
-            num_warps=config.warps)
+            *reduce_args, BLOCK_R=config.reduce_rows, BLOCK_C=config.reduce_channels, num_warps=config.warps)
     if form == "factor-launch":
         _grn_factor_kernel[(batch,)](partial, grn.weight, factors, channels, splits, grn.eps, **stats_consts)
     if tuned:
@@ -176,20 +170,6 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
         _grn_apply_kernel[grid](*apply_args, **apply_consts, BLOCK_R=config.apply_rows, BLOCK_C=config.apply_channels,
                                 num_warps=config.apply_warps or config.warps)
     return out
-
-
-def _tickets(device: torch.device, batch: int) -> torch.Tensor:
-    """The ticket form's counters: one int32 per image, kept per device and zero between launches
-    (each image's last program resets its own). Two GRN launches running at once on two streams of
-    one device would share them; a model runs its blocks one after another. Under CUDA-graph
-    capture with no large enough buffer yet, a fresh zeroed one: the graph then zeroes it itself."""
-    buf = _TICKETS.get(device)
-    if buf is None or buf.numel() < batch:
-        fresh = torch.zeros(max(batch, 64), dtype=torch.int32, device=device)
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return fresh
-        _TICKETS[device] = buf = fresh
-    return buf
 
 
 def stats_chunk(splits: int, channels: int) -> int:
@@ -231,7 +211,7 @@ _APPLY_CONFIGS = [(16, 128, 4), (32, 128, 4), (64, 128, 8), (32, 256, 8), (128, 
 @functools.lru_cache(maxsize=None)
 def _tuned_sumsq():
     configs = [triton.Config({"BLOCK_R": r, "BLOCK_C": c}, num_warps=w) for r, c, w in _REDUCE_CONFIGS]
-    return autotune(configs=configs, key=["channels", "size_cls", "FINALIZE"])(_grn_sumsq_kernel)
+    return autotune(configs=configs, key=["channels", "size_cls"])(_grn_sumsq_kernel)
 
 
 @functools.lru_cache(maxsize=None)
@@ -243,9 +223,8 @@ def _tuned_apply():
 if triton is not None:
 
     @triton.jit(do_not_specialize=["size_cls"])
-    def _grn_sumsq_kernel(x_ptr, partial_ptr, w_ptr, factor_ptr, ticket_ptr, pixels, channels, splits, rows_per_split,
-                          eps, size_cls,  # size_cls: only an autotune key (the pixel-count bucket)
-                          FINALIZE: tl.constexpr, SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr,
+    def _grn_sumsq_kernel(x_ptr, partial_ptr, pixels, channels, splits, rows_per_split,
+                          size_cls,  # only an autotune key (the pixel-count bucket)
                           BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
         image = tl.program_id(0) // splits
         split = tl.program_id(0) % splits
@@ -262,53 +241,37 @@ if triton is not None:
             v = v.to(tl.float32)
             acc += v * v
         tl.store(partial_ptr + (image * splits + split) * channels + cols, tl.sum(acc, axis=0), mask=col_ok)
-        if FINALIZE:  # the "ticket" form: the image's last program to finish writes its factors
-            tl.debug_barrier()  # every thread's partials stored before the ticket is taken
-            if tl.atomic_add(ticket_ptr + image, 1, sem="acq_rel") == splits * tl.num_programs(1) - 1:
-                tl.atomic_xchg(ticket_ptr + image, 0)  # every program of the image has its ticket
-                _write_image_factors(partial_ptr, w_ptr, factor_ptr, image, channels, splits, eps,
-                                     SPLITS_BLOCK, STATS_BLOCK, True)
 
     @triton.jit
-    def _summed_partials(stats_ptr, splits, channels, cols, SPLITS_BLOCK: tl.constexpr, FROM_L2: tl.constexpr):
+    def _summed_partials(stats_ptr, splits, channels, cols, SPLITS_BLOCK: tl.constexpr):
         """Sums of squares of the channels ``cols``: the image's splits added up."""
         s = tl.arange(0, SPLITS_BLOCK)
         ok = (s < splits)[:, None] & (cols < channels)[None, :]
-        offsets = stats_ptr + s[:, None] * channels + cols[None, :]
-        if FROM_L2:  # stored by other programs of this launch (the ticket form): past this SM's L1
-            return tl.sum(tl.load(offsets, mask=ok, other=0.0, cache_modifier=".cg"), axis=0)
-        return tl.sum(tl.load(offsets, mask=ok, other=0.0), axis=0)
+        return tl.sum(tl.load(stats_ptr + s[:, None] * channels + cols[None, :], mask=ok, other=0.0), axis=0)
 
     @triton.jit
-    def _inverse_mean_norm(stats, channels, splits, eps, SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr,
-                           FROM_L2: tl.constexpr):
+    def _inverse_mean_norm(stats, channels, splits, eps, SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr):
         """1 / (the mean over channels of the L2 norms + eps) from one image's partials."""
         norms = tl.zeros([STATS_BLOCK], dtype=tl.float32)
         for start in range(0, channels, STATS_BLOCK):
-            norms += tl.sqrt(_summed_partials(stats, splits, channels, start + tl.arange(0, STATS_BLOCK), SPLITS_BLOCK,
-                                              FROM_L2))
+            norms += tl.sqrt(_summed_partials(stats, splits, channels, start + tl.arange(0, STATS_BLOCK), SPLITS_BLOCK))
         return 1.0 / (tl.sum(norms, axis=0) / channels + eps)
 
     @triton.jit
-    def _image_factors(stats, w_ptr, channels, splits, inv_mean, cols, SPLITS_BLOCK: tl.constexpr, FROM_L2: tl.constexpr):
+    def _image_factors(stats, w_ptr, channels, splits, inv_mean, cols, SPLITS_BLOCK: tl.constexpr):
         """``1 + weight * Nx`` of the channels ``cols`` from one image's partials."""
-        nx = tl.sqrt(_summed_partials(stats, splits, channels, cols, SPLITS_BLOCK, FROM_L2)) * inv_mean
+        nx = tl.sqrt(_summed_partials(stats, splits, channels, cols, SPLITS_BLOCK)) * inv_mean
         return 1.0 + tl.load(w_ptr + cols, mask=cols < channels, other=0.0).to(tl.float32) * nx
 
     @triton.jit
     def _grn_factor_kernel(partial_ptr, w_ptr, factor_ptr, channels, splits, eps,
                            SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr):
-        _write_image_factors(partial_ptr, w_ptr, factor_ptr, tl.program_id(0), channels, splits, eps,
-                             SPLITS_BLOCK, STATS_BLOCK, False)
-
-    @triton.jit
-    def _write_image_factors(partial_ptr, w_ptr, factor_ptr, image, channels, splits, eps,
-                             SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr, FROM_L2: tl.constexpr):
+        image = tl.program_id(0)
         stats = partial_ptr + image * splits * channels
-        inv_mean = _inverse_mean_norm(stats, channels, splits, eps, SPLITS_BLOCK, STATS_BLOCK, FROM_L2)
+        inv_mean = _inverse_mean_norm(stats, channels, splits, eps, SPLITS_BLOCK, STATS_BLOCK)
         for start in range(0, channels, STATS_BLOCK):
             cols = start + tl.arange(0, STATS_BLOCK)
-            factor = _image_factors(stats, w_ptr, channels, splits, inv_mean, cols, SPLITS_BLOCK, FROM_L2)
+            factor = _image_factors(stats, w_ptr, channels, splits, inv_mean, cols, SPLITS_BLOCK)
             tl.store(factor_ptr + image * channels + cols, factor, mask=cols < channels)
 
     @triton.jit(do_not_specialize=["size_cls"])
@@ -324,8 +287,8 @@ if triton is not None:
             factor = tl.load(stats_ptr + image * channels + cols, mask=col_ok, other=0.0)
         else:  # every program of the image recomputes them from the partials
             stats = stats_ptr + image * splits * channels
-            inv_mean = _inverse_mean_norm(stats, channels, splits, eps, SPLITS_BLOCK, STATS_BLOCK, False)
-            factor = _image_factors(stats, w_ptr, channels, splits, inv_mean, cols, SPLITS_BLOCK, False)
+            inv_mean = _inverse_mean_norm(stats, channels, splits, eps, SPLITS_BLOCK, STATS_BLOCK)
+            factor = _image_factors(stats, w_ptr, channels, splits, inv_mean, cols, SPLITS_BLOCK)
         b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         rows = (tl.program_id(0) % row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
         ok = (rows < pixels)[:, None] & col_ok[None, :]
