@@ -90,17 +90,15 @@ FULL_LAYERS = {"mixtral-8x7b": 8, "qwen3-30b-a3b": 24, "deepseek-v2-lite": 14,
                # that calibration copies share the reference's weights) 0.00-0.09 against 0.059,
                # as its 512-expert routing's near-ties compound with depth; with 8 layers and routers
                # 4x sharper 0.00-0.06 against 0.049. Four layers: the same blindness at half the memory.
-               # Those runs had the attention heads as drawn; sharp_heads (qk_norm_scale) came after
-               # them, for this blindness, and has not run on a GPU yet.
+               # Those runs had the attention heads as drawn. With sharp_heads (qk_norm_scale 2) all
+               # three scenarios caught all 10 mutants on an H100 (margins +0.21 to +0.24, 2026-12-07,
+               # docs/perf/h100-2026-12-07.md).
                "mamba2-2.7b": 8, "qwen3-next-80b-a3b": 4}
-# What is on record for the (model, profile) cases known to stay INSENSITIVE, shown with the verdict.
-BLIND_REASONS = {
-    ("qwen3-next-80b-a3b", "full"): (
-        "a random-weight Qwen3-Next rotates a quarter of each head in one layer of four, and the "
-        "near-ties of its routing over 512 experts set its floor; its RoPE mutants stayed under that "
-        "floor at 4 layers, at 8 and at 8 with sharper routers on an H100 (2026-12-06, "
-        "docs/perf/h100-2026-12-06c.md), with its attention heads as drawn (before sharp_heads)"),
-}
+# What is on record for the (model, profile) cases known to stay INSENSITIVE, shown with the verdict
+# (``(model, profile) -> why``). Empty since Qwen3-Next's full-profile cases turned sensitive with
+# sharper heads (H100, 2026-12-07); Qwen3-30B-A3B's GPU chat case has its lever (QK_NORM_SCALE)
+# waiting for an H200, so nothing is on record for it.
+BLIND_REASONS: dict = {}
 # The CPU cut of each MoE model: its own switches, expert count and top-k; narrow and shallow.
 CUT_VOCAB = 2048
 _NARROW = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_hidden_layers=2,

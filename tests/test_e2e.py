@@ -148,18 +148,19 @@ def test_a_case_in_which_a_mutant_still_earns_credit_is_insensitive_and_does_not
 
 
 def test_an_insensitive_case_with_a_reason_on_record_says_it_and_the_others_do_not():
-    from fk_pytest.e2e import note_blindness
-    from tasks.e2e import E2E as SPEC
+    from types import SimpleNamespace
 
-    blind = next(c for c in SPEC.cases("full", 0.1) if c.id == "qwen3-next-80b-a3b-chat")
+    from fk_pytest.e2e import note_blindness
+
+    spec = SimpleNamespace(blind_reason=lambda case: "its RoPE turns too slowly here" if case == "blind" else None)
     r = _judged(0.0, {"rope": 0.02, "rms": 1.0})
-    note_blindness(SPEC, blind, r)
-    assert r.status == status.INSENSITIVE and "on record: a random-weight Qwen3-Next" in r.message
-    # the same model's CPU cut sees its RoPE mutants: nothing on record there; a sensitive case gains nothing
-    for case, judged in ((next(c for c in SPEC.cases("cpu") if c["model"] == "qwen3-next-80b-a3b"), r),
-                         (blind, _judged(0.0, {"rope": 0.8, "rms": 1.0}))):
+    note_blindness(spec, "blind", r)
+    assert r.status == status.INSENSITIVE and "on record: its RoPE turns too slowly here" in r.message
+    # a case with nothing on record, and a sensitive case with a reason on record, gain nothing
+    for case, judged in (("other", _judged(0.0, {"rope": 0.02, "rms": 1.0})),
+                         ("blind", _judged(0.0, {"rope": 0.8, "rms": 1.0}))):
         before = judged.message
-        note_blindness(SPEC, case, judged)
+        note_blindness(spec, case, judged)
         assert judged.message == before
 
 
