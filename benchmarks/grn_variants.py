@@ -4,9 +4,9 @@ The reference's GRN (kernels_reference.L1.grn) is a sum-of-squares reduction int
 partials and an apply pass, in one of two forms (``grn.FORMS``: the apply programs recompute the
 factors from the partials, or a factor launch between writes them). For each case below and each
 form: the autotuned path, the reduction tiles at 1x, 2x and 4x the planned pixel splits (one apply
-tile), the apply tiles (one reduction tile), each checked
-against the float64 definition and timed in one interleaved loop (amortised CUDA graphs, L2
-flushed, a fresh input set per call) beside ``torch.compile(forward_native)``. Then the peer
+tile), the apply tiles (one reduction tile), each checked against the float64 definition and timed
+in one interleaved loop (amortised CUDA graphs, L2 flushed, a fresh input set per call) beside
+``torch.compile(forward_native)``. Then the peer
 benchmark's GRN comparison (every case of the task) once per form, with ``FORM`` set to it:
 
     python3 -m benchmarks grn_variants [--rounds 30] [--cases stage1-B32,stage3-B32] [--no-peers]

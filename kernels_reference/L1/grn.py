@@ -25,8 +25,8 @@ programs per SM even for one image. The second writes ``x * (1 + weight * Nx) + 
 per program. The factors ``1 + weight * Nx`` need the image's mean norm over all channels; where
 they are computed is ``FORM`` (below): the shipped form has every apply program sum its image's
 partials again; a factor launch between the two is the other. No atomics: the same bits on every
-run of one configuration, in either form. Tile shapes are autotuned per (channels, pixel-count bucket). Channels-first inputs
-take the native path.
+run of one configuration, in either form. Tile shapes are autotuned per (channels, pixel-count
+bucket). Channels-first inputs take the native path.
 
 What the timings say: an earlier design (atomics into ``[B, C]``, a factor launch, an apply
 launch) and the recompute form both timed at 0.22-0.29 of ``torch.compile(forward_native)`` on
