@@ -28,9 +28,11 @@ _CONTEXT = None
 # What every rank imports before its job runs: torch, Triton (the kernels' language) and the suite's
 # rank jobs with what they import (fk_pytest.evaluator resolves the task). The fork server imports
 # them once with the environment of the process that started it, as each rank did before; the task's
-# module and the candidate's still load in each rank, from their paths. A group of 2-4 ranks after
-# the first started in 0.1-0.2 s against 1.0-1.75 s importing these per rank (2-core CPU,
-# 2026-12-07). A module missing here is imported by the rank instead (the server skips it).
+# module and the candidate's still load in each rank, from their paths. In the README's main job on
+# a 2-core CPU the seven tasks with tensor-parallel cases took 32 s of test time against 72 s when
+# each rank imported these itself (the reports' per-task seconds, fresh clones of 11924a2 and
+# ec2346e, docs/perf/cpu-tests-cost.md). A module missing here is imported by the rank instead
+# (the server skips a module that fails to import).
 RANK_PRELOAD = ["torch", "torch.distributed", "triton", "fk_pytest.evaluator", "fk_pytest.tp_eval",
                 "fk_pytest.e2e_tp"]
 
