@@ -3,7 +3,8 @@
 The chunked and recurrent scans (kernels_reference/ops/mamba_ssd, gla, rwkv7, gated_delta) spend a
 long prefill in a few kernels whose tile sizes, warps, pipeline stages, grid order and prefetching
 (and, for RWKV-7, whether prefill is chunked at all) are module-level settings. For one task, every
-choice of ``SWEEPS[task]`` (the shipped one first) is set on the kernel modules, checked against
+choice of ``SWEEPS[task]`` (the shipped one first; a choice sets what it names over the shipped
+settings) is set on the kernel modules, checked against
 the float64 recurrence (``forward_native``) on the task's short varlen batch with carried states,
 plus the sweep's extra check batches (the worst relative error of output and states is printed),
 then its kernels are timed under torch.profiler on the task's full-profile cases named by
@@ -76,8 +77,19 @@ SWEEPS = {
     "gated_delta_rule": ("kernels_reference.ops.gated_delta.chunk", "long-carried,mixed-fresh", [], [
         # (the WY kernel's whole-chunk products were 1971-3192 us against 1432 on an H100 on
         # 2026-12-06 and are gone: docs/perf/h100-2026-12-06.md)
-        dict(STATE_PREFETCH=False),
-        dict(STATE_PREFETCH=True),
+        # (the state pass's prefetch: 2590 against 1538 us on 32768 tokens, same day and page)
+        dict(STATE_PREFETCH=False, WY_WARPS=4, STATE_WARPS=4, STATE_STAGES=2, OUTPUT_WARPS=4,
+             STATE_BLOCK_V=64, OUTPUT_BLOCK_V=64),
+        dict(WY_WARPS=8),
+        dict(OUTPUT_WARPS=8),
+        dict(OUTPUT_BLOCK_V=128),
+        dict(OUTPUT_BLOCK_V=128, OUTPUT_WARPS=8),
+        dict(STATE_WARPS=8),
+        dict(STATE_STAGES=3),
+        # last: 32-wide V blocks faulted in an earlier kernel that did the state pass and the output
+        # in one loop (H200, Triton 3.6, 2026-12-04); a fault ends the process and the sweep
+        dict(STATE_BLOCK_V=32),
+        dict(STATE_BLOCK_V=32, STATE_WARPS=2),
     ]),
     "gated_linear_attention": ("kernels_reference.ops.gla.chunk", "long-carried,mixed-fresh", [], [
         dict(STATE_TILES=(32, 64, 4, 2), ROWS_BK=32, STATE_PREFETCH=True),
@@ -135,9 +147,11 @@ def main():
     width = max(len(_label(settings)) for settings in choices)  # whole labels: truncated ones read alike
     print(f"{'choice':>{width}s}  {'rel out':>8s}  {'rel state':>9s}  "
           + "  ".join(f"{short(c.id):>20s}" for c in cases))
-    for settings in choices:
-        for name, value in settings.items():
-            setattr(next(m for m in kernel_modules if hasattr(m, name)), name, value)
+    home = {name: next(m for m in kernel_modules if hasattr(m, name)) for settings in choices for name in settings}
+    shipped = {name: getattr(m, name) for name, m in home.items()}
+    for settings in choices:  # each choice is the shipped settings with its own changed
+        for name, value in {**shipped, **settings}.items():
+            setattr(home[name], name, value)
         label = _label(settings)
         try:
             rels = []

@@ -18,7 +18,8 @@ from fk_pytest.candidates import CandidateSource
 from fk_pytest.correctness import evaluate_case
 from fk_pytest.timing import refill
 from kernels_reference.ops.mamba_ssd import native
-from kernels_reference.ops.mamba_ssd.chunk_scan import chunk_table, ssd_chunk_scan
+from kernels_reference.ops.chunk_table import chunk_table
+from kernels_reference.ops.mamba_ssd.chunk_scan import ssd_chunk_scan
 from kernels_reference.ops.mamba_ssd.state_update import selective_state_update
 
 from conftest import CANDIDATES, EXAMPLES

@@ -36,8 +36,8 @@ from typing import Optional, Tuple
 import torch
 
 from ...triton_rows import whole_tiles
-from .layout import (TokenHeads, chunk_rows, chunked_scan_start, mm as _mm, store_rows, tile as _tile,
-                     walk_start)
+from .layout import (TokenHeads, chunk_is_empty, chunk_rows, chunked_scan_start, mm as _mm, store_rows,
+                     tile as _tile, walk_start)
 
 try:
     import triton
@@ -57,6 +57,9 @@ STATE_BLOCK_V = 64
 # it slowed the state pass of the 32768-token case from 1538 to 2590 us.
 STATE_PREFETCH = False
 OUTPUT_BLOCK_V = 64
+# Warps per program of the three kernels and the state pass's pipeline stages, module-level so that
+# ``python3 -m benchmarks scan_tiles gated_delta_rule`` can sweep them with the blocks above.
+WY_WARPS, STATE_WARPS, STATE_STAGES, OUTPUT_WARPS = 4, 4, 2, 4
 # The WY kernel forms W = T X and U = T Y by 16-row block products. Whole-chunk products (T's
 # blocks joined into one 64 x 64 tile) and A from one 64 x 64 product of the keys cut into blocks
 # were tried and timed on an H100 on 2026-12-06 (``python3 -m benchmarks scan_tiles
@@ -91,7 +94,7 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
         k.tensor, v.tensor, g.tensor, beta.tensor, w, u, b, layout.table,
         k.token_stride, k.head_stride, v.token_stride, v.head_stride,
         g.token_stride, g.head_stride, beta.token_stride, beta.head_stride,
-        BV=block_v_all if whole else min(64, block_v_all), **heads, **dot, num_warps=4)
+        BV=block_v_all if whole else min(64, block_v_all), **heads, **dot, num_warps=WY_WARPS)
 
     starts = torch.empty((chunks, hv, kd, vd), dtype=dtype, device=device)
     h0 = initial_state
@@ -99,12 +102,12 @@ def chunk_forward(q: TokenHeads, k: TokenHeads, v: TokenHeads, g: TokenHeads, be
         k.tensor, w, u, b, starts, h0 if h0 is not None else b, final if final is not None else b,
         cu_seqlens, layout.first_chunk, k.token_stride, k.head_stride,
         BV=state_bv, HAS_H0=h0 is not None, STORE_HT=final is not None, PREFETCH=STATE_PREFETCH, **heads, **dot,
-        num_warps=4, num_stages=2)
+        num_warps=STATE_WARPS, num_stages=STATE_STAGES)
 
     _chunk_output_kernel[(triton.cdiv(vd, output_bv), chunks, hv)](
         q.tensor, k.tensor, u, b, starts, o, layout.table, scale,
         q.token_stride, q.head_stride, k.token_stride, k.head_stride,
-        BV=output_bv, **heads, **dot, num_warps=4)
+        BV=output_bv, **heads, **dot, num_warps=OUTPUT_WARPS)
     return o, final
 
 
@@ -175,6 +178,8 @@ if triton is not None:
         tl.static_assert(BT == 64)
         BC: tl.constexpr = 16
         i_c, i_hv = tl.program_id(0), tl.program_id(1)
+        if chunk_is_empty(table, i_c):
+            return
         i_hk = i_hv // GROUP
         start = tl.load(table + 2 * i_c)
         end = tl.load(table + 2 * i_c + 1)
@@ -298,6 +303,8 @@ if triton is not None:
                              BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
                              DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_v, i_c, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        if chunk_is_empty(table, i_c):
+            return
         i_hk = i_hv // GROUP
         rows, row_ok = chunk_rows(table, i_c, BT)
         r = tl.arange(0, BT)

@@ -9,6 +9,8 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from ..chunk_table import chunk_pairs
+
 try:
     import triton
     import triton.language as tl
@@ -48,10 +50,12 @@ def scan_outputs(v: TokenHeads, key_dim: int, sequences: int, initial_state: Opt
 def chunked_scan_start(v: TokenHeads, key_dim: int, cu_seqlens: torch.Tensor, initial_state: Optional[torch.Tensor],
                        output_final_state: bool, chunk: int):
     """The start of a chunked scan's host function: its outputs (:func:`scan_outputs`), the chunk
-    layout (None when there is nothing to scan: the outputs are then final), and the products'
-    constexprs, ``DOT_T`` (operand type) and ``EMULATE`` (half products upcast: the interpreter)."""
+    table (:func:`chunk_pairs`: built on the device for an upper bound of chunks, so the grids hold
+    empty chunks past the real count; None when there is nothing to scan: the outputs are then
+    final), and the products' constexprs, ``DOT_T`` (operand type) and ``EMULATE`` (half products
+    upcast: the interpreter)."""
     o, final, nothing = scan_outputs(v, key_dim, cu_seqlens.numel() - 1, initial_state, output_final_state)
-    layout = None if nothing else chunk_layout(cu_seqlens, chunk)
+    layout = None if nothing else chunk_pairs(cu_seqlens, v.tensor.shape[0], chunk)
     x = v.tensor
     return o, final, layout, dict(DOT_T=DOT_TYPES[x.dtype], EMULATE=interpreting() or not x.is_cuda)
 
@@ -67,26 +71,6 @@ def packed_batch(tensors, cu_seqlens):
     b, t = tensors[0].shape[:2]
     cu = torch.arange(b + 1, dtype=torch.int32, device=tensors[0].device) * t
     return tuple(x.reshape(1, b * t, *x.shape[2:]) for x in tensors), cu
-
-
-class ChunkLayout(NamedTuple):
-    table: torch.Tensor  # int32 [C, 2]: (first token, end token) of every chunk of every sequence
-    first_chunk: torch.Tensor  # int32 [N + 1]: index in ``table`` of each sequence's first chunk
-
-
-def chunk_layout(cu_seqlens: torch.Tensor, chunk: int) -> ChunkLayout:
-    """Every sequence cut into chunks from its own first token. Needs the lengths on the host (one
-    sync) to size the grids; prefill is not graph-captured."""
-    cu = cu_seqlens.to("cpu", torch.int64)
-    lengths = cu[1:] - cu[:-1]
-    per_seq = (lengths + chunk - 1) // chunk
-    seq = torch.repeat_interleave(torch.arange(len(lengths)), per_seq)
-    first = torch.zeros(len(lengths) + 1, dtype=torch.int64)
-    first[1:] = torch.cumsum(per_seq, 0)
-    start = cu[seq] + (torch.arange(int(first[-1])) - first[seq]) * chunk
-    end = torch.minimum(start + chunk, cu[seq + 1])
-    device = cu_seqlens.device
-    return ChunkLayout(torch.stack([start, end], 1).to(torch.int32).to(device), first.to(torch.int32).to(device))
 
 
 def interpreting() -> bool:
@@ -107,8 +91,14 @@ if triton is not None:
                  mask=row_ok[:, None] & (cols < width)[None, :])
 
     @triton.jit
+    def chunk_is_empty(table, i_c):
+        """Whether chunk i_c of a ``chunk_pairs`` table is past the real count (its grids are sized
+        by an upper bound): its programs return at once."""
+        return tl.load(table + 2 * i_c + 1) <= tl.load(table + 2 * i_c)
+
+    @triton.jit
     def chunk_rows(table, i_c, BT: tl.constexpr):
-        """Chunk i_c of a ``chunk_layout`` table: the BT token rows from its first token, and which
+        """Chunk i_c of a ``chunk_pairs`` table: the BT token rows from its first token, and which
         of them the chunk holds."""
         start = tl.load(table + 2 * i_c)
         end = tl.load(table + 2 * i_c + 1)

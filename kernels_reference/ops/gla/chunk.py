@@ -35,7 +35,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..gated_delta.layout import TokenHeads, chunk_rows, chunked_scan_start, mm as _mm, tile as _tile, walk_start
+from ..gated_delta.layout import (TokenHeads, chunk_is_empty, chunk_rows, chunked_scan_start, mm as _mm,
+                                  tile as _tile, walk_start)
 from ...triton_rows import whole_tiles
 
 try:
@@ -117,6 +118,8 @@ if triton is not None:
     def _local_cumsum_kernel(g, b, table, sg_t, sg_h, H: tl.constexpr, K: tl.constexpr,
                              BT: tl.constexpr, BK: tl.constexpr):
         i_c, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        if chunk_is_empty(table, i_c):
+            return
         rows, row_ok = chunk_rows(table, i_c, BT)
         cols = i_k * BK + tl.arange(0, BK)
         b_g = _tile(g, rows, row_ok, sg_t, i_h * sg_h, cols, K)
@@ -209,6 +212,8 @@ if triton is not None:
         side's exponent b_n - b_s is >= 0, clamped at SAFE: a block where any channel decays by more
         than SAFE across it is recomputed elementwise (``_diag_cube``)."""
         i_c, i_h = tl.program_id(0), tl.program_id(1)
+        if chunk_is_empty(table, i_c):
+            return
         start = tl.load(table + 2 * i_c)
         end = tl.load(table + 2 * i_c + 1)
         r = tl.arange(0, BC)
@@ -248,6 +253,8 @@ if triton is not None:
                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                              BK: tl.constexpr, BV: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_v, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        if chunk_is_empty(table, i_c):
+            return
         rows, row_ok = chunk_rows(table, i_c, BT)
         r = tl.arange(0, BT)
         offs_v = i_v * BV + tl.arange(0, BV)

@@ -20,8 +20,8 @@ token, so a chunk never holds two sequences. With cs_t the running sum of dt * A
    precomputed C . B, then the optional silu(z) gate.
 
 The chunk table (which sequence and tokens each chunk covers) is built on the device from
-``cu_seqlens`` for an upper bound of chunks (tokens / chunk_size + sequences), so nothing reads
-device values on the host; programs of chunks past the real count return at once. GEMM operands
+``cu_seqlens`` for an upper bound of chunks (``ops/chunk_table.py``), so nothing reads device values
+on the host; programs of chunks past the real count return at once. GEMM operands
 are the activations' dtype (bf16 on tensor cores) with float32 accumulation, decay and dt factors
 applied in float32 before the cast, and states are carried in float32: the numerics of production's
 kernels (mamba-ssm / vLLM).
@@ -31,28 +31,13 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 from ...triton_rows import interpreting, whole_tiles
+from ..chunk_table import chunk_table
 
 try:
     import triton
     import triton.language as tl
 except ImportError:
     triton = None
-
-
-def chunk_table(cu_seqlens: torch.Tensor, tokens: int, chunk_size: int):
-    """Device tensors describing the chunks: per chunk (sequence, first token, length; length 0 for
-    the unused tail of the upper bound) and per sequence (first chunk, chunk count). One Triton
-    program builds them (a CUDA graph replays one launch, where the same table in torch ops was
-    about fifteen small kernels: ~40 of a 4096-token scan's 283 us on an H100, 2026-12-05)."""
-    sequences = cu_seqlens.numel() - 1
-    bound = -(-tokens // chunk_size) + sequences
-    i32, dev = torch.int32, cu_seqlens.device
-    seq, start, length = (torch.empty(bound, dtype=i32, device=dev) for _ in range(3))
-    first, count = (torch.empty(sequences, dtype=i32, device=dev) for _ in range(2))
-    block_s = triton.next_power_of_2(max(sequences, 1))
-    _chunk_table_kernel[(1,)](cu_seqlens, seq, start, length, first, count, sequences, bound, chunk_size,
-                              BLOCK_S=block_s, BLOCK_C=max(16, min(64, 8192 // block_s)), num_warps=4)
-    return bound, seq, start, length, first, count
 
 
 def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
@@ -163,33 +148,6 @@ def _tile(n: int) -> int:
 
 
 if triton is not None:
-
-    @triton.jit
-    def _chunk_table_kernel(cu_ptr, seq_ptr, start_ptr, len_ptr, first_ptr, count_ptr, n, bound, chunk,
-                            BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
-        s = tl.arange(0, BLOCK_S)
-        s_ok = s < n
-        lo = tl.load(cu_ptr + s, mask=s_ok, other=0).to(tl.int32)
-        hi = tl.load(cu_ptr + s + 1, mask=s_ok, other=0).to(tl.int32)
-        counts = (hi - lo + chunk - 1) // chunk
-        ends = tl.cumsum(counts, 0)
-        firsts = ends - counts
-        tl.store(first_ptr + s, firsts, mask=s_ok)
-        tl.store(count_ptr + s, counts, mask=s_ok)
-        for c0 in range(0, bound, BLOCK_C):
-            ids = c0 + tl.arange(0, BLOCK_C)
-            # a chunk's sequence: how many sequences' chunks end at or before it
-            seq = tl.sum(((ends[None, :] <= ids[:, None]) & s_ok[None, :]).to(tl.int32), 1)
-            valid = seq < n
-            mine = s[None, :] == seq[:, None]  # that sequence's column, for gathering its values
-            seq_lo = tl.sum(tl.where(mine, lo[None, :], 0), 1)
-            seq_hi = tl.sum(tl.where(mine, hi[None, :], 0), 1)
-            start = tl.where(valid, seq_lo + (ids - tl.sum(tl.where(mine, firsts[None, :], 0), 1)) * chunk, 0)
-            in_bound = ids < bound
-            tl.store(seq_ptr + ids, tl.minimum(seq, tl.maximum(n - 1, 0)), mask=in_bound)
-            tl.store(start_ptr + ids, start, mask=in_bound)
-            tl.store(len_ptr + ids, tl.where(valid, tl.minimum(seq_hi - start, chunk), 0), mask=in_bound)
-
 
     @triton.jit
     def _operand(t, like_ptr, F32_DOT: tl.constexpr):

@@ -37,8 +37,8 @@ from typing import Optional, Tuple
 import torch
 
 from ...triton_rows import whole_tiles
-from ..gated_delta.layout import (TokenHeads, chunk_rows, chunked_scan_start, mm as _mm, store_rows, tile as _tile,
-                                  walk_start)
+from ..gated_delta.layout import (TokenHeads, chunk_is_empty, chunk_rows, chunked_scan_start, mm as _mm,
+                                  store_rows, tile as _tile, walk_start)
 
 try:
     import triton
@@ -176,6 +176,8 @@ if triton is not None:
                            INVERSE_BY_POWERS: tl.constexpr, SQUARINGS: tl.constexpr,
                            DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_c, i_h = tl.program_id(0), tl.program_id(1)
+        if chunk_is_empty(table, i_c):
+            return
         rows, ok = chunk_rows(table, i_c, L)
         i = tl.arange(0, L)
         before = i[:, None] > i[None, :]  # s < t
@@ -297,6 +299,8 @@ if triton is not None:
                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
                              BK: tl.constexpr, BV: tl.constexpr, DOT_T: tl.constexpr, EMULATE: tl.constexpr):
         i_v, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        if chunk_is_empty(table, i_c):
+            return
         rows, ok = chunk_rows(table, i_c, L)
         i = tl.arange(0, L)
         offs_k = tl.arange(0, BK)
