@@ -7,12 +7,9 @@ form: the autotuned path, the reduction tiles at 1x, 2x and 4x the planned pixel
 tile), the apply tiles (one reduction tile), each checked against the float64 definition and timed
 in one interleaved loop (amortised CUDA graphs, L2 flushed, a fresh input set per call) beside
 ``torch.compile(forward_native)``. Then the peer
-benchmark's GRN comparison (every case of the task) once per ``--peer-settings`` pair, with ``FORM``
-and ``REDUCTION`` set to it. Where the channels cut into rows (``grn.whole_rows_shape``), the
-whole-rows reduction's tiles and splits are timed too:
+benchmark's GRN comparison (every case of the task) once per form, with ``FORM`` set to it:
 
     python3 -m benchmarks grn_variants [--rounds 30] [--cases stage1-B32,stage3-B32] [--no-peers]
-        [--peer-settings recompute:channel-blocks,recompute:auto]
 """
 import argparse
 import io
@@ -40,27 +37,18 @@ def _tiles(splits, reduce, apply, channels):
 
 
 def variants(batch, pixels, channels, sms):
-    """label -> (Tiles, or None for the autotuned path; form; reduction of the autotuned path)"""
+    """label -> (Tiles, or None for the autotuned path; form)"""
     planned = grn_mod.pixel_splits(batch, pixels, channels, sms)
     out = {}
     for form in grn_mod.FORMS:
-        out[f"{form} autotuned"] = (None, form, "channel-blocks")
-        if grn_mod.whole_rows_shape(channels) is not None:
-            out[f"{form} whole-rows autotuned"] = (None, form, "whole-rows")
-            rows_planned = grn_mod.whole_rows_splits(batch, pixels, channels, sms)
-            for mult in (1, 2, 4):
-                splits = min(grn_mod.MAX_SPLITS, rows_planned * mult)
-                for rows, warps in grn_mod._ROWS_CONFIGS:
-                    tiles = _tiles(splits, (rows, grn_mod.whole_rows_shape(channels), warps), APPLY_FOR_REDUCE_SWEEP,
-                                   channels)._replace(whole_rows=True)
-                    out[f"{form} whole-rows splits={splits} rows={(rows, warps)}"] = (tiles, form, None)
+        out[f"{form} autotuned"] = (None, form)
         for mult in (1, 2, 4):
             splits = min(grn_mod.MAX_SPLITS, planned * mult)
             for reduce in grn_mod._REDUCE_CONFIGS:
                 out[f"{form} splits={splits} reduce={reduce}"] = (_tiles(splits, reduce, APPLY_FOR_REDUCE_SWEEP, channels),
-                                                                  form, None)
+                                                                  form)
         for apply in grn_mod._APPLY_CONFIGS:
-            out[f"{form} apply={apply}"] = (_tiles(planned, REDUCE_FOR_APPLY_SWEEP, apply, channels), form, None)
+            out[f"{form} apply={apply}"] = (_tiles(planned, REDUCE_FOR_APPLY_SWEEP, apply, channels), form)
     return out
 
 
@@ -79,9 +67,8 @@ def time_case(batch, side, channels, rounds, flush):
         truth = m64.forward_native(sets[0].double())
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     impls = {}
-    for label, (tiles, form, reduction) in variants(batch, side * side, channels, sms).items():
-        impls[label] = lambda x, t=tiles, f=form, r=reduction: _with_reduction(
-            r, lambda: grn_mod.grn_channels_last(m, x, t, form=f))
+    for label, (tiles, form) in variants(batch, side * side, channels, sms).items():
+        impls[label] = lambda x, t=tiles, f=form: grn_mod.grn_channels_last(m, x, t, form=f)
     compiled = torch.compile(m.forward_native, dynamic=False)
     impls["inductor"] = compiled
     rows, runners = {}, {}
@@ -99,23 +86,11 @@ def time_case(batch, side, channels, rounds, flush):
     return rows
 
 
-def _with_reduction(reduction, call):
-    """``call()`` with ``grn.REDUCTION`` set to ``reduction`` (None: as it is)."""
-    shipped = grn_mod.REDUCTION
-    grn_mod.REDUCTION = reduction or shipped
-    try:
-        return call()
-    finally:
-        grn_mod.REDUCTION = shipped
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--cases", default=",".join(c[0] for c in CASES))
     parser.add_argument("--no-peers", action="store_true", help="skip the peer comparison per form")
-    parser.add_argument("--peer-settings", default="recompute:channel-blocks,recompute:auto,factor-launch:auto",
-                        help="FORM:REDUCTION pairs the peer comparison runs once each")
     args = parser.parse_args()
     wanted = set(args.cases.split(","))
     unknown = wanted - {c[0] for c in CASES}
@@ -132,12 +107,7 @@ def main():
             print(f"{label}: done", flush=True)
             with open(os.path.join(out_dir, "grn_variants.json"), "w") as f:
                 json.dump({"cases": results, "gpu": torch.cuda.get_device_name()}, f, indent=1)
-    settings = [tuple(pair.split(":")) for pair in args.peer_settings.split(",")]
-    for form, reduction in settings:
-        if form not in grn_mod.FORMS or reduction not in grn_mod.REDUCTIONS:
-            parser.error(f"--peer-settings: {form}:{reduction} is not a FORM:REDUCTION of {grn_mod.FORMS} x "
-                         f"{grn_mod.REDUCTIONS}")
-    peer_rows = [] if args.no_peers else peers_per_form(settings)
+    peer_rows = [] if args.no_peers else peers_per_form()
     with open(os.path.join(out_dir, "grn_variants.json"), "w") as f:
         json.dump({"cases": results, "peers": peer_rows, "gpu": torch.cuda.get_device_name()}, f, indent=1)
     keys = ("us", "spread", "tb_s", "vs_inductor", "rel_err")
@@ -150,28 +120,27 @@ def main():
                          table, ["", ".2f", ".3f", ".2f", ".3f", ".1e", ""]))
 
     if peer_rows:
-        print("\n" + md_table(["FORM:REDUCTION", "case", "reference us", "Inductor us", "ratio (best peer / ref)"],
-                              peer_rows, ["", "", ".2f", ".2f", ".3f"]))
+        print("\n" + md_table(["FORM", "case", "reference us", "Inductor us", "ratio (best peer / ref)"], peer_rows,
+                              ["", "", ".2f", ".2f", ".3f"]))
 
 
-def peers_per_form(settings):
-    """(FORM:REDUCTION, case, reference us, Inductor us, best peer / reference) for every case of the
-    task, once per (form, reduction) of ``settings``."""
+def peers_per_form():
+    """(form, case, reference us, Inductor us, best peer / reference) for every case of the task."""
     from fk_pytest.peers.measure import Options
     from fk_pytest.peers.run import benchmark
-    rows, shipped = [], (grn_mod.FORM, grn_mod.REDUCTION)
+    rows, shipped = [], grn_mod.FORM
     try:
-        for form, reduction in settings:
-            grn_mod.FORM, grn_mod.REDUCTION = form, reduction
+        for form in grn_mod.FORMS:
+            grn_mod.FORM = form
             doc = benchmark(Options(torch.device("cuda"), "full"), ["global_response_norm"], max_cases=0,
                             progress=io.StringIO())
             for case in doc["ops"][0]["cases"]:
                 impls = case["impls"]
-                rows.append((f"{form}:{reduction}", case["case"], impls["reference"].get("us"),
-                             impls.get("compile", {}).get("us"), case.get("ratio")))
-            print(f"peers with {form}:{reduction}: done", flush=True)
+                rows.append((form, case["case"], impls["reference"].get("us"), impls.get("compile", {}).get("us"),
+                             case.get("ratio")))
+            print(f"peers with FORM={form}: done", flush=True)
     finally:
-        grn_mod.FORM, grn_mod.REDUCTION = shipped
+        grn_mod.FORM = shipped
     return rows
 
 

@@ -52,40 +52,6 @@ def test_grn_triton_matches_native(monkeypatch, dtype, config):
         assert torch.equal(grn_channels_last(grn, x, config, form=form), got), form
 
 
-# The whole-rows reduction on 48 channels (3 rows of 16 a pixel): 8-row tiles take 2 pixels a step
-# (6 rows, the last two masked), four splits of 4, 4, 4 and 3 pixels end mid-tile.
-ROWS_TILES = GPU_TILES._replace(reduce_rows=8, reduce_channels=16, whole_rows=True)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_grn_whole_rows_reduction_matches_native(monkeypatch, dtype):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    grn, gen = _grn(48, dtype, seed=4)
-    x = torch.nn.functional.gelu(1.5 * torch.randn(2, 5, 3, 48, generator=gen)).to(dtype)
-    got, want = grn_channels_last(grn, x, ROWS_TILES), grn.forward_native(x)
-    tol = 2e-5 if dtype == torch.float32 else 1.6e-2
-    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
-    assert torch.equal(grn_channels_last(grn, x, ROWS_TILES), got)  # no atomics: the same bits again
-    blocks = grn_channels_last(grn, x, ROWS_TILES._replace(whole_rows=False))  # the partials summed otherwise
-    torch.testing.assert_close(got.float(), blocks.float(), rtol=tol, atol=tol)
-
-
-def test_grn_whole_rows_only_where_the_channels_cut_into_rows_and_the_batch_fills_the_gpu(monkeypatch):
-    import kernels_reference.L1.grn as grn_mod
-
-    assert [grn_mod.whole_rows_shape(c) for c in (384, 768, 96, 48, 1536, 40, 7)] == [128, 256, 32, 16, None, None, None]
-    grn, gen = _grn(40, torch.float32)
-    with pytest.raises(ValueError, match="40 channels has no whole-rows reduction"):
-        grn_channels_last(grn, torch.randn(1, 2, 2, 40, generator=gen), ROWS_TILES)
-    monkeypatch.setattr(grn_mod, "REDUCTION", "auto")
-    assert grn_mod._whole_rows_here(32, 56 * 56, 384, 132)  # 32 images x 10 splits: 320 programs
-    assert not grn_mod._whole_rows_here(1, 56 * 56, 384, 132)  # one image: 10 programs
-    assert not grn_mod._whole_rows_here(32, 14 * 14, 1536, 132)  # 1536 = 3 x 512: rows too wide
-    monkeypatch.setattr(grn_mod, "REDUCTION", "rows")
-    with pytest.raises(ValueError, match="'rows' is not one of"):
-        grn_mod._whole_rows_here(32, 56 * 56, 384, 132)
-
-
 def test_grn_names_an_unknown_form():
     grn, gen = _grn(8, torch.float32)
     with pytest.raises(ValueError, match="'atomics' is not one of"):

@@ -21,8 +21,7 @@ types round the norm and its mean to the activation dtype on the way; one roundi
 The fast path on CUDA (channels-last, half or float32) is a reduction launch and an apply launch.
 The first sums squares: a program per (image, pixel range, channel block) reduces its range into a
 float32 ``partial[B, splits, C]`` with plain stores, the pixels split so that the launch has a few
-programs per SM even for one image (``REDUCTION``, below: or a program per (image, pixel range)
-streaming whole pixel rows). The second writes ``x * (1 + weight * Nx) + bias`` for a tile
+programs per SM even for one image. The second writes ``x * (1 + weight * Nx) + bias`` for a tile
 per program. The factors ``1 + weight * Nx`` need the image's mean norm over all channels; where
 they are computed is ``FORM`` (below): the shipped form has every apply program sum its image's
 partials again; a factor launch between the two is the other. No atomics: the same bits on every
@@ -93,7 +92,6 @@ class Tiles(NamedTuple):
     warps: int
     stats_channels: int
     apply_warps: Optional[int] = None  # None: ``warps``
-    whole_rows: bool = False  # the reduction reads whole pixel rows (``REDUCTION`` "whole-rows")
 
 
 # Programs a reduction aims for per SM: enough to hide memory latency, few enough that each still
@@ -119,19 +117,12 @@ STATS_TILE = 4096  # [splits, channel chunk] partials summed at once
 # slower still (geomean 0.915, min 0.702) and is gone (21bd60d has it).
 FORMS = ("recompute", "factor-launch")
 FORM = "recompute"
-# How the reduction's programs cover an image:
-#   "channel-blocks" a program per (image, pixel split, channel block): each pixel's row of
-#                    channels is read in 128-1024 B pieces by several programs (stage 1 at batch 32:
-#                    0.64 of copy bandwidth, the apply launch 0.95; H100, docs/perf/h100-2026-12-06g.md);
-#   "whole-rows"     a program per (image, pixel split) streams its pixels' whole rows, contiguous
-#                    memory: the channels viewed as GROUPS rows of WIDTH (384 = 3 x 128), each tile
-#                    row summed into its group at the end. Fewer programs (one image: a few splits),
-#                    so only where the batch fills the GPU by itself;
-#   "auto"           whole rows where ``whole_rows_shape`` allows them and batch x splits gives every
-#                    SM ``WHOLE_ROWS_MIN_PROGRAMS_PER_SM`` programs, channel blocks otherwise.
-REDUCTIONS = ("channel-blocks", "whole-rows", "auto")
-REDUCTION = "channel-blocks"
-WHOLE_ROWS_MIN_PROGRAMS_PER_SM = 2
+# The reduction's programs each take a channel block of a pixel range, so a pixel's row of channels
+# is read in pieces by several programs. A reduction that streamed whole pixel rows instead (a
+# program per image and pixel range, the channels viewed as 3 rows of 128 or 256) was slower on an
+# H100 on 2026-12-07 (grn_variants, docs/perf/h100-2026-12-07b.md): stage 1 at batch 32 97.7 us
+# against 91.9 with the factor launch and 134.5 against 95.8 with recompute, one stage-1 image
+# 20.1 against 14.2; aaf2495 has it.
 
 
 def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional[Tiles] = None,
@@ -152,14 +143,10 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
         return out
     tuned = config is None and autotune_here(x)
     if tuned:
-        sms = sm_count(x.device)
-        whole_rows = _whole_rows_here(batch, pixels, channels, sms)
-        splits = (whole_rows_splits if whole_rows else pixel_splits)(batch, pixels, channels, sms)
+        splits = pixel_splits(batch, pixels, channels, sm_count(x.device))
     else:
         config = config or interpreter_tiles(x)
-        splits, whole_rows = config.splits, config.whole_rows
-        if whole_rows and whole_rows_shape(channels) is None:
-            raise ValueError(f"GRN over {channels} channels has no whole-rows reduction (see whole_rows_shape)")
+        splits = config.splits
     # Whole splits only: the last one takes the remainder, none is left empty.
     rows_per_split = triton.cdiv(pixels, splits)
     splits = triton.cdiv(pixels, rows_per_split)
@@ -173,15 +160,7 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     reduce_args = (x, partial, pixels, channels, splits, rows_per_split, size_cls)
     apply_args = (x, factors, grn.weight, grn.bias, out, pixels, channels, splits, grn.eps, size_cls)
     apply_consts = dict(stats_consts, FACTORS=form != "recompute")
-    if whole_rows:
-        width = whole_rows_shape(channels)
-        rows_consts = dict(GROUPS=channels // width, WIDTH=width)
-        if tuned:
-            _tuned_sumsq_rows()[(batch * splits,)](*reduce_args, **rows_consts)
-        else:
-            _grn_sumsq_rows_kernel[(batch * splits,)](*reduce_args, **rows_consts, BLOCK_R=config.reduce_rows,
-                                                      num_warps=config.warps)
-    elif tuned:
+    if tuned:
         _tuned_sumsq()[lambda meta: (batch * splits, triton.cdiv(channels, meta["BLOCK_C"]))](*reduce_args)
     else:
         _grn_sumsq_kernel[(batch * splits, triton.cdiv(channels, config.reduce_channels))](
@@ -214,33 +193,6 @@ def pixel_splits(batch: int, pixels: int, channels: int, sm_count: int) -> int:
     return max(1, min(wanted, cap))
 
 
-def whole_rows_shape(channels: int) -> Optional[int]:
-    """The row width (WIDTH) the whole-rows reduction views a pixel's channels in: the largest power
-    of two dividing ``channels``, for at most 8 rows (GROUPS) of 16-256 elements (ConvNeXt-V2's
-    384 and 768 features are 3 rows of 128 and 256); None where channels do not cut so."""
-    width = channels & -channels
-    return width if 16 <= width <= 256 and channels // width <= 8 else None
-
-
-def whole_rows_splits(batch: int, pixels: int, channels: int, sm_count: int) -> int:
-    """Pixel splits of the whole-rows reduction: ``REDUCE_PROGRAMS_PER_SM`` programs an SM over the
-    batch's images, under the same caps as :func:`pixel_splits` (a split of 8 pixels or more)."""
-    wanted = triton.cdiv(REDUCE_PROGRAMS_PER_SM * sm_count, batch)
-    cap = min(MAX_SPLITS, triton.cdiv(pixels, 8), max(1, PARTIALS_PER_IMAGE // channels))
-    return max(1, min(wanted, cap))
-
-
-def _whole_rows_here(batch: int, pixels: int, channels: int, sm_count: int) -> bool:
-    if REDUCTION not in REDUCTIONS:
-        raise ValueError(f"GRN reduction {REDUCTION!r} is not one of {REDUCTIONS}")
-    if REDUCTION == "channel-blocks" or whole_rows_shape(channels) is None:
-        return False
-    if REDUCTION == "whole-rows":
-        return True
-    programs = batch * whole_rows_splits(batch, pixels, channels, sm_count)
-    return programs >= WHOLE_ROWS_MIN_PROGRAMS_PER_SM * sm_count
-
-
 def interpreter_tiles(x: torch.Tensor) -> Tiles:
     """The interpreter pays per program: whole channel rows, many pixels, no split."""
     channels = x.shape[-1]
@@ -266,16 +218,6 @@ _APPLY_CONFIGS = [(16, 128, 4), (32, 128, 4), (64, 128, 8), (32, 256, 8), (128, 
 def _tuned_sumsq():
     configs = [triton.Config({"BLOCK_R": r, "BLOCK_C": c}, num_warps=w) for r, c, w in _REDUCE_CONFIGS]
     return autotune(configs=configs, key=["channels", "size_cls"])(_grn_sumsq_kernel)
-
-
-# Whole-rows tiles: (tile rows of WIDTH, warps); at 128-wide rows 16-64 KB of bf16 a loop step.
-_ROWS_CONFIGS = [(16, 4), (32, 4), (64, 8), (128, 8)]
-
-
-@functools.lru_cache(maxsize=None)
-def _tuned_sumsq_rows():
-    configs = [triton.Config({"BLOCK_R": r}, num_warps=w) for r, w in _ROWS_CONFIGS]
-    return autotune(configs=configs, key=["channels", "size_cls"])(_grn_sumsq_rows_kernel)
 
 
 @functools.lru_cache(maxsize=None)
@@ -305,32 +247,6 @@ if triton is not None:
             v = v.to(tl.float32)
             acc += v * v
         tl.store(partial_ptr + (image * splits + split) * channels + cols, tl.sum(acc, axis=0), mask=col_ok)
-
-    @triton.jit(do_not_specialize=["size_cls"])
-    def _grn_sumsq_rows_kernel(x_ptr, partial_ptr, pixels, channels, splits, rows_per_split,
-                               size_cls,  # only an autotune key (the pixel-count bucket)
-                               GROUPS: tl.constexpr, WIDTH: tl.constexpr, BLOCK_R: tl.constexpr):
-        """The same partials as ``_grn_sumsq_kernel``, from whole pixel rows: the image as rows of
-        WIDTH, row q holding channels (q % GROUPS) * WIDTH + [0, WIDTH) of pixel q // GROUPS. A
-        loop step takes whole pixels (STEP rows), so tile row r always holds group r % GROUPS."""
-        STEP: tl.constexpr = BLOCK_R // GROUPS * GROUPS
-        image = tl.program_id(0) // splits
-        split = tl.program_id(0) % splits
-        r = tl.arange(0, BLOCK_R)
-        cols = tl.arange(0, WIDTH)
-        base = x_ptr + image.to(tl.int64) * pixels * channels
-        first = split * rows_per_split * GROUPS
-        last = tl.minimum(split * rows_per_split + rows_per_split, pixels) * GROUPS
-        acc = tl.zeros([BLOCK_R, WIDTH], dtype=tl.float32)
-        for start in range(first, last, STEP):
-            q = start + r
-            ok = (r < STEP) & (q < last)
-            v = tl.load(base + q.to(tl.int64)[:, None] * WIDTH + cols[None, :], mask=ok[:, None], other=0.0)
-            v = v.to(tl.float32)
-            acc += v * v
-        out = partial_ptr + (image * splits + split) * channels
-        for g in tl.static_range(GROUPS):
-            tl.store(out + g * WIDTH + cols, tl.sum(tl.where((r % GROUPS == g)[:, None], acc, 0.0), axis=0))
 
     @triton.jit
     def _summed_partials(stats_ptr, splits, channels, cols, SPLITS_BLOCK: tl.constexpr):
