@@ -77,19 +77,15 @@ SWEEPS = {
     "gated_delta_rule": ("kernels_reference.ops.gated_delta.chunk", "long-carried,mixed-fresh", [], [
         # (the WY kernel's whole-chunk products were 1971-3192 us against 1432 on an H100 on
         # 2026-12-06 and are gone: docs/perf/h100-2026-12-06.md)
-        # (the state pass's prefetch: 2590 against 1538 us on 32768 tokens, same day and page)
+        # (the state pass's prefetch: 2590 against 1538 us on 32768 tokens, 2026-12-06; on 2026-12-07
+        # at 64 / 64 V blocks: 8 warps in the WY kernel 2804 against 1423 us, in the output kernel
+        # 1387 against 805, in the state pass 1562 against 1548; 32-wide state blocks with 2 warps
+        # 2527: docs/perf/h100-2026-12-07b.md)
         dict(STATE_PREFETCH=False, WY_WARPS=4, STATE_WARPS=4, STATE_STAGES=2, OUTPUT_WARPS=4,
-             STATE_BLOCK_V=64, OUTPUT_BLOCK_V=64),
-        dict(WY_WARPS=8),
-        dict(OUTPUT_WARPS=8),
-        dict(OUTPUT_BLOCK_V=128),
-        dict(OUTPUT_BLOCK_V=128, OUTPUT_WARPS=8),
-        dict(STATE_WARPS=8),
+             STATE_BLOCK_V=32, OUTPUT_BLOCK_V=128),
+        dict(STATE_BLOCK_V=64, OUTPUT_BLOCK_V=64),
         dict(STATE_STAGES=3),
-        # last: 32-wide V blocks faulted in an earlier kernel that did the state pass and the output
-        # in one loop (H200, Triton 3.6, 2026-12-04); a fault ends the process and the sweep
-        dict(STATE_BLOCK_V=32),
-        dict(STATE_BLOCK_V=32, STATE_WARPS=2),
+        dict(OUTPUT_BLOCK_V=64),
     ]),
     "gated_linear_attention": ("kernels_reference.ops.gla.chunk", "long-carried,mixed-fresh", [], [
         dict(STATE_TILES=(32, 64, 4, 2), ROWS_BK=32, STATE_PREFETCH=True),

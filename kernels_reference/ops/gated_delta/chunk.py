@@ -46,17 +46,23 @@ except ImportError:
     triton = None
 
 CHUNK = 64
-# V columns per program of the state pass and the output kernel. 32-wide blocks in the kernel that
-# did both in one loop faulted on the H200 with Triton 3.6 (2026-12-04: compute-sanitizer found
-# shared memory read out of range inside its dots at two and three stages and with 8 warps);
-# 64-wide blocks at two stages ran clean.
-STATE_BLOCK_V = 64
+# V columns per program of the state pass and the output kernel. The state pass walks a sequence's
+# chunks in order, so one long sequence has only Hv * V / STATE_BLOCK_V programs: 32-wide blocks
+# give Qwen3-Next's 32 value heads 128 programs for an H100's 132 SMs, where 64-wide ones gave 64.
+# The output kernel's programs are all parallel, and a whole 128-wide head per program reads q, k
+# and the chunk's start state once instead of twice. On an H100 on 2026-12-07 (``python3 -m benchmarks
+# scan_tiles gated_delta_rule``, docs/perf/h100-2026-12-07b.md), on the 32768-token prefill: state
+# pass 1548 -> 1256 us (32 wide), output 805 -> 681 us (128 wide); then the prefill at 1.09-1.12 of
+# fla-core against 0.938 at 64 / 64. (32-wide blocks faulted on an H200 with Triton 3.6 on 2026-12-04
+# in an earlier kernel that did the state pass and the output in one loop; this state pass at 32
+# wide passed the task's GPU correctness and fuzz tests the same day as the timing.)
+STATE_BLOCK_V = 32
 # Whether the state pass loads each next chunk's tiles a step ahead, by hand (what took Mamba-2's
 # serial state pass from 1131 to 174 us on an H100; here two chunks' W, U and keys at K = 128 are
 # many registers). Off: on an H100 (2026-12-06, ``python3 -m benchmarks scan_tiles gated_delta_rule``)
 # it slowed the state pass of the 32768-token case from 1538 to 2590 us.
 STATE_PREFETCH = False
-OUTPUT_BLOCK_V = 64
+OUTPUT_BLOCK_V = 128
 # Warps per program of the three kernels and the state pass's pipeline stages, module-level so that
 # ``python3 -m benchmarks scan_tiles gated_delta_rule`` can sweep them with the blocks above.
 WY_WARPS, STATE_WARPS, STATE_STAGES, OUTPUT_WARPS = 4, 4, 2, 4
