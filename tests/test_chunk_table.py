@@ -33,7 +33,7 @@ def _suite_inputs(module: str, fn: str):
     return getattr(importlib.import_module(f"{_suite_package().__name__}.{module}"), fn)
 
 
-# (reference class, its inputs for lengths (a sequence of none and ones across chunks), tolerance)
+# Each scan's task inputs (carried states, float32) for the given sequence lengths, at small heads.
 def _gated_delta(lengths, gen):
     return _suite_inputs("gated_delta_inputs", "gated_delta_inputs")(lengths, 1, 2, 32, 32, True, gen, "cpu",
                                                                      torch.float32)

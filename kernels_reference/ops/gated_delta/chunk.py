@@ -184,11 +184,11 @@ if triton is not None:
         tl.static_assert(BT == 64)
         BC: tl.constexpr = 16
         i_c, i_hv = tl.program_id(0), tl.program_id(1)
-        if chunk_is_empty(table, i_c):
-            return
-        i_hk = i_hv // GROUP
         start = tl.load(table + 2 * i_c)
         end = tl.load(table + 2 * i_c + 1)
+        if end <= start:  # past the real chunk count (chunk_is_empty)
+            return
+        i_hk = i_hv // GROUP
         r0, ok0, k0, c0, s0, be0 = _sub_chunk(k, g, beta, start, end, 0, i_hk, i_hv, 0.0, sk_t, sk_h, sg_t, sg_h,
                                               sb_t, sb_h, K, BC, BK, USE_L2NORM)
         r1, ok1, k1, c1, s1, be1 = _sub_chunk(k, g, beta, start, end, 1, i_hk, i_hv, s0, sk_t, sk_h, sg_t, sg_h,
