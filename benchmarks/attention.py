@@ -74,7 +74,7 @@ from fk_pytest.compare import output_error  # noqa: E402
 from kernels_reference.ops.paged_decode import config as pd_config  # noqa: E402
 from kernels_reference.ops.paged_decode import decode as pd_decode  # noqa: E402
 from kernels_reference.ops.paged_decode import device as pd_device  # noqa: E402
-from kernels_reference.ops.paged_decode import merge as pd_merge  # noqa: E402
+from kernels_reference.ops.launch_counters import counters_left_zero  # noqa: E402
 from benchmarks.graph_timing import Timer  # noqa: E402
 from kernels_reference.L1.attention import Attention  # noqa: E402
 from kernels_reference.ops.kv_store.store import store_kv_cache_triton  # noqa: E402
@@ -272,7 +272,7 @@ def check_fused_merge_graph():
             graph.replay()
         torch.cuda.synchronize()
     err = float((out.float() - want.float()).abs().max())
-    counters_zero = all(int(torch.count_nonzero(c)) == 0 for c in pd_merge._COUNTERS.values())
+    counters_zero = counters_left_zero("paged_decode_merge")
     return {"check": "decode-fused-merge-graph-replays", "ok": err < 2e-2 and counters_zero,
             "max_abs_fast_vs_native": err}
 

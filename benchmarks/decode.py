@@ -85,7 +85,7 @@ import torch  # noqa: E402
 from kernels_reference.ops.paged_decode import config as pd_config  # noqa: E402
 from kernels_reference.ops.paged_decode import decode as pd_decode  # noqa: E402
 from kernels_reference.ops.paged_decode import device as pd_device  # noqa: E402
-from kernels_reference.ops.paged_decode import merge as pd_merge  # noqa: E402
+from kernels_reference.ops.launch_counters import counters_left_zero  # noqa: E402
 from kernels_reference.ops.paged_decode import one_pass as pd_one_pass  # noqa: E402
 from fk_pytest.timing import flushed_replay_us  # noqa: E402
 from benchmarks.graph_timing import over_sets, time_amortised  # noqa: E402
@@ -348,7 +348,7 @@ def check_graph_replay_new_metadata(config=None, label="one-pass"):
         err = errors(out, reference_f32(s))
         worst = max(worst, err["rel_l2"])
         ok = ok and err["finite"] and err["rel_l2"] < 1e-2
-    counters_zero = all(int(torch.count_nonzero(c)) == 0 for c in pd_merge._COUNTERS.values())
+    counters_zero = counters_left_zero("paged_decode_merge")
     return {"check": name, "ok": ok and counters_zero, "worst_rel_l2": worst, "counters_zero": counters_zero}
 
 

@@ -7,7 +7,7 @@ row r starts at (r // n_inner) * stride_outer + (r % n_inner) * stride_inner.
 """
 import functools
 import os
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -129,3 +129,21 @@ def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def resident_programs_per_sm(compile_kernel, device: torch.device) -> Optional[int]:
+    """Programs of a kernel (``compile_kernel()`` returns Triton's compiled kernel) that fit on one
+    SM at once (registers, shared memory, threads), or None when the compiled kernel or the device
+    does not say (a kernel that does not compile fails at its launch, with Triton's own message)."""
+    try:
+        compiled = compile_kernel()
+        compiled._init_handles()
+        regs, shared, warps = compiled.n_regs, compiled.metadata.shared, compiled.metadata.num_warps
+        props = torch.cuda.get_device_properties(device)
+    except Exception:  # noqa: BLE001 - another Triton's internals: fall back to the config
+        return None
+    regs_per_warp = -(-max(regs, 1) * 32 // 256) * 256  # registers are allocated per warp, 256 at a time
+    by_regs = getattr(props, "regs_per_multiprocessor", 65536) // (regs_per_warp * warps)
+    by_smem = getattr(props, "shared_memory_per_multiprocessor", 233472) // (shared + 1024)  # 1 KiB reserved per block
+    by_threads = props.max_threads_per_multi_processor // (32 * warps)
+    return max(1, min(by_regs, by_smem, by_threads, 32))

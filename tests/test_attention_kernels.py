@@ -21,6 +21,7 @@ from kernels_reference.ops import paged_decode as decode_module  # noqa: E402
 from kernels_reference.ops.paged_decode import blocks as decode_blocks  # noqa: E402
 from kernels_reference.ops.paged_decode import decode as decode_entry  # noqa: E402
 from kernels_reference.ops.paged_decode import merge as decode_merge  # noqa: E402
+from kernels_reference.ops.launch_counters import counters_left_zero  # noqa: E402
 from kernels_reference.ops.paged_decode import one_pass as decode_one_pass  # noqa: E402
 from kernels_reference.ops.paged_decode import two_pass as decode_two_pass  # noqa: E402
 from kernels_reference.L1.attention import Attention, paged_attention, store_kv_cache  # noqa: E402
@@ -252,7 +253,7 @@ def test_decode_splits_agree_with_uneven_partitions(splits, variant):
                                            num_splits=splits)
         assert torch.isfinite(split).all() and torch.count_nonzero(split[2]) == 0
     if fused_merge and splits > 1:
-        assert torch.count_nonzero(decode_merge._COUNTERS[split.device]) == 0
+        assert counters_left_zero("paged_decode_merge")
     torch.testing.assert_close(split, ones, rtol=1e-5, atol=1e-6)
     for i, n in enumerate(lens[:2]):  # against a direct float64 evaluation
         blocks = tables[i, : -(-n // BLOCK)].long()
@@ -545,8 +546,11 @@ def test_one_pass_splits_stay_within_one_resident_wave():
 
 
 def test_resident_programs_from_the_compiled_footprint(monkeypatch):
-    """Registers (per warp, 256 at a time), shared memory (+1 KiB per block) and threads per SM."""
+    """Registers (per warp, 256 at a time), shared memory (+1 KiB per block) and threads per SM: the
+    footprint rule the one-pass decode and GRN's streamed form size their persistent grids by."""
     import types
+
+    from kernels_reference.triton_rows import resident_programs_per_sm
     props = types.SimpleNamespace(regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472,
                                   max_threads_per_multi_processor=2048)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
@@ -556,7 +560,7 @@ def test_resident_programs_from_the_compiled_footprint(monkeypatch):
                                        metadata=types.SimpleNamespace(shared=shared, num_warps=warps))
         return lambda: kernel
 
-    resident = decode_one_pass._resident_programs_per_sm
+    resident = resident_programs_per_sm
     assert resident(compiled(107, 38912, 4), "cuda") == 4  # registers: 112 x 128 threads per program
     assert resident(compiled(121, 72192, 8), "cuda") == 2  # registers: 128 x 256 threads
     assert resident(compiled(80, 140288, 8), "cuda") == 1  # shared memory

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..launch_counters import zeroed_counters
 from .device import _launch_options, triton
 
 if triton is not None:
@@ -57,22 +58,10 @@ def _merge_chunk(group: int, dim_pad: int, num_warps: int) -> int:
     return 1 << (chunk.bit_length() - 1)
 
 
-_COUNTERS: dict = {}
-
-
 def _split_counters(device: torch.device, needed: int) -> torch.Tensor:
-    """Zeroed int32 counters, one per (sequence, kv head), for the fused merge. Kept per device and
-    reused: every launch leaves them at zero again (the merging program resets its counter). A
-    buffer first needed inside a CUDA-graph capture is not cached: its zero fill is then a node of
-    the graph (it would not have run yet when the capture ends)."""
-    buf = _COUNTERS.get(device)
-    if buf is not None and buf.numel() >= needed:
-        return buf
-    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-    buf = torch.zeros(max(needed, 1024), dtype=torch.int32, device=device)
-    if not capturing:
-        _COUNTERS[device] = buf
-    return buf
+    """Zeroed int32 counters, one per (sequence, kv head), for the fused merge; the merging program
+    resets its counter, so every launch leaves them at zero."""
+    return zeroed_counters(device, needed, "paged_decode_merge")
 
 
 if triton is not None:

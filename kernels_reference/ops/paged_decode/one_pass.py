@@ -4,10 +4,9 @@ programs as are resident at once (from the compiled kernel's footprint).
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
+from ...triton_rows import resident_programs_per_sm
 from .config import DECODE_CONFIG, LOG2E, DecodeConfig, decode_num_splits
 from .device import _f32_dot, sm_count, triton
 from .merge import _merge_chunk, _split_counters
@@ -72,28 +71,10 @@ def one_pass_plan(query: torch.Tensor, key_cache: torch.Tensor, block_tables: to
                config)
         resident = _RESIDENT.get(key)
         if resident is None and compile_split_kernel is not None:  # compile once, read the footprint
-            resident = _RESIDENT[key] = _resident_programs_per_sm(compile_split_kernel, query.device)
+            resident = _RESIDENT[key] = resident_programs_per_sm(compile_split_kernel, query.device)
     splits = decode_num_splits(num_seqs, num_kv_heads, block_tables.shape[1], sm_count(query.device), config,
                                resident)
     return {"splits": splits, "resident_per_sm": resident}
-
-
-def _resident_programs_per_sm(compile_kernel, device: torch.device) -> Optional[int]:
-    """Programs of a kernel (``compile_kernel()`` returns Triton's compiled kernel) that fit on one
-    SM at once (registers, shared memory, threads), or None when the compiled kernel or the device
-    does not say (a kernel that does not compile fails at its launch, with Triton's own message)."""
-    try:
-        compiled = compile_kernel()
-        compiled._init_handles()
-        regs, shared, warps = compiled.n_regs, compiled.metadata.shared, compiled.metadata.num_warps
-        props = torch.cuda.get_device_properties(device)
-    except Exception:  # noqa: BLE001 - another Triton's internals: fall back to the config
-        return None
-    regs_per_warp = -(-max(regs, 1) * 32 // 256) * 256  # registers are allocated per warp, 256 at a time
-    by_regs = getattr(props, "regs_per_multiprocessor", 65536) // (regs_per_warp * warps)
-    by_smem = getattr(props, "shared_memory_per_multiprocessor", 233472) // (shared + 1024)  # 1 KiB reserved per block
-    by_threads = props.max_threads_per_multi_processor // (32 * warps)
-    return max(1, min(by_regs, by_smem, by_threads, 32))
 
 
 if triton is not None:
