@@ -1,15 +1,18 @@
 """GRN's launch forms and tiles against Inductor, side by side on the GPU.
 
 The reference's GRN (kernels_reference.L1.grn) is a sum-of-squares reduction into per-split
-partials and an apply pass, in one of two forms (``grn.FORMS``: the apply programs recompute the
-factors from the partials, or a factor launch between writes them). For each case below and each
-form: the autotuned path, the reduction tiles at 1x, 2x and 4x the planned pixel splits (one apply
-tile), the apply tiles (one reduction tile), each checked against the float64 definition and timed
-in one interleaved loop (amortised CUDA graphs, L2 flushed, a fresh input set per call) beside
-``torch.compile(forward_native)``. Then the peer
+partials and an apply pass, in one of three forms (``grn.FORMS``: the apply programs recompute the
+factors from the partials, a factor launch between writes them, or one persistent launch streams
+both, grn_streamed.py). For each case below: every form's own path, and for each form of
+``--forms`` its tile sweep (two-launch forms: the reduction tiles at 1x, 2x and 4x the planned pixel
+splits with one apply tile, the apply tiles with one reduction tile; streamed: one knob at a time
+from its shipped tiles), each checked against the float64 definition eagerly and as replays of one
+CUDA graph over four input sets, then timed in one interleaved loop (amortised CUDA graphs, L2
+flushed, a fresh input set per call) beside ``torch.compile(forward_native)``. Then the peer
 benchmark's GRN comparison (every case of the task) once per form, with ``FORM`` set to it:
 
     python3 -m benchmarks grn_variants [--rounds 30] [--cases stage1-B32,stage3-B32] [--no-peers]
+                                       [--forms streamed] [--check-only]
 """
 import argparse
 import io
@@ -19,6 +22,7 @@ import os
 import torch
 
 import kernels_reference.L1.grn as grn_mod
+import kernels_reference.L1.grn_streamed as streamed
 from benchmarks.graph_timing import add_times, over_sets
 from benchmarks.markdown import md_table
 from fk_pytest.timing import L2Flusher
@@ -36,12 +40,36 @@ def _tiles(splits, reduce, apply, channels):
                          grn_mod.stats_chunk(splits, channels), apply_warps=apply[2])
 
 
-def variants(batch, pixels, channels, sms):
-    """label -> (Tiles, or None for the autotuned path; form)"""
-    planned = grn_mod.pixel_splits(batch, pixels, channels, sms)
+def streamed_variants(batch, pixels, channels, sms):
+    """label -> (StreamTiles, "streamed"): the shipped tiles, then one knob at a time."""
+    base = streamed.GPU_TILES
+    planned = streamed.planned_splits(batch, pixels, channels, base.reduce_channels, base.lag,
+                                      sms * base.programs_per_sm)
     out = {}
-    for form in grn_mod.FORMS:
-        out[f"{form} autotuned"] = (None, form)
+    for lag in (1, 4):
+        out[f"streamed lag={lag}"] = (base._replace(lag=lag), "streamed")
+    for per_sm in (1, 3, 4):
+        out[f"streamed programs/SM={per_sm}"] = (base._replace(programs_per_sm=per_sm), "streamed")
+    for mult in (0.5, 2, 4):
+        splits = max(1, min(streamed.max_splits(pixels, channels), int(planned * mult)))
+        out[f"streamed splits={splits}"] = (base._replace(splits=splits), "streamed")
+    for r, c, w in ((32, 64, 4), (32, 128, 4), (64, 64, 4), (64, 128, 4), (32, 256, 8), (128, 128, 8)):
+        out[f"streamed tiles={(r, c, w)}"] = (base._replace(reduce_rows=r, reduce_channels=c, apply_rows=r,
+                                                            apply_channels=c, warps=w), "streamed")
+    out["streamed reduce=(32, 64) apply=(64, 128)"] = (base._replace(reduce_rows=32, reduce_channels=64), "streamed")
+    return out
+
+
+def variants(batch, pixels, channels, sms, forms=grn_mod.FORMS):
+    """label -> (Tiles or StreamTiles, or None for the autotuned / planned path; form): every form's
+    own path, and the tile sweeps of ``forms``."""
+    planned = grn_mod.pixel_splits(batch, pixels, channels, sms)
+    out = {f"{form} autotuned": (None, form) for form in grn_mod.FORMS}
+    if "streamed" in forms:
+        out.update(streamed_variants(batch, pixels, channels, sms))
+    for form in forms:
+        if form == "streamed":
+            continue
         for mult in (1, 2, 4):
             splits = min(grn_mod.MAX_SPLITS, planned * mult)
             for reduce in grn_mod._REDUCE_CONFIGS:
@@ -52,7 +80,26 @@ def variants(batch, pixels, channels, sms):
     return out
 
 
-def time_case(batch, side, channels, rounds, flush):
+def replay_error(fn, sets, truths):
+    """The largest relative error over ``sets`` when ``fn`` runs as replays of one captured CUDA graph,
+    each set copied into its static input: what a launch leaves behind for the next (the streamed
+    form's counters) shows here."""
+    static = sets[0].clone()
+    with torch.no_grad():
+        fn(static)  # compiled, its launch footprint known
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(static)
+    worst = 0.0
+    for x, truth in zip(sets, truths):
+        static.copy_(x)
+        graph.replay()
+        torch.cuda.synchronize()
+        worst = max(worst, float((out.double() - truth).norm() / truth.norm()))
+    return worst
+
+
+def time_case(batch, side, channels, rounds, flush, forms=grn_mod.FORMS, timed=True):
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     m = grn_mod.GlobalResponseNorm(channels).to(dev, torch.bfloat16)
@@ -64,10 +111,11 @@ def time_case(batch, side, channels, rounds, flush):
     m64 = grn_mod.GlobalResponseNorm(channels).to(dev, torch.float64)
     m64.load_state_dict(m.state_dict())
     with torch.no_grad():
-        truth = m64.forward_native(sets[0].double())
+        truths = [m64.forward_native(x.double()) for x in sets]
+    truth = truths[0]
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     impls = {}
-    for label, (tiles, form) in variants(batch, side * side, channels, sms).items():
+    for label, (tiles, form) in variants(batch, side * side, channels, sms, forms).items():
         impls[label] = lambda x, t=tiles, f=form: grn_mod.grn_channels_last(m, x, t, form=f)
     compiled = torch.compile(m.forward_native, dynamic=False)
     impls["inductor"] = compiled
@@ -77,10 +125,14 @@ def time_case(batch, side, channels, rounds, flush):
             with torch.no_grad():
                 out = fn(sets[0])
             err = float((out.double() - truth).norm() / truth.norm())
-            runners[name] = over_sets(lambda x, fn=fn: fn(x), sets, SETS)
             rows[name] = {"rel_err": err}
+            if name != "inductor":
+                rows[name]["replay_err"] = replay_error(fn, sets, truths)
+            runners[name] = over_sets(lambda x, fn=fn: fn(x), sets, SETS)
         except Exception as exc:  # noqa: BLE001 - one form that does not build is a row, not the end
             rows[name] = {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+    if not timed:
+        return rows
     moved = 2 * sets[0].numel() * sets[0].element_size()  # one read and one write: the least any form moves
     add_times(rows, runners, flush, rounds, moved)
     return rows
@@ -91,11 +143,18 @@ def main():
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--cases", default=",".join(c[0] for c in CASES))
     parser.add_argument("--no-peers", action="store_true", help="skip the peer comparison per form")
+    parser.add_argument("--forms", default=",".join(grn_mod.FORMS),
+                        help="the forms whose tiles are swept (every form's own path is timed)")
+    parser.add_argument("--check-only", action="store_true",
+                        help="run every variant once eagerly and as graph replays against float64, untimed")
     args = parser.parse_args()
     wanted = set(args.cases.split(","))
     unknown = wanted - {c[0] for c in CASES}
     if unknown:
         parser.error(f"unknown case(s) {sorted(unknown)}; known: {[c[0] for c in CASES]}")
+    forms = tuple(args.forms.split(","))
+    if set(forms) - set(grn_mod.FORMS):
+        parser.error(f"unknown form(s) {sorted(set(forms) - set(grn_mod.FORMS))}; known: {list(grn_mod.FORMS)}")
     out_dir = os.environ.get("OUT", ".")
     flush = L2Flusher(torch.device("cuda"))
     import torch._dynamo.config as dynamo_config
@@ -103,20 +162,27 @@ def main():
     results = {}
     for label, batch, side, channels in CASES:
         if label in wanted:
-            results[label] = time_case(batch, side, channels, args.rounds, flush)
+            results[label] = time_case(batch, side, channels, args.rounds, flush, forms, not args.check_only)
             print(f"{label}: done", flush=True)
+            if args.check_only:
+                for name, row in results[label].items():
+                    print(f"  {name}: {row}")
             with open(os.path.join(out_dir, "grn_variants.json"), "w") as f:
                 json.dump({"cases": results, "gpu": torch.cuda.get_device_name()}, f, indent=1)
+    if args.check_only:
+        from kernels_reference.ops.launch_counters import counters_left_zero
+        print(f"streamed counters left at zero: {counters_left_zero('grn_streamed')}")
+        return
     peer_rows = [] if args.no_peers else peers_per_form()
     with open(os.path.join(out_dir, "grn_variants.json"), "w") as f:
         json.dump({"cases": results, "peers": peer_rows, "gpu": torch.cuda.get_device_name()}, f, indent=1)
-    keys = ("us", "spread", "tb_s", "vs_inductor", "rel_err")
+    keys = ("us", "spread", "tb_s", "vs_inductor", "rel_err", "replay_err")
     for label, rows in results.items():
         ranked = sorted(rows.items(), key=lambda kv: kv[1].get("us", 1e9))
         keep = [kv for i, kv in enumerate(ranked) if i < 8 or kv[0] == "inductor" or kv[0].endswith("autotuned")]
         table = [(name, *(r.get(k) for k in keys), r.get("error", "")) for name, r in keep]
         print(f"\n{label} (the 8 fastest, Inductor and each form autotuned; all in grn_variants.json)\n"
-              + md_table(["form", "us", "spread", "TB/s (1 read + 1 write)", "Inductor / form", "rel err", "note"],
+              + md_table(["form", "us", "spread", "TB/s (1 read + 1 write)", "Inductor / form", "rel err", "replay err", "note"],
                          table, ["", ".2f", ".3f", ".2f", ".3f", ".1e", ""]))
 
     if peer_rows:

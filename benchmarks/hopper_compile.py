@@ -69,7 +69,10 @@ def apply_settings(settings):
         module = importlib.import_module(module_name)
         if not hasattr(module, name):
             raise SystemExit(f"--set: {module_name} has no setting {name!r}")
-        setattr(module, name, ast.literal_eval(value))
+        try:
+            setattr(module, name, ast.literal_eval(value))
+        except (ValueError, SyntaxError):
+            raise SystemExit(f"--set {target}: {value!r} is not a Python literal (quote a string: {name}='...')") from None
 
 
 def record(tasks, out_path, settings=()):

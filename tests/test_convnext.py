@@ -9,6 +9,9 @@ import torch
 
 from kernels_reference.L1.convnext_dwconv import ConvNeXtDwConvNorm
 from kernels_reference.L1.grn import GlobalResponseNorm, Tiles, grn_channels_last, pixel_splits
+from kernels_reference.L1.grn_streamed import StreamTiles
+from kernels_reference.L1.grn_streamed import planned_splits as streamed_splits
+from kernels_reference.ops.launch_counters import counters_left_zero
 
 from conftest import EXAMPLES, ROOT
 from test_verdicts import assert_fails_exactly, assert_passes_every_case
@@ -50,6 +53,49 @@ def test_grn_triton_matches_native(monkeypatch, dtype, config):
     # Where the factors are computed moves work between programs, never a value.
     for form in ("recompute", "factor-launch"):
         assert torch.equal(grn_channels_last(grn, x, config, form=form), got), form
+
+
+# The streamed form's schedules: splits that leave a short last split, channel tiles that do not
+# divide 40, the apply pass one image behind or behind the whole batch (lag 5 > 3 images), and
+# tiles larger than an image.
+STREAM_SCHEDULES = {
+    "split-tiles": StreamTiles(splits=4, reduce_rows=4, reduce_channels=16, apply_rows=4, apply_channels=32, warps=4,
+                               lag=1),
+    "lag-2": StreamTiles(splits=3, reduce_rows=2, reduce_channels=64, apply_rows=8, apply_channels=16, warps=4, lag=2),
+    "lag-past-batch": StreamTiles(splits=1, reduce_rows=16, reduce_channels=64, apply_rows=16, apply_channels=64,
+                                  warps=4, lag=5),
+}
+
+
+@pytest.mark.parametrize("tiles", [None, *STREAM_SCHEDULES.values()], ids=["planned", *STREAM_SCHEDULES])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grn_streamed_matches_native_and_leaves_its_counters_zero(monkeypatch, dtype, tiles):
+    """Three images of 5 x 3 pixels, 40 channels, through the one-launch streamed form (its single
+    interpreted program walks the schedule in order; the GPU's concurrency is checked on the GPU by
+    ``benchmarks grn_variants --check-only``): the values of the native definition, the same bits on
+    a second launch (which finds the counters the first one left), and the counters back at zero."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    grn, gen = _grn(40, dtype)
+    x = torch.nn.functional.gelu(1.5 * torch.randn(3, 5, 3, 40, generator=gen)).to(dtype)
+    got = grn_channels_last(grn, x, tiles, form="streamed")
+    tol = 2e-5 if dtype == torch.float32 else 1.6e-2
+    torch.testing.assert_close(got.float(), grn.forward_native(x).float(), rtol=tol, atol=tol)
+    assert torch.equal(grn_channels_last(grn, x, tiles, form="streamed"), got)
+    assert counters_left_zero("grn_streamed")
+    other = torch.nn.functional.gelu(torch.randn(3, 5, 3, 40, generator=gen)).to(dtype)  # new values, same counters
+    torch.testing.assert_close(grn_channels_last(grn, other, tiles, form="streamed").float(),
+                               grn.forward_native(other).float(), rtol=tol, atol=tol)
+
+
+def test_grn_streamed_splits_fit_the_factor_tile():
+    """The program that sums an image's partials holds [splits, channels] at once: at most 16384
+    floats, and at least 32 pixels a split; one stage-1 image takes as many splits as that allows
+    (its 96 reduction items then need one paired load step each), a batch of 32 fewer."""
+    for pixels, channels in ((3136, 384), (49, 3072), (196, 1536), (15, 40)):
+        splits = streamed_splits(1, pixels, channels, 128, 2, 264)
+        assert splits * triton.next_power_of_2(channels) <= 16384 and (splits == 1 or pixels / splits >= 32)
+    assert streamed_splits(1, 3136, 384, 128, 2, 264) == 32
+    assert streamed_splits(32, 3136, 384, 128, 2, 264) == 30  # 264 programs over 3 images of 3 channel blocks
 
 
 def test_grn_names_an_unknown_form():

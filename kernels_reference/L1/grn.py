@@ -44,6 +44,7 @@ from torch import nn
 from ..dispatch import compute_dtype, use_fast_path
 from ..records import RecordsInit
 from ..triton_rows import autotune, autotune_here, size_class, sm_count
+from .grn_streamed import _sum_squares, grn_streamed
 
 try:
     import triton
@@ -115,7 +116,9 @@ STATS_TILE = 4096  # [splits, channel chunk] partials summed at once
 # 96.0 us, as on 2026-12-06), slower at every other shape. A third form, the reduction's last
 # program per image writing the factors after an atomic ticket (two launches, no re-reads), was
 # slower still (geomean 0.915, min 0.702) and is gone (21bd60d has it).
-FORMS = ("recompute", "factor-launch")
+#   "streamed"       one persistent launch (below): the reductions of an image, then its apply tiles a
+#                    few images later, so that the apply reads the image back from L2, not HBM.
+FORMS = ("recompute", "factor-launch", "streamed")
 FORM = "recompute"
 # The reduction's programs each take a channel block of a pixel range, so a pixel's row of channels
 # is read in pieces by several programs. A reduction that streamed whole pixel rows instead (a
@@ -141,6 +144,8 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     out = torch.empty_like(x)
     if x.numel() == 0:
         return out
+    if form == "streamed":
+        return grn_streamed(grn, x, out, config)
     tuned = config is None and autotune_here(x)
     if tuned:
         splits = pixel_splits(batch, pixels, channels, sm_count(x.device))
@@ -239,14 +244,8 @@ if triton is not None:
         base = x_ptr + image.to(tl.int64) * pixels * channels
         first = split * rows_per_split
         last = tl.minimum(first + rows_per_split, pixels)
-        acc = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
-        for start in range(first, last, BLOCK_R):
-            rows = start + tl.arange(0, BLOCK_R)
-            ok = (rows < last)[:, None] & col_ok[None, :]
-            v = tl.load(base + rows.to(tl.int64)[:, None] * channels + cols[None, :], mask=ok, other=0.0)
-            v = v.to(tl.float32)
-            acc += v * v
-        tl.store(partial_ptr + (image * splits + split) * channels + cols, tl.sum(acc, axis=0), mask=col_ok)
+        sums = _sum_squares(base, first, last, channels, cols, col_ok, BLOCK_R, BLOCK_C, False)
+        tl.store(partial_ptr + (image * splits + split) * channels + cols, sums, mask=col_ok)
 
     @triton.jit
     def _summed_partials(stats_ptr, splits, channels, cols, SPLITS_BLOCK: tl.constexpr):

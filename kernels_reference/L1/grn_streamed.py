@@ -1,0 +1,209 @@
+"""GRN's streamed form: the reduction and the apply pass in one persistent launch, x read from HBM once.
+
+The two-launch forms of grn.py read every image twice from HBM (the reduction, then the apply
+pass, by which time the batch has left L2) and pay two or three launches; at one image the launches
+and their latency are most of the time (one 56 x 56 x 384 image: 14.2 us against Inductor's 10.4 on
+an H100, 2026-12-07). Here a grid of persistent programs walks one schedule of work items, stage by
+stage: stage ``s`` holds the reduction items of image ``s`` (a pixel split x a channel block each)
+and the apply tiles of image ``s - LAG``. An apply tile reads an image whose reduction finished a
+few images earlier, so its x comes from L2 (``LAG`` images, 2.4 MB each at stage 1, stay well
+inside the 50 MB of an H100's L2).
+
+How the programs agree without a second launch (three int32 counters per image, zeroed again by the
+launch itself, so CUDA-graph replays need no fill):
+
+- a reduction item stores its partial sums, then counts itself (a CTA barrier, then an acq_rel
+  atomic at GPU scope, as the paged decode's fused merge does); the item that counts last sums the
+  image's partials into ``1 + weight * Nx`` factors, stores them and raises the image's ready flag
+  (barrier, release);
+- an apply tile issues its x load, spins on the ready flag (acquire), reads the factors at L2
+  (``.cg``), writes its tile and counts itself; the last one lowers the flag and its count.
+
+No deadlock as long as every program is resident at once: programs take items in schedule order
+(item ``p``, ``p + grid``, ...), and an apply tile only waits for items earlier in the schedule,
+so the earliest unfinished item can always run. The grid is therefore at most the SMs times the
+programs that fit on one SM (read from the compiled kernel; one per SM until it is known). In
+Triton's interpreter programs run one after another, so the launch there is a single program,
+which meets every wait in order.
+
+No atomics on data: the factors are summed by one program in a fixed order, the same bits on every
+run whatever the grid.
+"""
+from typing import NamedTuple
+
+import torch
+
+from ..ops.launch_counters import zeroed_counters
+from ..triton_rows import autotune_here, resident_programs_per_sm, sm_count, whole_tiles
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # GRN's native path still works without Triton
+    triton = None
+
+
+class StreamTiles(NamedTuple):
+    """One streamed launch: the reduction's pixel splits and tile, the apply tile, the warps, how many
+    images the apply pass trails the reduction by, and the programs wanted per SM."""
+    splits: int
+    reduce_rows: int
+    reduce_channels: int
+    apply_rows: int
+    apply_channels: int
+    warps: int = 8
+    lag: int = 2
+    programs_per_sm: int = 2
+
+
+# The factor sums hold an image's [splits, channels] partials in registers at once.
+PARTIALS_TILE = 16384
+# Reduction tiles of 64 x 128 (16 KB of bf16), two in flight a step; the apply tiles as large.
+GPU_TILES = StreamTiles(splits=0, reduce_rows=64, reduce_channels=128, apply_rows=64, apply_channels=128)
+COUNTERS_PER_IMAGE = 3  # reduction tickets, the ready flag, apply tickets
+
+
+def max_splits(pixels: int, channels: int) -> int:
+    """Splits of an image whose partials the factor sum holds at once, none under 32 pixels."""
+    return max(1, min(PARTIALS_TILE // triton.next_power_of_2(channels), pixels // 32))
+
+
+def planned_splits(batch: int, pixels: int, channels: int, reduce_channels: int, lag: int, programs: int) -> int:
+    """Pixel splits so that the reduction items of the images in flight at once (``lag + 1``, or
+    the batch) about fill the grid."""
+    channel_blocks = triton.cdiv(channels, reduce_channels)
+    return max(1, min(max_splits(pixels, channels), triton.cdiv(programs, channel_blocks * min(batch, lag + 1))))
+
+
+_RESIDENT: dict = {}
+
+
+def grn_streamed(grn, x: torch.Tensor, out: torch.Tensor, tiles: "StreamTiles | None" = None) -> torch.Tensor:
+    batch, height, width, channels = x.shape
+    pixels = height * width
+    on_gpu = autotune_here(x)
+    if tiles is None:  # the interpreter pays per program and op: whole channel rows (unless FK_GPU_TILES=1)
+        tiles = GPU_TILES if on_gpu or not whole_tiles() else StreamTiles(
+            0, 16, triton.next_power_of_2(channels), 16, triton.next_power_of_2(channels), warps=4, lag=1)
+    resident_key = (x.device, x.dtype, channels, tiles._replace(splits=0, lag=0, programs_per_sm=0))
+    per_sm = min(tiles.programs_per_sm, _RESIDENT.get(resident_key, 1))
+    programs = sm_count(x.device) * per_sm if on_gpu else 1  # the interpreter: one program (above)
+    splits = tiles.splits or planned_splits(batch, pixels, channels, tiles.reduce_channels, tiles.lag, programs)
+    splits = min(splits, max_splits(pixels, channels))
+    rows_per_split = triton.cdiv(pixels, splits)
+    splits = triton.cdiv(pixels, rows_per_split)  # whole splits, none empty
+    partial = torch.empty((batch, splits, channels), dtype=torch.float32, device=x.device)
+    factors = torch.empty((batch, channels), dtype=torch.float32, device=x.device)
+    counters = zeroed_counters(x.device, COUNTERS_PER_IMAGE * batch, "grn_streamed")
+    items = (batch + tiles.lag) * (splits * triton.cdiv(channels, tiles.reduce_channels)
+                                   + triton.cdiv(pixels, tiles.apply_rows) * triton.cdiv(channels, tiles.apply_channels))
+    args = (x, partial, factors, counters, grn.weight, grn.bias, out, batch, pixels, channels, splits, rows_per_split,
+            grn.eps, tiles.lag)
+    meta = dict(SPLITS_BLOCK=triton.next_power_of_2(splits), CHANNELS_BLOCK=triton.next_power_of_2(channels),
+                RED_R=tiles.reduce_rows, RED_C=tiles.reduce_channels, APP_R=tiles.apply_rows,
+                APP_C=tiles.apply_channels, num_warps=tiles.warps)
+    compiled = _grn_streamed_kernel[(min(programs, items),)](*args, **meta)
+    if on_gpu and resident_key not in _RESIDENT:  # the first launch ran one program per SM
+        _RESIDENT[resident_key] = resident_programs_per_sm(lambda: compiled, x.device) or 1
+    return out
+
+
+if triton is not None:
+
+    @triton.jit
+    def _sum_squares(base, first, last, channels, cols, col_ok, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+                     PAIRS: tl.constexpr):
+        """Sums of squares of the channels ``cols`` over the pixels [first, last) of one image at
+        ``base``; ``PAIRS`` loads two row tiles a step, both in flight before either is summed."""
+        acc = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+        step: tl.constexpr = 2 * BLOCK_R if PAIRS else BLOCK_R
+        for start in range(first, last, step):
+            rows = start + tl.arange(0, BLOCK_R)
+            ok = (rows < last)[:, None] & col_ok[None, :]
+            v = tl.load(base + rows.to(tl.int64)[:, None] * channels + cols[None, :], mask=ok, other=0.0)
+            if PAIRS:
+                more = rows + BLOCK_R
+                ok2 = (more < last)[:, None] & col_ok[None, :]
+                v2 = tl.load(base + more.to(tl.int64)[:, None] * channels + cols[None, :], mask=ok2, other=0.0)
+                v2 = v2.to(tl.float32)
+                acc += v2 * v2
+            v = v.to(tl.float32)
+            acc += v * v
+        return tl.sum(acc, axis=0)
+
+    @triton.jit
+    def _image_factors_at_once(stats, w_ptr, channels, splits, eps, SPLITS_BLOCK: tl.constexpr,
+                               CHANNELS_BLOCK: tl.constexpr):
+        """(channels, ``1 + weight * Nx``) of one image from all its partials in one load, read at
+        L2: other programs wrote them in this launch."""
+        s = tl.arange(0, SPLITS_BLOCK)
+        cols = tl.arange(0, CHANNELS_BLOCK)
+        ok = (s < splits)[:, None] & (cols < channels)[None, :]
+        sums = tl.sum(tl.load(stats + s[:, None] * channels + cols[None, :], mask=ok, other=0.0,
+                              cache_modifier=".cg"), axis=0)
+        norms = tl.sqrt(sums)  # 0 on the padded channels
+        inv_mean = 1.0 / (tl.sum(norms, axis=0) / channels + eps)
+        w = tl.load(w_ptr + cols, mask=cols < channels, other=0.0).to(tl.float32)
+        return cols, 1.0 + w * norms * inv_mean
+
+    @triton.jit
+    def _reduce_item(x_ptr, partial_ptr, factor_ptr, counter, w_ptr, image, item, pixels, channels, splits,
+                     rows_per_split, eps, channel_blocks, SPLITS_BLOCK: tl.constexpr, CHANNELS_BLOCK: tl.constexpr,
+                     RED_R: tl.constexpr, RED_C: tl.constexpr):
+        split = item // channel_blocks
+        cols = (item % channel_blocks) * RED_C + tl.arange(0, RED_C)
+        col_ok = cols < channels
+        first = split * rows_per_split
+        sums = _sum_squares(x_ptr + image.to(tl.int64) * pixels * channels, first,
+                            tl.minimum(first + rows_per_split, pixels), channels, cols, col_ok, RED_R, RED_C, True)
+        tl.store(partial_ptr + (image * splits + split) * channels + cols, sums, mask=col_ok)
+        tl.debug_barrier()  # every thread's partials stored before the count is released
+        if tl.atomic_add(counter, 1, sem="acq_rel") == splits * channel_blocks - 1:
+            tl.atomic_xchg(counter, 0)  # zero again for the next launch
+            cols_all, factor = _image_factors_at_once(partial_ptr + image * splits * channels, w_ptr, channels, splits,
+                                                      eps, SPLITS_BLOCK, CHANNELS_BLOCK)
+            tl.store(factor_ptr + image * channels + cols_all, factor, mask=cols_all < channels)
+            tl.debug_barrier()
+            tl.atomic_xchg(counter + 1, 1, sem="release")
+
+    @triton.jit
+    def _apply_item(x_ptr, factor_ptr, counter, b_ptr, out_ptr, image, item, pixels, channels, channel_blocks,
+                    apply_items, APP_R: tl.constexpr, APP_C: tl.constexpr):
+        rows = (item // channel_blocks) * APP_R + tl.arange(0, APP_R)
+        cols = (item % channel_blocks) * APP_C + tl.arange(0, APP_C)
+        col_ok = cols < channels
+        ok = (rows < pixels)[:, None] & col_ok[None, :]
+        offsets = image.to(tl.int64) * pixels * channels + rows.to(tl.int64)[:, None] * channels + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=ok, other=0.0)  # in flight while the flag is polled
+        while tl.atomic_add(counter + 1, 0, sem="acquire") == 0:
+            pass
+        factor = tl.load(factor_ptr + image * channels + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
+        b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        y = x.to(tl.float32) * factor[None, :] + b[None, :]
+        tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=ok)
+        if tl.atomic_add(counter + 2, 1, sem="relaxed") == apply_items - 1:  # the image's last tile
+            tl.atomic_xchg(counter + 2, 0)
+            tl.atomic_xchg(counter + 1, 0)
+
+    @triton.jit
+    def _grn_streamed_kernel(x_ptr, partial_ptr, factor_ptr, counters_ptr, w_ptr, b_ptr, out_ptr, batch, pixels,
+                             channels, splits, rows_per_split, eps, lag,
+                             SPLITS_BLOCK: tl.constexpr, CHANNELS_BLOCK: tl.constexpr, RED_R: tl.constexpr,
+                             RED_C: tl.constexpr, APP_R: tl.constexpr, APP_C: tl.constexpr):
+        reduce_blocks = tl.cdiv(channels, RED_C)
+        reduce_items = splits * reduce_blocks
+        apply_blocks = tl.cdiv(channels, APP_C)
+        apply_items = tl.cdiv(pixels, APP_R) * apply_blocks
+        stage_items = reduce_items + apply_items
+        # an image's counters: COUNTERS_PER_IMAGE (3) ints from counters_ptr + 3 * image
+        for item in range(tl.program_id(0), (batch + lag) * stage_items, tl.num_programs(0)):
+            stage = item // stage_items
+            slot = item % stage_items
+            if slot < reduce_items:
+                if stage < batch:
+                    _reduce_item(x_ptr, partial_ptr, factor_ptr, counters_ptr + 3 * stage, w_ptr, stage, slot, pixels,
+                                 channels, splits, rows_per_split, eps, reduce_blocks, SPLITS_BLOCK, CHANNELS_BLOCK,
+                                 RED_R, RED_C)
+            elif stage >= lag:
+                _apply_item(x_ptr, factor_ptr, counters_ptr + 3 * (stage - lag), b_ptr, out_ptr, stage - lag,
+                            slot - reduce_items, pixels, channels, apply_blocks, apply_items, APP_R, APP_C)
