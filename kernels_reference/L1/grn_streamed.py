@@ -16,7 +16,7 @@ launch itself, so CUDA-graph replays need no fill):
   atomic at GPU scope, as the paged decode's fused merge does); the item that counts last sums the
   image's partials into ``1 + weight * Nx`` factors, stores them and raises the image's ready flag
   (barrier, release);
-- an apply tile issues its x load, spins on the ready flag (acquire), reads the factors at L2
+- an apply tile issues its x load, polls the ready flag (then acquires it), reads the factors at L2
   (``.cg``), writes its tile and counts itself; the last one lowers the flag and its count.
 
 No deadlock as long as every program is resident at once: programs take items in schedule order
@@ -60,7 +60,10 @@ class StreamTiles(NamedTuple):
 PARTIALS_TILE = 16384
 # Reduction tiles of 64 x 128 (16 KB of bf16), two in flight a step; the apply tiles as large.
 GPU_TILES = StreamTiles(splits=0, reduce_rows=64, reduce_channels=128, apply_rows=64, apply_channels=128)
-COUNTERS_PER_IMAGE = 3  # reduction tickets, the ready flag, apply tickets
+# An image's counters, 32 ints (128 B) apart from the next image's: reduction tickets at +0, the
+# ready flag at +8, apply tickets at +16, each in its own 32-byte sector, so programs polling one
+# image's flag do not share a sector with the tickets other programs are counting.
+COUNTER_STRIDE = 32
 
 
 def max_splits(pixels: int, channels: int) -> int:
@@ -94,7 +97,7 @@ def grn_streamed(grn, x: torch.Tensor, out: torch.Tensor, tiles: "StreamTiles | 
     splits = triton.cdiv(pixels, rows_per_split)  # whole splits, none empty
     partial = torch.empty((batch, splits, channels), dtype=torch.float32, device=x.device)
     factors = torch.empty((batch, channels), dtype=torch.float32, device=x.device)
-    counters = zeroed_counters(x.device, COUNTERS_PER_IMAGE * batch, "grn_streamed")
+    counters = zeroed_counters(x.device, COUNTER_STRIDE * batch, "grn_streamed")
     items = (batch + tiles.lag) * (splits * triton.cdiv(channels, tiles.reduce_channels)
                                    + triton.cdiv(pixels, tiles.apply_rows) * triton.cdiv(channels, tiles.apply_channels))
     args = (x, partial, factors, counters, grn.weight, grn.bias, out, batch, pixels, channels, splits, rows_per_split,
@@ -164,7 +167,7 @@ if triton is not None:
                                                       eps, SPLITS_BLOCK, CHANNELS_BLOCK)
             tl.store(factor_ptr + image * channels + cols_all, factor, mask=cols_all < channels)
             tl.debug_barrier()
-            tl.atomic_xchg(counter + 1, 1, sem="release")
+            tl.atomic_xchg(counter + 8, 1, sem="release")
 
     @triton.jit
     def _apply_item(x_ptr, factor_ptr, counter, b_ptr, out_ptr, image, item, pixels, channels, channel_blocks,
@@ -175,15 +178,18 @@ if triton is not None:
         ok = (rows < pixels)[:, None] & col_ok[None, :]
         offsets = image.to(tl.int64) * pixels * channels + rows.to(tl.int64)[:, None] * channels + cols[None, :]
         x = tl.load(x_ptr + offsets, mask=ok, other=0.0)  # in flight while the flag is polled
-        while tl.atomic_add(counter + 1, 0, sem="acquire") == 0:
+        # polled with plain loads at L2 (atomics on the line would queue behind each other), then
+        # acquired once
+        while tl.load(counter + 8, volatile=True) == 0:
             pass
+        tl.atomic_add(counter + 8, 0, sem="acquire")
         factor = tl.load(factor_ptr + image * channels + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
         b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         y = x.to(tl.float32) * factor[None, :] + b[None, :]
         tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=ok)
-        if tl.atomic_add(counter + 2, 1, sem="relaxed") == apply_items - 1:  # the image's last tile
-            tl.atomic_xchg(counter + 2, 0)
-            tl.atomic_xchg(counter + 1, 0)
+        if tl.atomic_add(counter + 16, 1, sem="relaxed") == apply_items - 1:  # the image's last tile
+            tl.atomic_xchg(counter + 16, 0)
+            tl.atomic_xchg(counter + 8, 0)
 
     @triton.jit
     def _grn_streamed_kernel(x_ptr, partial_ptr, factor_ptr, counters_ptr, w_ptr, b_ptr, out_ptr, batch, pixels,
@@ -195,15 +201,15 @@ if triton is not None:
         apply_blocks = tl.cdiv(channels, APP_C)
         apply_items = tl.cdiv(pixels, APP_R) * apply_blocks
         stage_items = reduce_items + apply_items
-        # an image's counters: COUNTERS_PER_IMAGE (3) ints from counters_ptr + 3 * image
+        # an image's counters: from counters_ptr + COUNTER_STRIDE (32) * image
         for item in range(tl.program_id(0), (batch + lag) * stage_items, tl.num_programs(0)):
             stage = item // stage_items
             slot = item % stage_items
             if slot < reduce_items:
                 if stage < batch:
-                    _reduce_item(x_ptr, partial_ptr, factor_ptr, counters_ptr + 3 * stage, w_ptr, stage, slot, pixels,
+                    _reduce_item(x_ptr, partial_ptr, factor_ptr, counters_ptr + 32 * stage, w_ptr, stage, slot, pixels,
                                  channels, splits, rows_per_split, eps, reduce_blocks, SPLITS_BLOCK, CHANNELS_BLOCK,
                                  RED_R, RED_C)
             elif stage >= lag:
-                _apply_item(x_ptr, factor_ptr, counters_ptr + 3 * (stage - lag), b_ptr, out_ptr, stage - lag,
+                _apply_item(x_ptr, factor_ptr, counters_ptr + 32 * (stage - lag), b_ptr, out_ptr, stage - lag,
                             slot - reduce_items, pixels, channels, apply_blocks, apply_items, APP_R, APP_C)
