@@ -78,6 +78,14 @@ def planned_splits(batch: int, pixels: int, channels: int, reduce_channels: int,
     return max(1, min(max_splits(pixels, channels), triton.cdiv(programs, channel_blocks * min(batch, lag + 1))))
 
 
+def interpreter_tiles(pixels: int, channels: int) -> StreamTiles:
+    """The interpreter pays per item and op, not per element: whole channel rows, as many pixels as
+    16384 elements allow, one split (unless ``FK_GPU_TILES=1`` asks for the GPU's tiles)."""
+    width = triton.next_power_of_2(channels)
+    rows = max(1, min(triton.next_power_of_2(pixels), 16384 // width))
+    return StreamTiles(1, rows, width, rows, width, warps=4, lag=1)
+
+
 _RESIDENT: dict = {}
 
 
@@ -85,9 +93,8 @@ def grn_streamed(grn, x: torch.Tensor, out: torch.Tensor, tiles: "StreamTiles | 
     batch, height, width, channels = x.shape
     pixels = height * width
     on_gpu = autotune_here(x)
-    if tiles is None:  # the interpreter pays per program and op: whole channel rows (unless FK_GPU_TILES=1)
-        tiles = GPU_TILES if on_gpu or not whole_tiles() else StreamTiles(
-            0, 16, triton.next_power_of_2(channels), 16, triton.next_power_of_2(channels), warps=4, lag=1)
+    if tiles is None:
+        tiles = GPU_TILES if on_gpu or not whole_tiles() else interpreter_tiles(pixels, channels)
     resident_key = (x.device, x.dtype, channels, tiles._replace(splits=0, lag=0, programs_per_sm=0))
     per_sm = min(tiles.programs_per_sm, _RESIDENT.get(resident_key, 1))
     programs = sm_count(x.device) * per_sm if on_gpu else 1  # the interpreter: one program (above)
