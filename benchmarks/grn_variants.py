@@ -170,8 +170,6 @@ def main():
             with open(os.path.join(out_dir, "grn_variants.json"), "w") as f:
                 json.dump({"cases": results, "gpu": torch.cuda.get_device_name()}, f, indent=1)
     if args.check_only:
-        from kernels_reference.ops.launch_counters import counters_left_zero
-        print(f"streamed counters left at zero: {counters_left_zero('grn_streamed')}")
         return
     peer_rows = [] if args.no_peers else peers_per_form()
     with open(os.path.join(out_dir, "grn_variants.json"), "w") as f:

@@ -11,7 +11,6 @@ from kernels_reference.L1.convnext_dwconv import ConvNeXtDwConvNorm
 from kernels_reference.L1.grn import GlobalResponseNorm, Tiles, grn_channels_last, pixel_splits
 from kernels_reference.L1.grn_streamed import StreamTiles
 from kernels_reference.L1.grn_streamed import planned_splits as streamed_splits
-from kernels_reference.ops.launch_counters import counters_left_zero
 
 from conftest import EXAMPLES, ROOT
 from test_verdicts import assert_fails_exactly, assert_passes_every_case
@@ -73,18 +72,29 @@ def test_grn_streamed_matches_native_and_leaves_its_counters_zero(monkeypatch, d
     """Three images of 5 x 3 pixels, 40 channels, through the one-launch streamed form (its single
     interpreted program walks the schedule in order; the GPU's concurrency is checked on the GPU by
     ``benchmarks grn_variants --check-only``): the values of the native definition, the same bits on
-    a second launch (which finds the counters the first one left), and the counters back at zero."""
+    a second launch (which finds the counters the first one left: its own epoch, tickets at zero),
+    and new values right through a third."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     grn, gen = _grn(40, dtype)
     x = torch.nn.functional.gelu(1.5 * torch.randn(3, 5, 3, 40, generator=gen)).to(dtype)
     got = grn_channels_last(grn, x, tiles, form="streamed")
     tol = 2e-5 if dtype == torch.float32 else 1.6e-2
     torch.testing.assert_close(got.float(), grn.forward_native(x).float(), rtol=tol, atol=tol)
+    epoch = int(_streamed_counters()[0])
     assert torch.equal(grn_channels_last(grn, x, tiles, form="streamed"), got)
-    assert counters_left_zero("grn_streamed")
+    counters = _streamed_counters()
+    # the launch advanced the epoch, left its tickets and finished count at zero, raised each flag to it
+    assert int(counters[0]) == epoch + 1 and int(counters[8]) == 0
+    images = counters[32:32 * 4].view(3, 32)
+    assert torch.equal(images[:, 0], torch.zeros(3, dtype=torch.int32)) and bool((images[:, 8] == epoch + 1).all())
     other = torch.nn.functional.gelu(torch.randn(3, 5, 3, 40, generator=gen)).to(dtype)  # new values, same counters
     torch.testing.assert_close(grn_channels_last(grn, other, tiles, form="streamed").float(),
                                grn.forward_native(other).float(), rtol=tol, atol=tol)
+
+
+def _streamed_counters():
+    from kernels_reference.ops.launch_counters import zeroed_counters
+    return zeroed_counters(torch.device("cpu"), 0, "grn_streamed").clone()
 
 
 def test_grn_streamed_splits_fit_the_factor_tile():

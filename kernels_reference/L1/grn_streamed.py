@@ -9,15 +9,18 @@ and the apply tiles of image ``s - LAG``. An apply tile reads an image whose red
 few images earlier, so its x comes from L2 (``LAG`` images, 2.4 MB each at stage 1, stay well
 inside the 50 MB of an H100's L2).
 
-How the programs agree without a second launch (three int32 counters per image, zeroed again by the
-launch itself, so CUDA-graph replays need no fill):
+How the programs agree without a second launch, through int32 counters that outlive it (no fill
+before a launch or a CUDA-graph replay):
 
-- a reduction item stores its partial sums, then counts itself (a CTA barrier, then an acq_rel
-  atomic at GPU scope, as the paged decode's fused merge does); the item that counts last sums the
-  image's partials into ``1 + weight * Nx`` factors, stores them and raises the image's ready flag
-  (barrier, release);
-- an apply tile issues its x load, polls the ready flag (then acquires it), reads the factors at L2
-  (``.cg``), writes its tile and counts itself; the last one lowers the flag and its count.
+- the launch's epoch: every program reads it first; the program that finishes last (a count of
+  finished programs, zeroed again) advances it, so each launch has its own value;
+- a reduction item stores its partial sums, then counts itself in its image's tickets (a CTA
+  barrier, then an acq_rel atomic at GPU scope, as the paged decode's fused merge does); the item
+  that counts last zeroes the tickets, sums the image's partials into ``1 + weight * Nx`` factors,
+  stores them and sets the image's ready flag to the epoch + 1 (barrier, release);
+- an apply tile issues its x load, polls the ready flag with acquire loads until it holds this
+  launch's value, reads the factors at L2 (``.cg``) and writes its tile. Flags are never lowered:
+  the next launch waits for a higher value.
 
 No deadlock as long as every program is resident at once: programs take items in schedule order
 (item ``p``, ``p + grid``, ...), and an apply tile only waits for items earlier in the schedule,
@@ -60,9 +63,9 @@ class StreamTiles(NamedTuple):
 PARTIALS_TILE = 16384
 # Reduction tiles of 64 x 128 (16 KB of bf16), two in flight a step; the apply tiles as large.
 GPU_TILES = StreamTiles(splits=0, reduce_rows=64, reduce_channels=128, apply_rows=64, apply_channels=128)
-# An image's counters, 32 ints (128 B) apart from the next image's: reduction tickets at +0, the
-# ready flag at +8, apply tickets at +16, each in its own 32-byte sector, so programs polling one
-# image's flag do not share a sector with the tickets other programs are counting.
+# The counters: the epoch at 0 and the finished programs at 8, then each image's 32 ints (128 B)
+# from 32 * (image + 1): its reduction tickets at +0, its ready flag at +8, each in its own 32-byte
+# sector, so programs polling one image's flag do not share a sector with tickets being counted.
 COUNTER_STRIDE = 32
 
 
@@ -104,7 +107,7 @@ def grn_streamed(grn, x: torch.Tensor, out: torch.Tensor, tiles: "StreamTiles | 
     splits = triton.cdiv(pixels, rows_per_split)  # whole splits, none empty
     partial = torch.empty((batch, splits, channels), dtype=torch.float32, device=x.device)
     factors = torch.empty((batch, channels), dtype=torch.float32, device=x.device)
-    counters = zeroed_counters(x.device, COUNTER_STRIDE * batch, "grn_streamed")
+    counters = zeroed_counters(x.device, COUNTER_STRIDE * (batch + 1), "grn_streamed")
     items = (batch + tiles.lag) * (splits * triton.cdiv(channels, tiles.reduce_channels)
                                    + triton.cdiv(pixels, tiles.apply_rows) * triton.cdiv(channels, tiles.apply_channels))
     args = (x, partial, factors, counters, grn.weight, grn.bias, out, batch, pixels, channels, splits, rows_per_split,
@@ -157,7 +160,7 @@ if triton is not None:
         return cols, 1.0 + w * norms * inv_mean
 
     @triton.jit
-    def _reduce_item(x_ptr, partial_ptr, factor_ptr, counter, w_ptr, image, item, pixels, channels, splits,
+    def _reduce_item(x_ptr, partial_ptr, factor_ptr, counter, ready, w_ptr, image, item, pixels, channels, splits,
                      rows_per_split, eps, channel_blocks, SPLITS_BLOCK: tl.constexpr, CHANNELS_BLOCK: tl.constexpr,
                      RED_R: tl.constexpr, RED_C: tl.constexpr):
         split = item // channel_blocks
@@ -174,29 +177,25 @@ if triton is not None:
                                                       eps, SPLITS_BLOCK, CHANNELS_BLOCK)
             tl.store(factor_ptr + image * channels + cols_all, factor, mask=cols_all < channels)
             tl.debug_barrier()
-            tl.atomic_xchg(counter + 8, 1, sem="release")
+            tl.atomic_xchg(counter + 8, ready, sem="release")
 
     @triton.jit
-    def _apply_item(x_ptr, factor_ptr, counter, b_ptr, out_ptr, image, item, pixels, channels, channel_blocks,
-                    apply_items, APP_R: tl.constexpr, APP_C: tl.constexpr):
+    def _apply_item(x_ptr, factor_ptr, counter, ready, b_ptr, out_ptr, image, item, pixels, channels, channel_blocks,
+                    APP_R: tl.constexpr, APP_C: tl.constexpr):
         rows = (item // channel_blocks) * APP_R + tl.arange(0, APP_R)
         cols = (item % channel_blocks) * APP_C + tl.arange(0, APP_C)
         col_ok = cols < channels
         ok = (rows < pixels)[:, None] & col_ok[None, :]
         offsets = image.to(tl.int64) * pixels * channels + rows.to(tl.int64)[:, None] * channels + cols[None, :]
         x = tl.load(x_ptr + offsets, mask=ok, other=0.0)  # in flight while the flag is polled
-        # polled with plain loads at L2 (atomics on the line would queue behind each other), then
-        # acquired once
-        while tl.load(counter + 8, volatile=True) == 0:
+        # an add of 0 with acquire semantics: Triton issues it as one ld.acquire.gpu (no atomic queued
+        # on the line), by one thread, and shares the value with the program
+        while tl.atomic_add(counter + 8, 0, sem="acquire") != ready:
             pass
-        tl.atomic_add(counter + 8, 0, sem="acquire")
         factor = tl.load(factor_ptr + image * channels + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
         b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         y = x.to(tl.float32) * factor[None, :] + b[None, :]
         tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=ok)
-        if tl.atomic_add(counter + 16, 1, sem="relaxed") == apply_items - 1:  # the image's last tile
-            tl.atomic_xchg(counter + 16, 0)
-            tl.atomic_xchg(counter + 8, 0)
 
     @triton.jit
     def _grn_streamed_kernel(x_ptr, partial_ptr, factor_ptr, counters_ptr, w_ptr, b_ptr, out_ptr, batch, pixels,
@@ -208,15 +207,20 @@ if triton is not None:
         apply_blocks = tl.cdiv(channels, APP_C)
         apply_items = tl.cdiv(pixels, APP_R) * apply_blocks
         stage_items = reduce_items + apply_items
-        # an image's counters: from counters_ptr + COUNTER_STRIDE (32) * image
+        ready = tl.atomic_add(counters_ptr, 0, sem="acquire") + 1  # this launch's epoch + 1
+        # an image's counters: from counters_ptr + COUNTER_STRIDE (32) * (image + 1)
         for item in range(tl.program_id(0), (batch + lag) * stage_items, tl.num_programs(0)):
             stage = item // stage_items
             slot = item % stage_items
             if slot < reduce_items:
                 if stage < batch:
-                    _reduce_item(x_ptr, partial_ptr, factor_ptr, counters_ptr + 32 * stage, w_ptr, stage, slot, pixels,
+                    _reduce_item(x_ptr, partial_ptr, factor_ptr, counters_ptr + 32 * (stage + 1), ready, w_ptr, stage, slot, pixels,
                                  channels, splits, rows_per_split, eps, reduce_blocks, SPLITS_BLOCK, CHANNELS_BLOCK,
                                  RED_R, RED_C)
             elif stage >= lag:
-                _apply_item(x_ptr, factor_ptr, counters_ptr + 32 * (stage - lag), b_ptr, out_ptr, stage - lag,
-                            slot - reduce_items, pixels, channels, apply_blocks, apply_items, APP_R, APP_C)
+                _apply_item(x_ptr, factor_ptr, counters_ptr + 32 * (stage - lag + 1), ready, b_ptr, out_ptr,
+                            stage - lag, slot - reduce_items, pixels, channels, apply_blocks, APP_R, APP_C)
+        tl.debug_barrier()  # every thread done with its reads of the epoch before it can advance
+        if tl.atomic_add(counters_ptr + 8, 1, sem="acq_rel") == tl.num_programs(0) - 1:  # the last program
+            tl.atomic_xchg(counters_ptr + 8, 0)
+            tl.atomic_add(counters_ptr, 1, sem="release")
