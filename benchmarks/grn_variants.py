@@ -53,7 +53,8 @@ def streamed_variants(batch, pixels, channels, sms):
     for mult in (0.5, 2, 4):
         splits = max(1, min(streamed.max_splits(pixels, channels), int(planned * mult)))
         out[f"streamed splits={splits}"] = (base._replace(splits=splits), "streamed")
-    for r, c, w in ((32, 64, 4), (32, 128, 4), (64, 64, 4), (64, 128, 4), (32, 256, 8), (128, 128, 8)):
+    for r, c, w in ((32, 64, 4), (32, 128, 4), (64, 64, 4), (64, 128, 4), (16, 128, 8), (32, 128, 8), (32, 256, 8),
+                    (128, 128, 8)):
         out[f"streamed tiles={(r, c, w)}"] = (base._replace(reduce_rows=r, reduce_channels=c, apply_rows=r,
                                                             apply_channels=c, warps=w), "streamed")
     out["streamed reduce=(32, 64) apply=(64, 128)"] = (base._replace(reduce_rows=32, reduce_channels=64), "streamed")
@@ -173,7 +174,8 @@ def main():
         return
     peer_rows = [] if args.no_peers else peers_per_form()
     with open(os.path.join(out_dir, "grn_variants.json"), "w") as f:
-        json.dump({"cases": results, "peers": peer_rows, "gpu": torch.cuda.get_device_name()}, f, indent=1)
+        json.dump({"cases": results, "peers": peer_rows, "gpu": torch.cuda.get_device_name(),
+                   "streamed_resident_per_sm": {str(key[2]): n for key, n in streamed._RESIDENT.items()}}, f, indent=1)
     keys = ("us", "spread", "tb_s", "vs_inductor", "rel_err", "replay_err")
     for label, rows in results.items():
         ranked = sorted(rows.items(), key=lambda kv: kv[1].get("us", 1e9))

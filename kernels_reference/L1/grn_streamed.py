@@ -25,7 +25,9 @@ before a launch or a CUDA-graph replay):
 No deadlock as long as every program is resident at once: programs take items in schedule order
 (item ``p``, ``p + grid``, ...), and an apply tile only waits for items earlier in the schedule,
 so the earliest unfinished item can always run. The grid is therefore at most the SMs times the
-programs that fit on one SM (read from the compiled kernel; one per SM until it is known). In
+programs that fit on one SM, read from the compiled kernel of exactly the launch's constexprs (the
+split count changes the factor tile and with it the registers: on an H100 on 2026-12-07 a batch of
+32 stage-1 maps hung when two programs an SM were taken from another split count's kernel). In
 Triton's interpreter programs run one after another, so the launch there is a single program,
 which meets every wait in order.
 
@@ -98,10 +100,8 @@ def grn_streamed(grn, x: torch.Tensor, out: torch.Tensor, tiles: "StreamTiles | 
     on_gpu = autotune_here(x)
     if tiles is None:
         tiles = GPU_TILES if on_gpu or not whole_tiles() else interpreter_tiles(pixels, channels)
-    resident_key = (x.device, x.dtype, channels, tiles._replace(splits=0, lag=0, programs_per_sm=0))
-    per_sm = min(tiles.programs_per_sm, _RESIDENT.get(resident_key, 1))
-    programs = sm_count(x.device) * per_sm if on_gpu else 1  # the interpreter: one program (above)
-    splits = tiles.splits or planned_splits(batch, pixels, channels, tiles.reduce_channels, tiles.lag, programs)
+    wanted = sm_count(x.device) * tiles.programs_per_sm if on_gpu else 1  # the interpreter: one program (above)
+    splits = tiles.splits or planned_splits(batch, pixels, channels, tiles.reduce_channels, tiles.lag, wanted)
     splits = min(splits, max_splits(pixels, channels))
     rows_per_split = triton.cdiv(pixels, splits)
     splits = triton.cdiv(pixels, rows_per_split)  # whole splits, none empty
@@ -115,9 +115,14 @@ def grn_streamed(grn, x: torch.Tensor, out: torch.Tensor, tiles: "StreamTiles | 
     meta = dict(SPLITS_BLOCK=triton.next_power_of_2(splits), CHANNELS_BLOCK=triton.next_power_of_2(channels),
                 RED_R=tiles.reduce_rows, RED_C=tiles.reduce_channels, APP_R=tiles.apply_rows,
                 APP_C=tiles.apply_channels, num_warps=tiles.warps)
-    compiled = _grn_streamed_kernel[(min(programs, items),)](*args, **meta)
-    if on_gpu and resident_key not in _RESIDENT:  # the first launch ran one program per SM
-        _RESIDENT[resident_key] = resident_programs_per_sm(lambda: compiled, x.device) or 1
+    programs = min(wanted, items)
+    if on_gpu:  # never more programs than fit at once: the compiled kernel of exactly these constexprs
+        key = (x.device, x.dtype, tuple(sorted(meta.items())))
+        if key not in _RESIDENT:
+            _RESIDENT[key] = resident_programs_per_sm(
+                lambda: _grn_streamed_kernel.warmup(*args, grid=(1,), **meta), x.device) or 1
+        programs = min(programs, sm_count(x.device) * _RESIDENT[key])
+    _grn_streamed_kernel[(programs,)](*args, **meta)
     return out
 
 
