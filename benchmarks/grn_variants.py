@@ -196,7 +196,7 @@ def peers_per_form():
     from fk_pytest.peers.run import benchmark
     rows, shipped = [], grn_mod.FORM
     try:
-        for form in grn_mod.FORMS:
+        for form in (*grn_mod.FORMS, "by-shape"):
             grn_mod.FORM = form
             doc = benchmark(Options(torch.device("cuda"), "full"), ["global_response_norm"], max_cases=0,
                             progress=io.StringIO())

@@ -108,6 +108,20 @@ def test_grn_streamed_splits_fit_the_factor_tile():
     assert streamed_splits(32, 3136, 384, 128, 2, 264) == 30  # 264 programs over 3 images of 3 channel blocks
 
 
+@pytest.mark.parametrize("batch, side, streamed", [(1, 56, True), (1, 28, False), (2, 56, False)])
+def test_grn_by_shape_streams_one_large_image_only(monkeypatch, batch, side, streamed):
+    """The shipped form: the one-launch streamed form for a single image of 56 x 56 pixels or more
+    (where it timed level with Inductor), the recompute form for batches and smaller maps."""
+    import kernels_reference.L1.grn as grn_mod
+    calls = []
+    monkeypatch.setattr(grn_mod, "grn_streamed", lambda grn, x, out, tiles: calls.append(x.shape) or out)
+    monkeypatch.setattr(grn_mod, "FORM", "by-shape")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    grn, gen = _grn(8, torch.float32)
+    grn_channels_last(grn, torch.randn(batch, side, side, 8, generator=gen))
+    assert bool(calls) == streamed
+
+
 def test_grn_names_an_unknown_form():
     grn, gen = _grn(8, torch.float32)
     with pytest.raises(ValueError, match="'atomics' is not one of"):

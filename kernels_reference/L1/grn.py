@@ -23,9 +23,10 @@ The first sums squares: a program per (image, pixel range, channel block) reduce
 float32 ``partial[B, splits, C]`` with plain stores, the pixels split so that the launch has a few
 programs per SM even for one image. The second writes ``x * (1 + weight * Nx) + bias`` for a tile
 per program. The factors ``1 + weight * Nx`` need the image's mean norm over all channels; where
-they are computed is ``FORM`` (below): the shipped form has every apply program sum its image's
-partials again; a factor launch between the two is the other. No atomics: the same bits on every
-run of one configuration, in either form. Tile shapes are autotuned per (channels, pixel-count
+they are computed is the form (below): the two-launch default has every apply program sum its
+image's partials again; a factor launch between the two is the other; one large image takes a
+third form, one persistent launch (grn_streamed.py). No atomics on data: the same bits on every
+run of one configuration, in every form. Tile shapes are autotuned per (channels, pixel-count
 bucket). Channels-first inputs take the native path.
 
 What the timings say: an earlier design (atomics into ``[B, C]``, a factor launch, an apply
@@ -116,10 +117,18 @@ STATS_TILE = 4096  # [splits, channel chunk] partials summed at once
 # 96.0 us, as on 2026-12-06), slower at every other shape. A third form, the reduction's last
 # program per image writing the factors after an atomic ticket (two launches, no re-reads), was
 # slower still (geomean 0.915, min 0.702) and is gone (21bd60d has it).
-#   "streamed"       one persistent launch (below): the reductions of an image, then its apply tiles a
-#                    few images later, so that the apply reads the image back from L2, not HBM.
+#   "streamed"       one persistent launch (grn_streamed.py): the reductions of an image, then its
+#                    apply tiles a few images later, so that the apply reads the image back from L2.
+# On an H100 on 2026-12-07 (grn_variants, docs/perf/h100-2026-12-07c.md) the streamed form took one
+# 56 x 56 x 384 image in 10.92 us with 64 x 64 tiles on 4 warps, level with Inductor (10.74; the
+# recompute form 15.19), and was slower than the two-launch forms at every batch of 32 (stage 1:
+# 107 us at best against 94.8; the programs walk their items one after another, where the two
+# launches spread a batch over thousands of programs) and, with its first tiles, at single images
+# of stages 2-4 (10.4 / 9.6 / 9.1 us against 9.6 / 7.1 / 5.8). ``FORM = "by-shape"`` (shipped)
+# takes the streamed form for one image of at least ``STREAMED_MIN_PIXELS``, recompute otherwise.
 FORMS = ("recompute", "factor-launch", "streamed")
-FORM = "recompute"
+FORM = "by-shape"
+STREAMED_MIN_PIXELS = 56 * 56
 # The reduction's programs each take a channel block of a pixel range, so a pixel's row of channels
 # is read in pieces by several programs. A reduction that streamed whole pixel rows instead (a
 # program per image and pixel range, the channels viewed as 3 rows of 128 or 256) was slower on an
@@ -134,13 +143,15 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     tiling in the interpreter and by benchmarks/grn_variants.py (a real GPU autotunes, the
     interpreter takes ``interpreter_tiles``), ``form`` (default ``FORM``) by those that compare forms."""
     form = FORM if form is None else form
-    if form not in FORMS:
-        raise ValueError(f"GRN form {form!r} is not one of {FORMS}")
+    if form not in FORMS + ("by-shape",):
+        raise ValueError(f"GRN form {form!r} is not one of {FORMS + ('by-shape',)}")
     if x.dim() != 4 or x.shape[-1] != grn.dim:
         raise ValueError(f"GlobalResponseNorm({grn.dim}) expects [B, H, W, {grn.dim}], got {tuple(x.shape)}")
     x = x.contiguous()  # the MLP's fc1 + GELU output already is
     batch, height, width, channels = x.shape
     pixels = height * width
+    if form == "by-shape":
+        form = "streamed" if batch == 1 and pixels >= STREAMED_MIN_PIXELS else "recompute"
     out = torch.empty_like(x)
     if x.numel() == 0:
         return out

@@ -63,8 +63,11 @@ class StreamTiles(NamedTuple):
 
 # The factor sums hold an image's [splits, channels] partials in registers at once.
 PARTIALS_TILE = 16384
-# Reduction tiles of 64 x 128 (16 KB of bf16), two in flight a step; the apply tiles as large.
-GPU_TILES = StreamTiles(splits=0, reduce_rows=64, reduce_channels=128, apply_rows=64, apply_channels=128)
+# Tiles of 64 x 64 on 4 warps (8 KB of bf16, two in flight a reduction step): one 56 x 56 x 384
+# image in 10.92 us on an H100 on 2026-12-07, against 14.37 with the first choice, 64 x 128 on 8
+# warps (158 registers a thread there, so one program an SM; grn_variants,
+# docs/perf/h100-2026-12-07c.md).
+GPU_TILES = StreamTiles(splits=0, reduce_rows=64, reduce_channels=64, apply_rows=64, apply_channels=64, warps=4)
 # The counters: the epoch at 0 and the finished programs at 8, then each image's 32 ints (128 B)
 # from 32 * (image + 1): its reduction tickets at +0, its ready flag at +8, each in its own 32-byte
 # sector, so programs polling one image's flag do not share a sector with tickets being counted.
