@@ -108,18 +108,36 @@ def test_grn_streamed_splits_fit_the_factor_tile():
     assert streamed_splits(32, 3136, 384, 128, 2, 264) == 30  # 264 programs over 3 images of 3 channel blocks
 
 
-@pytest.mark.parametrize("batch, side, streamed", [(1, 56, True), (1, 28, False), (2, 56, False)])
-def test_grn_by_shape_streams_one_large_image_only(monkeypatch, batch, side, streamed):
-    """The shipped form: the one-launch streamed form for a single image of 56 x 56 pixels or more
-    (where it timed level with Inductor), the recompute form for batches and smaller maps."""
+@pytest.mark.parametrize("batch, side, form", [(1, 56, "streamed"), (1, 28, "recompute"), (2, 56, "factor-launch"),
+                                              (2, 28, "recompute")])
+def test_grn_by_shape_picks_the_form_that_timed_fastest(monkeypatch, batch, side, form):
+    """The shipped form: for maps of 56 x 56 pixels or more the one-launch streamed form for a single
+    image and the factor launch for a batch (where each timed fastest on an H100), recompute for
+    smaller maps."""
     import kernels_reference.L1.grn as grn_mod
-    calls = []
-    monkeypatch.setattr(grn_mod, "grn_streamed", lambda grn, x, out, tiles: calls.append(x.shape) or out)
+    used = []
+    monkeypatch.setattr(grn_mod, "grn_streamed", lambda grn, x, out, tiles: used.append("streamed") or out)
+    factor_kernel = grn_mod._grn_factor_kernel
+    monkeypatch.setattr(grn_mod, "_grn_factor_kernel", _Recording(factor_kernel, used, "factor-launch"))
     monkeypatch.setattr(grn_mod, "FORM", "by-shape")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     grn, gen = _grn(8, torch.float32)
-    grn_channels_last(grn, torch.randn(batch, side, side, 8, generator=gen))
-    assert bool(calls) == streamed
+    x = torch.randn(batch, side, side, 8, generator=gen)
+    out = grn_channels_last(grn, x)
+    assert used == ([form] if form != "recompute" else [])
+    if form != "streamed":
+        torch.testing.assert_close(out, grn.forward_native(x), rtol=2e-5, atol=2e-5)
+
+
+class _Recording:
+    """A kernel launcher that notes its use, then launches."""
+
+    def __init__(self, kernel, log, name):
+        self.kernel, self.log, self.name = kernel, log, name
+
+    def __getitem__(self, grid):
+        self.log.append(self.name)
+        return self.kernel[grid]
 
 
 def test_grn_names_an_unknown_form():

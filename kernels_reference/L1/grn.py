@@ -23,9 +23,9 @@ The first sums squares: a program per (image, pixel range, channel block) reduce
 float32 ``partial[B, splits, C]`` with plain stores, the pixels split so that the launch has a few
 programs per SM even for one image. The second writes ``x * (1 + weight * Nx) + bias`` for a tile
 per program. The factors ``1 + weight * Nx`` need the image's mean norm over all channels; where
-they are computed is the form (below): the two-launch default has every apply program sum its
-image's partials again; a factor launch between the two is the other; one large image takes a
-third form, one persistent launch (grn_streamed.py). No atomics on data: the same bits on every
+they are computed is the form (below): for small maps every apply program sums its image's
+partials again; for a batch of large maps a factor launch between the two writes them; one large
+image takes a third form, one persistent launch (grn_streamed.py). No atomics on data: the same bits on every
 run of one configuration, in every form. Tile shapes are autotuned per (channels, pixel-count
 bucket). Channels-first inputs take the native path.
 
@@ -124,11 +124,14 @@ STATS_TILE = 4096  # [splits, channel chunk] partials summed at once
 # recompute form 15.19), and was slower than the two-launch forms at every batch of 32 (stage 1:
 # 107 us at best against 94.8; the programs walk their items one after another, where the two
 # launches spread a batch over thousands of programs) and, with its first tiles, at single images
-# of stages 2-4 (10.4 / 9.6 / 9.1 us against 9.6 / 7.1 / 5.8). ``FORM = "by-shape"`` (shipped)
-# takes the streamed form for one image of at least ``STREAMED_MIN_PIXELS``, recompute otherwise.
+# of stages 2-4 (10.4 / 9.6 / 9.1 us against 9.6 / 7.1 / 5.8). The factor launch beat recompute at
+# stage 1 at batch 32 in every H100 run (Inductor / form 0.882-0.940 against 0.839-0.879, five
+# runs on 2026-12-06 and 07) and lost at every other shape. ``FORM = "by-shape"`` (shipped): maps
+# of at least ``LARGE_MAP_PIXELS`` take the streamed form for one image and the factor launch for
+# a batch; smaller maps take recompute.
 FORMS = ("recompute", "factor-launch", "streamed")
 FORM = "by-shape"
-STREAMED_MIN_PIXELS = 56 * 56
+LARGE_MAP_PIXELS = 56 * 56
 # The reduction's programs each take a channel block of a pixel range, so a pixel's row of channels
 # is read in pieces by several programs. A reduction that streamed whole pixel rows instead (a
 # program per image and pixel range, the channels viewed as 3 rows of 128 or 256) was slower on an
@@ -151,7 +154,7 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     batch, height, width, channels = x.shape
     pixels = height * width
     if form == "by-shape":
-        form = "streamed" if batch == 1 and pixels >= STREAMED_MIN_PIXELS else "recompute"
+        form = "recompute" if pixels < LARGE_MAP_PIXELS else "streamed" if batch == 1 else "factor-launch"
     out = torch.empty_like(x)
     if x.numel() == 0:
         return out
