@@ -129,6 +129,25 @@ def test_grn_by_shape_picks_the_form_that_timed_fastest(monkeypatch, batch, side
         torch.testing.assert_close(out, grn.forward_native(x), rtol=2e-5, atol=2e-5)
 
 
+def test_grn_by_shape_keeps_two_launches_under_an_mps_share_of_the_sms(monkeypatch):
+    """A process limited to part of the SMs cannot hold the streamed form's whole grid at once (its
+    programs would wait on programs never started): one large image takes the factor launch there."""
+    import kernels_reference.L1.grn as grn_mod
+    used = []
+    monkeypatch.setattr(grn_mod, "grn_streamed", lambda grn, x, out, tiles: used.append("streamed") or out)
+    monkeypatch.setattr(grn_mod, "FORM", "by-shape")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    grn, gen = _grn(8, torch.float32)
+    x = torch.randn(1, 56, 56, 8, generator=gen)
+    for share, streamed in (("100", True), ("50", False), ("", True), ("half", False)):
+        used.clear()
+        monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", share)
+        out = grn_channels_last(grn, x)
+        assert used == (["streamed"] if streamed else []), share
+        if not streamed:
+            torch.testing.assert_close(out, grn.forward_native(x), rtol=2e-5, atol=2e-5)
+
+
 class _Recording:
     """A kernel launcher that notes its use, then launches."""
 

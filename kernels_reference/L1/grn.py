@@ -45,7 +45,7 @@ from torch import nn
 from ..dispatch import compute_dtype, use_fast_path
 from ..records import RecordsInit
 from ..triton_rows import autotune, autotune_here, size_class, sm_count
-from .grn_streamed import _sum_squares, grn_streamed
+from .grn_streamed import _sum_squares, all_sms_available, grn_streamed
 
 try:
     import triton
@@ -128,7 +128,8 @@ STATS_TILE = 4096  # [splits, channel chunk] partials summed at once
 # stage 1 at batch 32 in every H100 run (Inductor / form 0.882-0.940 against 0.839-0.879, five
 # runs on 2026-12-06 and 07) and lost at every other shape. ``FORM = "by-shape"`` (shipped): maps
 # of at least ``LARGE_MAP_PIXELS`` take the streamed form for one image and the factor launch for
-# a batch; smaller maps take recompute.
+# a batch (and for one image too where an MPS share of the SMs rules out a persistent grid); smaller
+# maps take recompute.
 FORMS = ("recompute", "factor-launch", "streamed")
 FORM = "by-shape"
 LARGE_MAP_PIXELS = 56 * 56
@@ -154,7 +155,8 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     batch, height, width, channels = x.shape
     pixels = height * width
     if form == "by-shape":
-        form = "recompute" if pixels < LARGE_MAP_PIXELS else "streamed" if batch == 1 else "factor-launch"
+        large = pixels >= LARGE_MAP_PIXELS
+        form = "streamed" if large and batch == 1 and all_sms_available() else "factor-launch" if large else "recompute"
     out = torch.empty_like(x)
     if x.numel() == 0:
         return out

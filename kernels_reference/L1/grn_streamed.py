@@ -34,6 +34,7 @@ which meets every wait in order.
 No atomics on data: the factors are summed by one program in a fixed order, the same bits on every
 run whatever the grid.
 """
+import os
 from typing import NamedTuple
 
 import torch
@@ -92,6 +93,18 @@ def interpreter_tiles(pixels: int, channels: int) -> StreamTiles:
     width = triton.next_power_of_2(channels)
     rows = max(1, min(triton.next_power_of_2(pixels), 16384 // width))
     return StreamTiles(1, rows, width, rows, width, warps=4, lag=1)
+
+
+def all_sms_available() -> bool:
+    """Whether this process may place programs on every SM the device reports, as the persistent
+    grid assumes. Not under an MPS client limited to a share of the SMs
+    (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` below 100): there a full grid could never be resident at
+    once, and its programs would wait forever on flags of programs never started."""
+    share = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "").strip()
+    try:
+        return not share or float(share) >= 100
+    except ValueError:  # unreadable: assume the limit is real
+        return False
 
 
 _RESIDENT: dict = {}
