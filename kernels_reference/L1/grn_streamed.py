@@ -25,10 +25,10 @@ before a launch or a CUDA-graph replay):
 No deadlock as long as every program is resident at once: programs take items in schedule order
 (item ``p``, ``p + grid``, ...), and an apply tile only waits for items earlier in the schedule,
 so the earliest unfinished item can always run. The grid is therefore at most the SMs times the
-programs that fit on one SM, read from the compiled kernel of exactly the launch's constexprs (the
-split count changes the factor tile and with it the registers: on an H100 on 2026-12-07 a batch of
-32 stage-1 maps hung when two programs an SM were taken from another split count's kernel). In
-Triton's interpreter programs run one after another, so the launch there is a single program,
+programs that fit on one SM, read from the compiled kernel of exactly the launch's constexprs and
+argument specialization (the split count changes the factor tile and with it the registers: on an
+H100 on 2026-12-07 a batch of 32 stage-1 maps hung when two programs an SM were taken from another
+split count's kernel, docs/perf/h100-2026-12-07c.md). In Triton's interpreter programs run one after another, so the launch there is a single program,
 which meets every wait in order.
 
 No atomics on data: the factors are summed by one program in a fixed order, the same bits on every
@@ -107,6 +107,14 @@ def all_sms_available() -> bool:
         return False
 
 
+def specialization(args) -> tuple:
+    """What Triton compiles a separate kernel for besides the constexprs: each tensor's dtype and
+    16-byte alignment, each integer's being 1 or a multiple of 16. Two launches that differ here may
+    differ in registers, and so in the programs that fit on an SM."""
+    return tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
+                 else (a == 1, a % 16 == 0) if isinstance(a, int) else type(a).__name__ for a in args)
+
+
 _RESIDENT: dict = {}
 
 
@@ -132,8 +140,8 @@ def grn_streamed(grn, x: torch.Tensor, out: torch.Tensor, tiles: "StreamTiles | 
                 RED_R=tiles.reduce_rows, RED_C=tiles.reduce_channels, APP_R=tiles.apply_rows,
                 APP_C=tiles.apply_channels, num_warps=tiles.warps)
     programs = min(wanted, items)
-    if on_gpu:  # never more programs than fit at once: the compiled kernel of exactly these constexprs
-        key = (x.device, x.dtype, tuple(sorted(meta.items())))
+    if on_gpu:  # never more programs than fit at once: the compiled kernel of exactly this launch
+        key = (x.device, specialization(args), tuple(sorted(meta.items())))
         if key not in _RESIDENT:
             _RESIDENT[key] = resident_programs_per_sm(
                 lambda: _grn_streamed_kernel.warmup(*args, grid=(1,), **meta), x.device) or 1
