@@ -28,8 +28,8 @@ so the earliest unfinished item can always run. The grid is therefore at most th
 programs that fit on one SM, read from the compiled kernel of exactly the launch's constexprs and
 argument specialization (the split count changes the factor tile and with it the registers: on an
 H100 on 2026-12-07 a batch of 32 stage-1 maps hung when two programs an SM were taken from another
-split count's kernel, docs/perf/h100-2026-12-07c.md). In Triton's interpreter programs run one after another, so the launch there is a single program,
-which meets every wait in order.
+split count's kernel, docs/perf/h100-2026-12-07c.md). In Triton's interpreter programs run one
+after another, so the launch there is a single program, which meets every wait in order.
 
 No atomics on data: the factors are summed by one program in a fixed order, the same bits on every
 run whatever the grid.
