@@ -25,9 +25,9 @@ programs per SM even for one image. The second writes ``x * (1 + weight * Nx) + 
 per program. The factors ``1 + weight * Nx`` need the image's mean norm over all channels; where
 they are computed is the form (below): for small maps every apply program sums its image's
 partials again; for a batch of large maps a factor launch between the two writes them; one large
-image takes a third form, one persistent launch (grn_streamed.py). No atomics on data: the same bits on every
-run of one configuration, in every form. Tile shapes are autotuned per (channels, pixel-count
-bucket). Channels-first inputs take the native path.
+image takes a third form, one persistent launch (grn_streamed.py). No atomics on data: the same
+bits on every run of one configuration, in every form. Tile shapes are autotuned per (channels,
+pixel-count bucket). Channels-first inputs take the native path.
 
 What the timings say: an earlier design (atomics into ``[B, C]``, a factor launch, an apply
 launch) and the recompute form both timed at 0.22-0.29 of ``torch.compile(forward_native)`` on
