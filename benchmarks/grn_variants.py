@@ -57,7 +57,8 @@ def streamed_variants(batch, pixels, channels, sms):
                     (128, 128, 8)):
         out[f"streamed tiles={(r, c, w)}"] = (base._replace(reduce_rows=r, reduce_channels=c, apply_rows=r,
                                                             apply_channels=c, warps=w), "streamed")
-    out["streamed reduce=(32, 64) apply=(64, 128)"] = (base._replace(reduce_rows=32, reduce_channels=64), "streamed")
+    mixed = base._replace(reduce_rows=32, reduce_channels=64, apply_rows=64, apply_channels=128)
+    out[f"streamed reduce=(32, 64) apply=(64, 128) warps={mixed.warps}"] = (mixed, "streamed")
     return out
 
 
