@@ -183,8 +183,9 @@ def main():
         keep = [kv for i, kv in enumerate(ranked) if i < 8 or kv[0] == "inductor" or kv[0].endswith("autotuned")]
         table = [(name, *(r.get(k) for k in keys), r.get("error", "")) for name, r in keep]
         print(f"\n{label} (the 8 fastest, Inductor and each form autotuned; all in grn_variants.json)\n"
-              + md_table(["form", "us", "spread", "TB/s (1 read + 1 write)", "Inductor / form", "rel err", "replay err", "note"],
-                         table, ["", ".2f", ".3f", ".2f", ".3f", ".1e", ""]))
+              + md_table(["form", "us", "spread", "TB/s (1 read + 1 write)", "Inductor / form", "rel err", "replay err",
+                          "note"],
+                         table, ["", ".2f", ".3f", ".2f", ".3f", ".1e", ".1e", ""]))
 
     if peer_rows:
         print("\n" + md_table(["FORM", "case", "reference us", "Inductor us", "ratio (best peer / ref)"], peer_rows,

@@ -132,8 +132,8 @@ def grn_streamed(grn, x: torch.Tensor, out: torch.Tensor, tiles: "StreamTiles | 
     partial = torch.empty((batch, splits, channels), dtype=torch.float32, device=x.device)
     factors = torch.empty((batch, channels), dtype=torch.float32, device=x.device)
     counters = zeroed_counters(x.device, COUNTER_STRIDE * (batch + 1), "grn_streamed")
-    items = (batch + tiles.lag) * (splits * triton.cdiv(channels, tiles.reduce_channels)
-                                   + triton.cdiv(pixels, tiles.apply_rows) * triton.cdiv(channels, tiles.apply_channels))
+    apply_tiles = triton.cdiv(pixels, tiles.apply_rows) * triton.cdiv(channels, tiles.apply_channels)
+    items = (batch + tiles.lag) * (splits * triton.cdiv(channels, tiles.reduce_channels) + apply_tiles)
     args = (x, partial, factors, counters, grn.weight, grn.bias, out, batch, pixels, channels, splits, rows_per_split,
             grn.eps, tiles.lag)
     meta = dict(SPLITS_BLOCK=triton.next_power_of_2(splits), CHANNELS_BLOCK=triton.next_power_of_2(channels),
@@ -198,13 +198,14 @@ if triton is not None:
         first = split * rows_per_split
         sums = _sum_squares(x_ptr + image.to(tl.int64) * pixels * channels, first,
                             tl.minimum(first + rows_per_split, pixels), channels, cols, col_ok, RED_R, RED_C, True)
-        tl.store(partial_ptr + (image * splits + split) * channels + cols, sums, mask=col_ok)
+        image_partials = partial_ptr + image.to(tl.int64) * splits * channels  # int64: any batch
+        tl.store(image_partials + split * channels + cols, sums, mask=col_ok)
         tl.debug_barrier()  # every thread's partials stored before the count is released
         if tl.atomic_add(counter, 1, sem="acq_rel") == splits * channel_blocks - 1:
             tl.atomic_xchg(counter, 0)  # zero again for the next launch
-            cols_all, factor = _image_factors_at_once(partial_ptr + image * splits * channels, w_ptr, channels, splits,
-                                                      eps, SPLITS_BLOCK, CHANNELS_BLOCK)
-            tl.store(factor_ptr + image * channels + cols_all, factor, mask=cols_all < channels)
+            cols_all, factor = _image_factors_at_once(image_partials, w_ptr, channels, splits, eps, SPLITS_BLOCK,
+                                                      CHANNELS_BLOCK)
+            tl.store(factor_ptr + image.to(tl.int64) * channels + cols_all, factor, mask=cols_all < channels)
             tl.debug_barrier()
             tl.atomic_xchg(counter + 8, ready, sem="release")
 
@@ -221,7 +222,8 @@ if triton is not None:
         # on the line), by one thread, and shares the value with the program
         while tl.atomic_add(counter + 8, 0, sem="acquire") != ready:
             pass
-        factor = tl.load(factor_ptr + image * channels + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
+        factor = tl.load(factor_ptr + image.to(tl.int64) * channels + cols, mask=col_ok, other=0.0,
+                         cache_modifier=".cg")
         b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         y = x.to(tl.float32) * factor[None, :] + b[None, :]
         tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=ok)
@@ -243,9 +245,9 @@ if triton is not None:
             slot = item % stage_items
             if slot < reduce_items:
                 if stage < batch:
-                    _reduce_item(x_ptr, partial_ptr, factor_ptr, counters_ptr + 32 * (stage + 1), ready, w_ptr, stage, slot, pixels,
-                                 channels, splits, rows_per_split, eps, reduce_blocks, SPLITS_BLOCK, CHANNELS_BLOCK,
-                                 RED_R, RED_C)
+                    _reduce_item(x_ptr, partial_ptr, factor_ptr, counters_ptr + 32 * (stage + 1), ready, w_ptr,
+                                 stage, slot, pixels, channels, splits, rows_per_split, eps, reduce_blocks,
+                                 SPLITS_BLOCK, CHANNELS_BLOCK, RED_R, RED_C)
             elif stage >= lag:
                 _apply_item(x_ptr, factor_ptr, counters_ptr + 32 * (stage - lag + 1), ready, b_ptr, out_ptr,
                             stage - lag, slot - reduce_items, pixels, channels, apply_blocks, APP_R, APP_C)
