@@ -82,6 +82,17 @@ def variants(batch, pixels, channels, sms, forms=grn_mod.FORMS):
     return out
 
 
+def newest_first(call):
+    """``call()`` with the two-launch forms' apply programs in reverse order (``APPLY_NEWEST_FIRST``);
+    a graph captured in it keeps the order."""
+    shipped = grn_mod.APPLY_NEWEST_FIRST
+    grn_mod.APPLY_NEWEST_FIRST = True
+    try:
+        return call()
+    finally:
+        grn_mod.APPLY_NEWEST_FIRST = shipped
+
+
 def replay_error(fn, sets, truths):
     """The largest relative error over ``sets`` when ``fn`` runs as replays of one captured CUDA graph,
     each set copied into its static input: what a launch leaves behind for the next (the streamed
@@ -119,6 +130,9 @@ def time_case(batch, side, channels, rounds, flush, forms=grn_mod.FORMS, timed=T
     impls = {}
     for label, (tiles, form) in variants(batch, side * side, channels, sms, forms).items():
         impls[label] = lambda x, t=tiles, f=form: grn_mod.grn_channels_last(m, x, t, form=f)
+    for form in ("recompute", "factor-launch"):  # the apply launch's programs in reverse order
+        impls[f"{form} newest-first autotuned"] = lambda x, f=form: newest_first(lambda: grn_mod.grn_channels_last(
+            m, x, form=f))
     compiled = torch.compile(m.forward_native, dynamic=False)
     impls["inductor"] = compiled
     rows, runners = {}, {}

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from kernels_reference.L1.convnext_dwconv import ConvNeXtDwConvNorm
+import kernels_reference.L1.grn as grn_mod
 from kernels_reference.L1.grn import GlobalResponseNorm, Tiles, grn_channels_last, pixel_splits
 from kernels_reference.L1.grn_streamed import StreamTiles
 from kernels_reference.L1.grn_streamed import planned_splits as streamed_splits
@@ -49,9 +50,13 @@ def test_grn_triton_matches_native(monkeypatch, dtype, config):
     tol = 2e-5 if dtype == torch.float32 else 1.6e-2
     torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
     assert torch.equal(grn_channels_last(grn, x, config), got)  # no atomics: the same bits again
-    # Where the factors are computed moves work between programs, never a value.
+    # Where the factors are computed, and the order the apply programs run in, move work between
+    # programs, never a value.
     for form in ("recompute", "factor-launch"):
         assert torch.equal(grn_channels_last(grn, x, config, form=form), got), form
+        monkeypatch.setattr(grn_mod, "APPLY_NEWEST_FIRST", True)
+        assert torch.equal(grn_channels_last(grn, x, config, form=form), got), (form, "newest first")
+        monkeypatch.setattr(grn_mod, "APPLY_NEWEST_FIRST", False)
 
 
 # The streamed form's schedules: splits that leave a short last split, channel tiles that do not
@@ -114,7 +119,6 @@ def test_grn_by_shape_picks_the_form_that_timed_fastest(monkeypatch, batch, side
     """The shipped form: for maps of 56 x 56 pixels or more the one-launch streamed form for a single
     image and the factor launch for a batch (where each timed fastest on an H100), recompute for
     smaller maps."""
-    import kernels_reference.L1.grn as grn_mod
     used = []
     monkeypatch.setattr(grn_mod, "grn_streamed", lambda grn, x, out, tiles: used.append("streamed") or out)
     factor_kernel = grn_mod._grn_factor_kernel
@@ -132,7 +136,6 @@ def test_grn_by_shape_picks_the_form_that_timed_fastest(monkeypatch, batch, side
 def test_grn_by_shape_keeps_two_launches_under_an_mps_share_of_the_sms(monkeypatch):
     """A process limited to part of the SMs cannot hold the streamed form's whole grid at once (its
     programs would wait on programs never started): one large image takes the factor launch there."""
-    import kernels_reference.L1.grn as grn_mod
     used = []
     monkeypatch.setattr(grn_mod, "grn_streamed", lambda grn, x, out, tiles: used.append("streamed") or out)
     monkeypatch.setattr(grn_mod, "FORM", "by-shape")

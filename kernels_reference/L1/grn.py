@@ -133,6 +133,11 @@ STATS_TILE = 4096  # [splits, channel chunk] partials summed at once
 FORMS = ("recompute", "factor-launch", "streamed")
 FORM = "by-shape"
 LARGE_MAP_PIXELS = 56 * 56
+# The apply launch's programs in reverse order (last image, last channel block first): the
+# reduction launch ends on the last channel blocks of the batch's images, the lines most likely
+# still in L2 when the apply starts. Not measured yet: a setting for grn_variants to time
+# ("newest-first"), off until it has been.
+APPLY_NEWEST_FIRST = False
 # The reduction's programs each take a channel block of a pixel range, so a pixel's row of channels
 # is read in pieces by several programs. A reduction that streamed whole pixel rows instead (a
 # program per image and pixel range, the channels viewed as 3 rows of 128 or 256) was slower on an
@@ -180,7 +185,7 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     size_cls = size_class(batch * pixels)
     reduce_args = (x, partial, pixels, channels, splits, rows_per_split, size_cls)
     apply_args = (x, factors, grn.weight, grn.bias, out, pixels, channels, splits, grn.eps, size_cls)
-    apply_consts = dict(stats_consts, FACTORS=form != "recompute")
+    apply_consts = dict(stats_consts, FACTORS=form != "recompute", NEWEST_FIRST=APPLY_NEWEST_FIRST)
     if tuned:
         _tuned_sumsq()[lambda meta: (batch * splits, triton.cdiv(channels, meta["BLOCK_C"]))](*reduce_args)
     else:
@@ -244,7 +249,7 @@ def _tuned_sumsq():
 @functools.lru_cache(maxsize=None)
 def _tuned_apply():
     configs = [triton.Config({"BLOCK_R": r, "BLOCK_C": c}, num_warps=w) for r, c, w in _APPLY_CONFIGS]
-    return autotune(configs=configs, key=["channels", "size_cls", "FACTORS"])(_grn_apply_kernel)
+    return autotune(configs=configs, key=["channels", "size_cls", "FACTORS", "NEWEST_FIRST"])(_grn_apply_kernel)
 
 
 if triton is not None:
@@ -299,12 +304,18 @@ if triton is not None:
     def _grn_apply_kernel(x_ptr, stats_ptr, w_ptr, b_ptr, out_ptr, pixels, channels, splits, eps,
                           size_cls,  # only an autotune key (the pixel-count bucket)
                           SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr,
-                          FACTORS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+                          FACTORS: tl.constexpr, NEWEST_FIRST: tl.constexpr, BLOCK_R: tl.constexpr,
+                          BLOCK_C: tl.constexpr):
+        tile = tl.program_id(0)
+        channel_block = tl.program_id(1)
+        if NEWEST_FIRST:  # the programs that start first take what the reduction read last
+            tile = tl.num_programs(0) - 1 - tile
+            channel_block = tl.num_programs(1) - 1 - channel_block
         row_blocks = tl.cdiv(pixels, BLOCK_R)
-        image = tl.program_id(0) // row_blocks
-        cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        image = tile // row_blocks
+        cols = channel_block * BLOCK_C + tl.arange(0, BLOCK_C)
         col_ok = cols < channels
-        rows = (tl.program_id(0) % row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+        rows = (tile % row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
         ok = (rows < pixels)[:, None] & col_ok[None, :]
         offsets = image.to(tl.int64) * pixels * channels + rows.to(tl.int64)[:, None] * channels + cols[None, :]
         # the tile's load is issued first and read last: its memory latency passes while the factors
