@@ -15,6 +15,7 @@ benchmark's GRN comparison (every case of the task) once per form, with ``FORM``
                                        [--forms streamed] [--check-only]
 """
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -26,6 +27,7 @@ import kernels_reference.L1.grn_streamed as streamed
 from benchmarks.graph_timing import add_times, over_sets
 from benchmarks.markdown import md_table
 from fk_pytest.timing import L2Flusher
+from kernels_reference.triton_rows import resident_programs_seen
 
 # ConvNeXt-V2-Tiny's GRN inputs at 224 px: (label, batch, side, channels = 4 x the stage's dim)
 CASES = (("stage1-B32", 32, 56, 384), ("stage2-B32", 32, 28, 768), ("stage3-B32", 32, 14, 1536),
@@ -82,15 +84,22 @@ def variants(batch, pixels, channels, sms, forms=grn_mod.FORMS):
     return out
 
 
-def newest_first(call):
-    """``call()`` with the two-launch forms' apply programs in reverse order (``APPLY_NEWEST_FIRST``);
-    a graph captured in it keeps the order."""
-    shipped = grn_mod.APPLY_NEWEST_FIRST
-    grn_mod.APPLY_NEWEST_FIRST = True
+@contextlib.contextmanager
+def grn_setting(name, value):
+    """A module setting of grn.py (``FORM``, ``APPLY_NEWEST_FIRST``) for the duration; a graph
+    captured under it keeps the launches it chose."""
+    shipped = getattr(grn_mod, name)
+    setattr(grn_mod, name, value)
     try:
-        return call()
+        yield
     finally:
-        grn_mod.APPLY_NEWEST_FIRST = shipped
+        setattr(grn_mod, name, shipped)
+
+
+def newest_first(call):
+    """``call()`` with the two-launch forms' apply programs in reverse order."""
+    with grn_setting("APPLY_NEWEST_FIRST", True):
+        return call()
 
 
 def replay_error(fn, sets, truths):
@@ -189,8 +198,9 @@ def main():
         return
     peer_rows = [] if args.no_peers else peers_per_form()
     with open(os.path.join(out_dir, "grn_variants.json"), "w") as f:
+        resident = {str(key[2]): n for key, n in resident_programs_seen("grn_streamed").items()}  # key: (.., .., meta)
         json.dump({"cases": results, "peers": peer_rows, "gpu": torch.cuda.get_device_name(),
-                   "streamed_resident_per_sm": {str(key[2]): n for key, n in streamed._RESIDENT.items()}}, f, indent=1)
+                   "streamed_resident_per_sm": resident}, f, indent=1)
     keys = ("us", "spread", "tb_s", "vs_inductor", "rel_err", "replay_err")
     for label, rows in results.items():
         ranked = sorted(rows.items(), key=lambda kv: kv[1].get("us", 1e9))
@@ -210,19 +220,16 @@ def peers_per_form():
     """(form, case, reference us, Inductor us, best peer / reference) for every case of the task."""
     from fk_pytest.peers.measure import Options
     from fk_pytest.peers.run import benchmark
-    rows, shipped = [], grn_mod.FORM
-    try:
-        for form in (*grn_mod.FORMS, "by-shape"):
-            grn_mod.FORM = form
+    rows = []
+    for form in (*grn_mod.FORMS, "by-shape"):
+        with grn_setting("FORM", form):
             doc = benchmark(Options(torch.device("cuda"), "full"), ["global_response_norm"], max_cases=0,
                             progress=io.StringIO())
-            for case in doc["ops"][0]["cases"]:
-                impls = case["impls"]
-                rows.append((form, case["case"], impls["reference"].get("us"), impls.get("compile", {}).get("us"),
-                             case.get("ratio")))
-            print(f"peers with FORM={form}: done", flush=True)
-    finally:
-        grn_mod.FORM = shipped
+        for case in doc["ops"][0]["cases"]:
+            impls = case["impls"]
+            rows.append((form, case["case"], impls["reference"].get("us"), impls.get("compile", {}).get("us"),
+                         case.get("ratio")))
+        print(f"peers with FORM={form}: done", flush=True)
     return rows
 
 

@@ -147,3 +147,20 @@ def resident_programs_per_sm(compile_kernel, device: torch.device) -> Optional[i
     by_smem = getattr(props, "shared_memory_per_multiprocessor", 233472) // (shared + 1024)  # 1 KiB reserved per block
     by_threads = props.max_threads_per_multi_processor // (32 * warps)
     return max(1, min(by_regs, by_smem, by_threads, 32))
+
+
+_RESIDENT: dict = {}
+
+
+def cached_resident_programs(key: tuple, compile_kernel, device: torch.device) -> Optional[int]:
+    """``resident_programs_per_sm`` once per ``key`` (an owner's name first, then what selects the
+    compiled kernel); without ``compile_kernel`` only what an earlier call found (None if nothing)."""
+    resident = _RESIDENT.get(key)
+    if resident is None and compile_kernel is not None:  # compile once, read the footprint
+        resident = _RESIDENT[key] = resident_programs_per_sm(compile_kernel, device)
+    return resident
+
+
+def resident_programs_seen(owner: str) -> dict:
+    """The cached residencies of one owner: key (without the owner) -> programs an SM."""
+    return {key[1:]: n for key, n in _RESIDENT.items() if key[0] == owner}

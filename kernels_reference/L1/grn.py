@@ -45,7 +45,7 @@ from torch import nn
 from ..dispatch import compute_dtype, use_fast_path
 from ..records import RecordsInit
 from ..triton_rows import autotune, autotune_here, size_class, sm_count
-from .grn_streamed import _sum_squares, all_sms_available, grn_streamed
+from .grn_streamed import _sum_squares, all_sms_available, grn_streamed, whole_row_tile
 
 try:
     import triton
@@ -221,10 +221,7 @@ def pixel_splits(batch: int, pixels: int, channels: int, sm_count: int) -> int:
 
 def interpreter_tiles(x: torch.Tensor) -> Tiles:
     """The interpreter pays per program: whole channel rows, many pixels, no split."""
-    channels = x.shape[-1]
-    pixels = x.shape[1] * x.shape[2]
-    block_c = triton.next_power_of_2(channels)
-    block_r = max(1, min(triton.next_power_of_2(pixels), 16384 // block_c))
+    block_r, block_c = whole_row_tile(x.shape[1] * x.shape[2], x.shape[-1])
     return Tiles(1, block_r, block_c, block_r, block_c, 4, block_c)
 
 

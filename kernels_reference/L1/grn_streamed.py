@@ -40,7 +40,7 @@ from typing import NamedTuple
 import torch
 
 from ..ops.launch_counters import zeroed_counters
-from ..triton_rows import autotune_here, resident_programs_per_sm, sm_count, whole_tiles
+from ..triton_rows import autotune_here, cached_resident_programs, sm_count, whole_tiles
 
 try:
     import triton
@@ -87,11 +87,16 @@ def planned_splits(batch: int, pixels: int, channels: int, reduce_channels: int,
     return max(1, min(max_splits(pixels, channels), triton.cdiv(programs, channel_blocks * min(batch, lag + 1))))
 
 
-def interpreter_tiles(pixels: int, channels: int) -> StreamTiles:
-    """The interpreter pays per item and op, not per element: whole channel rows, as many pixels as
-    16384 elements allow, one split (unless ``FK_GPU_TILES=1`` asks for the GPU's tiles)."""
+def whole_row_tile(pixels: int, channels: int) -> tuple:
+    """(rows, width) of the interpreter's tiles, in every GRN form: it pays per program and op, not
+    per element, so whole channel rows and as many pixels as 16384 elements allow."""
     width = triton.next_power_of_2(channels)
-    rows = max(1, min(triton.next_power_of_2(pixels), 16384 // width))
+    return max(1, min(triton.next_power_of_2(pixels), 16384 // width)), width
+
+
+def interpreter_tiles(pixels: int, channels: int) -> StreamTiles:
+    """Whole-row tiles, one split (unless ``FK_GPU_TILES=1`` asks for the GPU's tiles)."""
+    rows, width = whole_row_tile(pixels, channels)
     return StreamTiles(1, rows, width, rows, width, warps=4, lag=1)
 
 
@@ -115,9 +120,6 @@ def specialization(args) -> tuple:
                  else (a == 1, a % 16 == 0) if isinstance(a, int) else type(a).__name__ for a in args)
 
 
-_RESIDENT: dict = {}
-
-
 def grn_streamed(grn, x: torch.Tensor, out: torch.Tensor, tiles: "StreamTiles | None" = None) -> torch.Tensor:
     batch, height, width, channels = x.shape
     pixels = height * width
@@ -138,14 +140,13 @@ def grn_streamed(grn, x: torch.Tensor, out: torch.Tensor, tiles: "StreamTiles | 
             grn.eps, tiles.lag)
     meta = dict(SPLITS_BLOCK=triton.next_power_of_2(splits), CHANNELS_BLOCK=triton.next_power_of_2(channels),
                 RED_R=tiles.reduce_rows, RED_C=tiles.reduce_channels, APP_R=tiles.apply_rows,
-                APP_C=tiles.apply_channels, num_warps=tiles.warps)
+                APP_C=tiles.apply_channels, STRIDE=COUNTER_STRIDE, num_warps=tiles.warps)
     programs = min(wanted, items)
     if on_gpu:  # never more programs than fit at once: the compiled kernel of exactly this launch
-        key = (x.device, specialization(args), tuple(sorted(meta.items())))
-        if key not in _RESIDENT:
-            _RESIDENT[key] = resident_programs_per_sm(
-                lambda: _grn_streamed_kernel.warmup(*args, grid=(1,), **meta), x.device) or 1
-        programs = min(programs, sm_count(x.device) * _RESIDENT[key])
+        key = ("grn_streamed", x.device, specialization(args), tuple(sorted(meta.items())))
+        resident = cached_resident_programs(key, lambda: _grn_streamed_kernel.warmup(*args, grid=(1,), **meta),
+                                            x.device)
+        programs = min(programs, sm_count(x.device) * (resident or 1))
     _grn_streamed_kernel[(programs,)](*args, **meta)
     return out
 
@@ -232,24 +233,23 @@ if triton is not None:
     def _grn_streamed_kernel(x_ptr, partial_ptr, factor_ptr, counters_ptr, w_ptr, b_ptr, out_ptr, batch, pixels,
                              channels, splits, rows_per_split, eps, lag,
                              SPLITS_BLOCK: tl.constexpr, CHANNELS_BLOCK: tl.constexpr, RED_R: tl.constexpr,
-                             RED_C: tl.constexpr, APP_R: tl.constexpr, APP_C: tl.constexpr):
+                             RED_C: tl.constexpr, APP_R: tl.constexpr, APP_C: tl.constexpr, STRIDE: tl.constexpr):
         reduce_blocks = tl.cdiv(channels, RED_C)
         reduce_items = splits * reduce_blocks
         apply_blocks = tl.cdiv(channels, APP_C)
         apply_items = tl.cdiv(pixels, APP_R) * apply_blocks
         stage_items = reduce_items + apply_items
         ready = tl.atomic_add(counters_ptr, 0, sem="acquire") + 1  # this launch's epoch + 1
-        # an image's counters: from counters_ptr + COUNTER_STRIDE (32) * (image + 1)
         for item in range(tl.program_id(0), (batch + lag) * stage_items, tl.num_programs(0)):
             stage = item // stage_items
             slot = item % stage_items
             if slot < reduce_items:
                 if stage < batch:
-                    _reduce_item(x_ptr, partial_ptr, factor_ptr, counters_ptr + 32 * (stage + 1), ready, w_ptr,
+                    _reduce_item(x_ptr, partial_ptr, factor_ptr, counters_ptr + STRIDE * (stage + 1), ready, w_ptr,
                                  stage, slot, pixels, channels, splits, rows_per_split, eps, reduce_blocks,
                                  SPLITS_BLOCK, CHANNELS_BLOCK, RED_R, RED_C)
             elif stage >= lag:
-                _apply_item(x_ptr, factor_ptr, counters_ptr + 32 * (stage - lag + 1), ready, b_ptr, out_ptr,
+                _apply_item(x_ptr, factor_ptr, counters_ptr + STRIDE * (stage - lag + 1), ready, b_ptr, out_ptr,
                             stage - lag, slot - reduce_items, pixels, channels, apply_blocks, APP_R, APP_C)
         tl.debug_barrier()  # every thread done with its reads of the epoch before it can advance
         if tl.atomic_add(counters_ptr + 8, 1, sem="acq_rel") == tl.num_programs(0) - 1:  # the last program

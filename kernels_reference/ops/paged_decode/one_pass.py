@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ...triton_rows import resident_programs_per_sm
+from ...triton_rows import cached_resident_programs
 from .config import DECODE_CONFIG, LOG2E, DecodeConfig, decode_num_splits
 from .device import _f32_dot, sm_count, triton
 from .merge import _merge_chunk, _split_counters
@@ -55,9 +55,6 @@ def _launch_one_pass(query, key_cache, value_cache, block_tables, seq_lens, scal
     launch((num_seqs, num_kv_heads, splits), splits > 1, part_out, part_lse, counters)
 
 
-_RESIDENT: dict = {}
-
-
 def one_pass_plan(query: torch.Tensor, key_cache: torch.Tensor, block_tables: torch.Tensor,
                   config: DecodeConfig = DECODE_CONFIG, compile_split_kernel=None) -> dict:
     """The one-pass launch for these shapes: ``splits`` per sequence and ``resident_per_sm``
@@ -67,11 +64,9 @@ def one_pass_plan(query: torch.Tensor, key_cache: torch.Tensor, block_tables: to
     _, block_size, num_kv_heads, _ = key_cache.shape
     resident = None
     if query.is_cuda and num_seqs * num_kv_heads < sm_count(query.device):
-        key = (query.device, query.dtype, key_cache.dtype, query.shape[1] // num_kv_heads, head_dim, block_size,
-               config)
-        resident = _RESIDENT.get(key)
-        if resident is None and compile_split_kernel is not None:  # compile once, read the footprint
-            resident = _RESIDENT[key] = resident_programs_per_sm(compile_split_kernel, query.device)
+        key = ("paged_decode_one_pass", query.device, query.dtype, key_cache.dtype, query.shape[1] // num_kv_heads,
+               head_dim, block_size, config)
+        resident = cached_resident_programs(key, compile_split_kernel, query.device)
     splits = decode_num_splits(num_seqs, num_kv_heads, block_tables.shape[1], sm_count(query.device), config,
                                resident)
     return {"splits": splits, "resident_per_sm": resident}
