@@ -70,7 +70,7 @@ def breakdown(task, case, device, peer_name=None):
         peer = next((p for p in peers if p.name == peer_name), None)
         if peer is None:
             raise SystemExit(f"{task.name} has no peer {peer_name!r}: " + ", ".join(p.name for p in peers))
-        fn = peer.build(PeerContext(task, case, module, dict(module.state_dict()), device, compile=False))
+        fn = peer.build(PeerContext(task, case, module, dict(module.state_dict()), device, compile=True))
         call = lambda: fn(inputs)  # noqa: E731
     with torch.no_grad():
         for _ in range(WARMUP_CALLS):
