@@ -12,7 +12,12 @@ flushed, a fresh input set per call) beside ``torch.compile(forward_native)``. T
 benchmark's GRN comparison (every case of the task) once per form, with ``FORM`` set to it:
 
     python3 -m benchmarks grn_variants [--rounds 30] [--cases stage1-B32,stage3-B32] [--no-peers]
-                                       [--forms streamed] [--check-only]
+                                       [--forms streamed] [--check-only] [--splits 2,3,4,5]
+
+``--splits`` replaces the two-launch forms' 1x/2x/4x split counts by the given ones; each such row
+notes how many waves of resident programs its reduction launch takes (programs over SMs x the
+programs of its compiled kernel that fit an SM): a launch of 1.2 waves runs its last 0.2 on a few
+SMs, and a memory-bound reduction whose waves are all alike pays for that tail.
 """
 import argparse
 import contextlib
@@ -64,19 +69,20 @@ def streamed_variants(batch, pixels, channels, sms):
     return out
 
 
-def variants(batch, pixels, channels, sms, forms=grn_mod.FORMS):
+def variants(batch, pixels, channels, sms, forms=grn_mod.FORMS, split_counts=None):
     """label -> (Tiles or StreamTiles, or None for the autotuned / planned path; form): every form's
-    own path, and the tile sweeps of ``forms``."""
+    own path, and the tile sweeps of ``forms`` (``split_counts``: the reductions' pixel splits, by
+    default 1x, 2x and 4x the planned count)."""
     planned = grn_mod.pixel_splits(batch, pixels, channels, sms)
+    split_counts = split_counts or [min(grn_mod.MAX_SPLITS, planned * mult) for mult in (1, 2, 4)]
     out = {f"{form} autotuned": (None, form) for form in grn_mod.FORMS}
     if "streamed" in forms:
         out.update(streamed_variants(batch, pixels, channels, sms))
     for form in forms:
         if form == "streamed":
             continue
-        for mult in (1, 2, 4):
-            splits = min(grn_mod.MAX_SPLITS, planned * mult)
-            for reduce in grn_mod._REDUCE_CONFIGS:
+        for splits in split_counts:
+            for reduce in (*grn_mod._REDUCE_CONFIGS, grn_mod.ONE_WAVE_REDUCE):
                 out[f"{form} splits={splits} reduce={reduce}"] = (_tiles(splits, reduce, APPLY_FOR_REDUCE_SWEEP, channels),
                                                                   form)
         for apply in grn_mod._APPLY_CONFIGS:
@@ -121,7 +127,17 @@ def replay_error(fn, sets, truths):
     return worst
 
 
-def time_case(batch, side, channels, rounds, flush, forms=grn_mod.FORMS, timed=True):
+def reduction_waves(x, tiles, sms):
+    """Waves of the reduction launch of ``tiles``: its programs over the SMs' room for them."""
+    batch, height, width, channels = x.shape
+    pixels = height * width
+    splits = -(-pixels // -(-pixels // tiles.splits))  # whole splits, as grn_channels_last makes them
+    resident = grn_mod.reduction_residency(x, tiles.reduce_rows, tiles.reduce_channels, tiles.warps)
+    programs = batch * splits * -(-channels // tiles.reduce_channels)
+    return programs / (sms * resident) if resident else None
+
+
+def time_case(batch, side, channels, rounds, flush, forms=grn_mod.FORMS, timed=True, split_counts=None):
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     m = grn_mod.GlobalResponseNorm(channels).to(dev, torch.bfloat16)
@@ -137,8 +153,11 @@ def time_case(batch, side, channels, rounds, flush, forms=grn_mod.FORMS, timed=T
     truth = truths[0]
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     impls = {}
-    for label, (tiles, form) in variants(batch, side * side, channels, sms, forms).items():
+    waves = {}
+    for label, (tiles, form) in variants(batch, side * side, channels, sms, forms, split_counts).items():
         impls[label] = lambda x, t=tiles, f=form: grn_mod.grn_channels_last(m, x, t, form=f)
+        if split_counts and isinstance(tiles, grn_mod.Tiles) and "splits=" in label:
+            waves[label] = reduction_waves(sets[0], tiles, sms)
     for form in ("recompute", "factor-launch"):  # the apply launch's programs in reverse order
         impls[f"{form} newest-first autotuned"] = lambda x, f=form: newest_first(lambda: grn_mod.grn_channels_last(
             m, x, form=f))
@@ -156,6 +175,8 @@ def time_case(batch, side, channels, rounds, flush, forms=grn_mod.FORMS, timed=T
             runners[name] = over_sets(lambda x, fn=fn: fn(x), sets, SETS)
         except Exception as exc:  # noqa: BLE001 - one form that does not build is a row, not the end
             rows[name] = {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+        if waves.get(name):
+            rows[name]["reduction_waves"] = waves[name]
     if not timed:
         return rows
     moved = 2 * sets[0].numel() * sets[0].element_size()  # one read and one write: the least any form moves
@@ -170,6 +191,8 @@ def main():
     parser.add_argument("--no-peers", action="store_true", help="skip the peer comparison per form")
     parser.add_argument("--forms", default=",".join(grn_mod.FORMS),
                         help="the forms whose tiles are swept (every form's own path is timed)")
+    parser.add_argument("--splits", default="",
+                        help="comma-separated pixel split counts for the two-launch forms' reduction sweep")
     parser.add_argument("--check-only", action="store_true",
                         help="run every variant once eagerly and as graph replays against float64, untimed")
     args = parser.parse_args()
@@ -180,6 +203,12 @@ def main():
     forms = tuple(args.forms.split(","))
     if set(forms) - set(grn_mod.FORMS):
         parser.error(f"unknown form(s) {sorted(set(forms) - set(grn_mod.FORMS))}; known: {list(grn_mod.FORMS)}")
+    try:
+        split_counts = [int(n) for n in args.splits.split(",") if n.strip()]
+    except ValueError:
+        parser.error(f"--splits takes comma-separated whole numbers, got {args.splits!r}")
+    if any(not 1 <= n <= grn_mod.MAX_SPLITS for n in split_counts):
+        parser.error(f"--splits: each count must be 1..{grn_mod.MAX_SPLITS}, got {split_counts}")
     out_dir = os.environ.get("OUT", ".")
     flush = L2Flusher(torch.device("cuda"))
     import torch._dynamo.config as dynamo_config
@@ -187,7 +216,8 @@ def main():
     results = {}
     for label, batch, side, channels in CASES:
         if label in wanted:
-            results[label] = time_case(batch, side, channels, args.rounds, flush, forms, not args.check_only)
+            results[label] = time_case(batch, side, channels, args.rounds, flush, forms, not args.check_only,
+                                       split_counts)
             print(f"{label}: done", flush=True)
             if args.check_only:
                 for name, row in results[label].items():
@@ -205,7 +235,7 @@ def main():
     for label, rows in results.items():
         ranked = sorted(rows.items(), key=lambda kv: kv[1].get("us", 1e9))
         keep = [kv for i, kv in enumerate(ranked) if i < 8 or kv[0] == "inductor" or kv[0].endswith("autotuned")]
-        table = [(name, *(r.get(k) for k in keys), r.get("error", "")) for name, r in keep]
+        table = [(name, *(r.get(k) for k in keys), r.get("error") or waves_note(r)) for name, r in keep]
         print(f"\n{label} (the 8 fastest, Inductor and each form autotuned; all in grn_variants.json)\n"
               + md_table(["form", "us", "spread", "TB/s (1 read + 1 write)", "Inductor / form", "rel err", "replay err",
                           "note"],
@@ -214,6 +244,10 @@ def main():
     if peer_rows:
         print("\n" + md_table(["FORM", "case", "reference us", "Inductor us", "ratio (best peer / ref)"], peer_rows,
                               ["", "", ".2f", ".2f", ".3f"]))
+
+
+def waves_note(row):
+    return f"reduction {row['reduction_waves']:.2f} waves" if row.get("reduction_waves") else ""
 
 
 def peers_per_form():
