@@ -9,7 +9,7 @@ import torch
 
 from kernels_reference.L1.convnext_dwconv import ConvNeXtDwConvNorm
 import kernels_reference.L1.grn as grn_mod
-from kernels_reference.L1.grn import GlobalResponseNorm, Tiles, grn_channels_last, pixel_splits
+from kernels_reference.L1.grn import GlobalResponseNorm, Tiles, grn_channels_last, one_wave_splits, pixel_splits
 from kernels_reference.L1.grn_streamed import StreamTiles
 from kernels_reference.L1.grn_streamed import planned_splits as streamed_splits
 
@@ -113,12 +113,11 @@ def test_grn_streamed_splits_fit_the_factor_tile():
     assert streamed_splits(32, 3136, 384, 128, 2, 264) == 30  # 264 programs over 3 images of 3 channel blocks
 
 
-@pytest.mark.parametrize("batch, side, form", [(1, 56, "streamed"), (1, 28, "recompute"), (2, 56, "factor-launch"),
-                                              (2, 28, "recompute")])
+@pytest.mark.parametrize("batch, side, form", [(1, 56, "factor-launch"), (1, 28, "recompute"),
+                                              (2, 56, "factor-launch"), (2, 28, "recompute")])
 def test_grn_by_shape_picks_the_form_that_timed_fastest(monkeypatch, batch, side, form):
-    """The shipped form: for maps of 56 x 56 pixels or more the one-launch streamed form for a single
-    image and the factor launch for a batch (where each timed fastest on an H100), recompute for
-    smaller maps."""
+    """The shipped form: for maps of 56 x 56 pixels or more the factor launch, for one image or a
+    batch (where it timed fastest on an H100), recompute for smaller maps; never the streamed form."""
     used = []
     monkeypatch.setattr(grn_mod, "grn_streamed", lambda grn, x, out, tiles: used.append("streamed") or out)
     factor_kernel = grn_mod._grn_factor_kernel
@@ -133,12 +132,12 @@ def test_grn_by_shape_picks_the_form_that_timed_fastest(monkeypatch, batch, side
         torch.testing.assert_close(out, grn.forward_native(x), rtol=2e-5, atol=2e-5)
 
 
-def test_grn_by_shape_keeps_two_launches_under_an_mps_share_of_the_sms(monkeypatch):
+def test_grn_streamed_falls_back_to_two_launches_under_an_mps_share_of_the_sms(monkeypatch):
     """A process limited to part of the SMs cannot hold the streamed form's whole grid at once (its
-    programs would wait on programs never started): one large image takes the factor launch there."""
+    programs would wait on programs never started): the streamed setting takes the factor launch there."""
     used = []
     monkeypatch.setattr(grn_mod, "grn_streamed", lambda grn, x, out, tiles: used.append("streamed") or out)
-    monkeypatch.setattr(grn_mod, "FORM", "by-shape")
+    monkeypatch.setattr(grn_mod, "FORM", "streamed")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     grn, gen = _grn(8, torch.float32)
     x = torch.randn(1, 56, 56, 8, generator=gen)
@@ -176,6 +175,59 @@ def test_grn_gpu_splits_fill_the_gpu_with_small_partials(batch, side, channels):
     assert 1 <= splits and splits * channels <= 4096
     programs = batch * splits * -(-channels // 64)
     assert programs >= 4 * 132 or splits == min(-(-side * side // 32), 4096 // channels)
+
+
+@pytest.mark.parametrize("batch, pixels, resident, expected", [
+    (32, 3136, 3, 2),   # stage 1, batch 32: 32 x 6 channel blocks x 2 splits = 384 programs of 396 places
+    (64, 3136, 3, 1),   # more pairs than places: one split each (1.9 waves, no fewer possible)
+    (8, 3136, 3, 8),    # 48 pairs: 8 splits fill 384 of 396
+    (4, 3136, 3, 8),    # room for 16: capped at ONE_WAVE_MAX_SPLITS
+    (1, 3136, 3, 8),    # one image: capped too
+    (1, 64, 3, 2),      # a small map: no split shorter than 32 pixels
+    (32, 3136, None, 1),  # residency unknown: one program an SM assumed
+])
+def test_grn_one_wave_splits_fill_one_wave(batch, pixels, resident, expected):
+    """The factor launch's reduction gets as many pixel splits as keep its programs within one wave
+    of resident programs on 132 SMs (timed fastest at 0.9-0.97 waves and slower past one, H100)."""
+    splits = one_wave_splits(batch, pixels, 384, 64, 132, resident)
+    assert splits == expected
+    if splits > 1 and resident:
+        assert batch * 6 * splits <= 132 * resident
+
+
+class _FixedApply:
+    """Stands in for the autotuned apply launch in the interpreter: one small tile."""
+
+    def __getitem__(self, grid):
+        meta = dict(BLOCK_R=16, BLOCK_C=8)
+        return lambda *args, **consts: grn_mod._grn_apply_kernel[grid(meta)](*args, **consts, **meta)
+
+
+def test_grn_factor_launch_one_wave_path_matches_native(monkeypatch):
+    """The GPU's factor-launch path (reduction planned for one wave, not autotuned), run in the
+    interpreter at a small shape: the splits it plans reach the launch and the output is the
+    definition's."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(grn_mod, "autotune_here", lambda x: True)
+    monkeypatch.setattr(grn_mod, "sm_count", lambda device: 3)
+    monkeypatch.setattr(grn_mod, "reduction_residency", lambda x, *tile: 2)
+    monkeypatch.setattr(grn_mod, "ONE_WAVE_REDUCE", (16, 8, 1))
+    monkeypatch.setattr(grn_mod, "_tuned_apply", lambda: _FixedApply())
+    grids = []
+    launch = grn_mod._grn_sumsq_kernel
+    monkeypatch.setattr(grn_mod, "_grn_sumsq_kernel", type("Rec", (), {
+        "__getitem__": lambda self, grid: grids.append(grid) or launch[grid]})())
+    grn, gen = _grn(16, torch.float32)
+    x = torch.randn(2, 12, 12, 16, generator=gen)
+    out = grn_channels_last(grn, x, form="factor-launch")
+    # 2 images x 2 channel blocks = 4 pairs; 3 SMs x 2 resident = 6 places: 1 split
+    assert grids == [(2 * 1, 2)]
+    torch.testing.assert_close(out, grn.forward_native(x), rtol=2e-5, atol=2e-5)
+    # 24 places: 6 splits a pair, capped at 5 (none shorter than 32 of the 144 pixels)
+    monkeypatch.setattr(grn_mod, "reduction_residency", lambda x, *tile: 8)
+    out = grn_channels_last(grn, x, form="factor-launch")
+    assert grids[-1] == (2 * 5, 2)
+    torch.testing.assert_close(out, grn.forward_native(x), rtol=2e-5, atol=2e-5)
 
 
 def test_grn_native_is_hf_and_timm_in_float64():

@@ -24,8 +24,9 @@ float32 ``partial[B, splits, C]`` with plain stores, the pixels split so that th
 programs per SM even for one image. The second writes ``x * (1 + weight * Nx) + bias`` for a tile
 per program. The factors ``1 + weight * Nx`` need the image's mean norm over all channels; where
 they are computed is the form (below): for small maps every apply program sums its image's
-partials again; for a batch of large maps a factor launch between the two writes them; one large
-image takes a third form, one persistent launch (grn_streamed.py). No atomics on data: the same
+partials again; for large maps a factor launch between the two writes them, after a reduction
+planned to fill one wave of the GPU. A third form, one persistent launch (grn_streamed.py), is kept
+as a setting; no shape takes it since that reduction (below). No atomics on data: the same
 bits on every run of one configuration, in every form. Tile shapes are autotuned per (channels,
 pixel-count bucket). Channels-first inputs take the native path.
 
@@ -44,7 +45,7 @@ from torch import nn
 
 from ..dispatch import compute_dtype, use_fast_path
 from ..records import RecordsInit
-from ..triton_rows import autotune, autotune_here, size_class, sm_count
+from ..triton_rows import autotune, autotune_here, cached_resident_programs, size_class, sm_count
 from .grn_streamed import _sum_squares, all_sms_available, grn_streamed, whole_row_tile
 
 try:
@@ -126,10 +127,13 @@ STATS_TILE = 4096  # [splits, channel chunk] partials summed at once
 # launches spread a batch over thousands of programs) and, with its first tiles, at single images
 # of stages 2-4 (10.4 / 9.6 / 9.1 us against 9.6 / 7.1 / 5.8). The factor launch beat recompute at
 # stage 1 at batch 32 in every H100 run (Inductor / form 0.882-0.940 against 0.839-0.879, five
-# runs on 2026-12-06 and 07) and lost at every other shape. ``FORM = "by-shape"`` (shipped): maps
-# of at least ``LARGE_MAP_PIXELS`` take the streamed form for one image and the factor launch for
-# a batch (and for one image too where an MPS share of the SMs rules out a persistent grid); smaller
-# maps take recompute.
+# runs on 2026-12-06 and 07) and lost at every other shape. With its reduction planned for one wave
+# (``ONE_WAVE_REDUCE``, below) the factor launch took one stage-1 image in 9.90 us at 8 splits
+# against the streamed form's 11.16 and Inductor's 9.55 (H100, 2026-12-07,
+# docs/perf/h100-2026-12-07d.md). ``FORM = "by-shape"`` (shipped): maps of at least
+# ``LARGE_MAP_PIXELS`` take the factor launch, smaller maps recompute. The streamed form stays a
+# setting (``FORM = "streamed"``, grn_variants times it); under an MPS share of the SMs, where its
+# whole grid could never be resident at once, it falls back to the factor launch.
 FORMS = ("recompute", "factor-launch", "streamed")
 FORM = "by-shape"
 LARGE_MAP_PIXELS = 56 * 56
@@ -161,14 +165,20 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     pixels = height * width
     if form == "by-shape":
         large = pixels >= LARGE_MAP_PIXELS
-        form = "streamed" if large and batch == 1 and all_sms_available() else "factor-launch" if large else "recompute"
+        form = "factor-launch" if large else "recompute"
+    if form == "streamed" and not all_sms_available():
+        form = "factor-launch"  # a persistent grid that is never all resident would wait forever
     out = torch.empty_like(x)
     if x.numel() == 0:
         return out
     if form == "streamed":
         return grn_streamed(grn, x, out, config)
     tuned = config is None and autotune_here(x)
-    if tuned:
+    one_wave = tuned and form == "factor-launch"  # the reduction planned, not autotuned (ONE_WAVE_REDUCE)
+    if one_wave:
+        splits = one_wave_splits(batch, pixels, channels, ONE_WAVE_REDUCE[1], sm_count(x.device),
+                                 reduction_residency(x, *ONE_WAVE_REDUCE))
+    elif tuned:
         splits = pixel_splits(batch, pixels, channels, sm_count(x.device))
     else:
         config = config or interpreter_tiles(x)
@@ -186,7 +196,11 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     reduce_args = (x, partial, pixels, channels, splits, rows_per_split, size_cls)
     apply_args = (x, factors, grn.weight, grn.bias, out, pixels, channels, splits, grn.eps, size_cls)
     apply_consts = dict(stats_consts, FACTORS=form != "recompute", NEWEST_FIRST=APPLY_NEWEST_FIRST)
-    if tuned:
+    if one_wave:
+        block_r, block_c, warps = ONE_WAVE_REDUCE
+        _grn_sumsq_kernel[(batch * splits, triton.cdiv(channels, block_c))](
+            *reduce_args, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=warps)
+    elif tuned:
         _tuned_sumsq()[lambda meta: (batch * splits, triton.cdiv(channels, meta["BLOCK_C"]))](*reduce_args)
     else:
         _grn_sumsq_kernel[(batch * splits, triton.cdiv(channels, config.reduce_channels))](
@@ -219,6 +233,26 @@ def pixel_splits(batch: int, pixels: int, channels: int, sm_count: int) -> int:
     return max(1, min(wanted, cap))
 
 
+def one_wave_splits(batch: int, pixels: int, channels: int, block_c: int, sms: int, resident: Optional[int]) -> int:
+    """The factor launch's pixel splits: as many as keep the reduction within one wave of resident
+    programs (``resident`` an SM), at least one and at most ``ONE_WAVE_MAX_SPLITS``. A reduction of
+    1.2 waves runs its last 0.2 on a few SMs while the rest idle; each program here streams the same bytes, so that tail costs nearly a
+    whole second wave."""
+    pairs = batch * triton.cdiv(channels, block_c)  # (image, channel block) pairs, a program each per split
+    cap = min(ONE_WAVE_MAX_SPLITS, triton.cdiv(pixels, 32))
+    return max(1, min(cap, sms * (resident or 1) // pairs))
+
+
+def reduction_residency(x: torch.Tensor, block_r: int, block_c: int, warps: int) -> Optional[int]:
+    """Reduction programs of this tile that fit an SM at once, from its compiled kernel (compiled
+    here, once per dtype and tile). A speed plan only: a grid past it is correct, just slower."""
+    partial = torch.empty((1, 2, x.shape[-1]), dtype=torch.float32, device=x.device)
+    compile_kernel = lambda: _grn_sumsq_kernel.warmup(  # noqa: E731
+        x, partial, x.shape[1] * x.shape[2], x.shape[-1], 2, 32, 0, BLOCK_R=block_r, BLOCK_C=block_c,
+        num_warps=warps, grid=(1,))
+    return cached_resident_programs(("grn_reduce", x.dtype, block_r, block_c, warps), compile_kernel, x.device)
+
+
 def interpreter_tiles(x: torch.Tensor) -> Tiles:
     """The interpreter pays per program: whole channel rows, many pixels, no split."""
     block_r, block_c = whole_row_tile(x.shape[1] * x.shape[2], x.shape[-1])
@@ -235,6 +269,19 @@ def interpreter_tiles(x: torch.Tensor) -> Tiles:
 _REDUCE_CONFIGS = [(32, 64, 4), (64, 64, 4), (32, 128, 4), (64, 128, 8), (16, 256, 4),
                    (64, 256, 8), (128, 128, 8), (32, 512, 8)]
 _APPLY_CONFIGS = [(16, 128, 4), (32, 128, 4), (64, 128, 8), (32, 256, 8), (128, 64, 8)]
+# The factor launch's reduction (a batch of large maps) is not autotuned: its split count must be
+# planned for the tile's residency (``one_wave_splits``), and the autotuner times every tile at one
+# split count. At stage 1 at batch 32 on an H100 on 2026-12-07 (grn_variants --splits, ten tiles x
+# 1-11 splits, docs/perf/h100-2026-12-07d.md) every tile was fastest at 0.9-0.97 waves and slower
+# past one (64 x 64 on 4 warps: 91.1 us at 0.97 waves, 97.6 at 1.29); Inductor's own choice, 64
+# channels x 64 pixels on 16 warps, at 2 splits (0.97 waves) was the fastest of all: 87.4 us against
+# the autotuned reduction's 91.5 (5 splits) and Inductor's 83.5. Two load options, two row
+# tiles in flight a step and evict-first loads (Inductor's), moved no row by more than 1%.
+ONE_WAVE_REDUCE = (64, 64, 16)
+# Splits past 8 lost for one stage-1 image (the same run: 4 / 8 / 16 splits 10.95 / 9.90 / 11.56 us):
+# an image's 6 channel blocks x 8 splits already start every program at once, and more only add
+# partials and shorter ranges.
+ONE_WAVE_MAX_SPLITS = 8
 
 
 @functools.lru_cache(maxsize=None)
