@@ -137,8 +137,8 @@ step_cmd() {
     decode-configs) echo "env OUT=$OUT python3 -m benchmarks decode_configs ${DECODE_ARGS:-}" ;;  # paged decode per DecodeConfig on the serving decode cases
     roofline) echo "env OUT=$OUT python3 -m benchmarks roofline" ;;  # the roofline's spread across measurements, two estimators
     grn-variants) echo "env OUT=$OUT python3 -m benchmarks grn_variants ${GRN_ARGS:-}" ;;  # GRN's tiles, splits and apply order vs Inductor
-    # Every GRN variant once, eagerly and as graph replays, untimed: before grn-variants, under a short
-    # limit, since a streamed variant whose grid does not fit at once waits forever (h100-2026-12-07c).
+    # Every GRN variant once, eagerly and as graph replays, untimed: a check before grn-variants, under
+    # a short limit (a persistent variant that waited forever once cost a sweep, h100-2026-12-07c).
     grn-check) echo "env OUT=$OUT python3 -m benchmarks grn_variants --check-only ${GRN_ARGS:-}" ;;
     rms-variants) echo "env OUT=$OUT python3 -m benchmarks rms_norm_variants ${RMS_ARGS:-}" ;;  # RMSNorm's wide-row launch forms vs Inductor
     norm-launch) echo "mkdir -p /tmp/mamba-src && tar xzf .whl/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba-src && PYTHONPATH=/tmp/mamba-src/mamba_ssm-2.3.2.post1:\$PYTHONPATH python3 -m benchmarks norm_launch" ;;

@@ -1,18 +1,17 @@
 """GRN's launch forms and tiles against Inductor, side by side on the GPU.
 
 The reference's GRN (kernels_reference.L1.grn) is a sum-of-squares reduction into per-split
-partials and an apply pass, in one of three forms (``grn.FORMS``: the apply programs recompute the
-factors from the partials, a factor launch between writes them, or one persistent launch streams
-both, grn_streamed.py). For each case below: every form's own path, and for each form of
-``--forms`` its tile sweep (two-launch forms: the reduction tiles at 1x, 2x and 4x the planned pixel
-splits with one apply tile, the apply tiles with one reduction tile; streamed: one knob at a time
-from its shipped tiles), each checked against the float64 definition eagerly and as replays of one
-CUDA graph over four input sets, then timed in one interleaved loop (amortised CUDA graphs, L2
-flushed, a fresh input set per call) beside ``torch.compile(forward_native)``. Then the peer
-benchmark's GRN comparison (every case of the task) once per form, with ``FORM`` set to it:
+partials and an apply pass, in one of two forms (``grn.FORMS``: the apply programs recompute the
+factors from the partials, or a factor launch between writes them). For each case below: every
+form's own path, and for each form of ``--forms`` its tile sweep (the reduction tiles at 1x, 2x and
+4x the planned pixel splits with one apply tile, the apply tiles with one reduction tile), each
+checked against the float64 definition eagerly and as replays of one CUDA graph over four input
+sets, then timed in one interleaved loop (amortised CUDA graphs, L2 flushed, a fresh input set per
+call) beside ``torch.compile(forward_native)``. Then the peer benchmark's GRN comparison (every case
+of the task) once per form, with ``FORM`` set to it:
 
     python3 -m benchmarks grn_variants [--rounds 30] [--cases stage1-B32,stage3-B32] [--no-peers]
-                                       [--forms streamed] [--check-only] [--splits 2,3,4,5]
+                                       [--forms factor-launch] [--check-only] [--splits 2,4,8]
 
 ``--splits`` replaces the two-launch forms' 1x/2x/4x split counts by the given ones; each such row
 notes how many waves of resident programs its reduction launch takes (programs over SMs x the
@@ -28,11 +27,9 @@ import os
 import torch
 
 import kernels_reference.L1.grn as grn_mod
-import kernels_reference.L1.grn_streamed as streamed
 from benchmarks.graph_timing import add_times, over_sets
 from benchmarks.markdown import md_table
 from fk_pytest.timing import L2Flusher
-from kernels_reference.triton_rows import resident_programs_seen
 
 # ConvNeXt-V2-Tiny's GRN inputs at 224 px: (label, batch, side, channels = 4 x the stage's dim)
 CASES = (("stage1-B32", 32, 56, 384), ("stage2-B32", 32, 28, 768), ("stage3-B32", 32, 14, 1536),
@@ -47,40 +44,14 @@ def _tiles(splits, reduce, apply, channels):
                          grn_mod.stats_chunk(splits, channels), apply_warps=apply[2])
 
 
-def streamed_variants(batch, pixels, channels, sms):
-    """label -> (StreamTiles, "streamed"): the shipped tiles, then one knob at a time."""
-    base = streamed.GPU_TILES
-    planned = streamed.planned_splits(batch, pixels, channels, base.reduce_channels, base.lag,
-                                      sms * base.programs_per_sm)
-    out = {}
-    for lag in (1, 4):
-        out[f"streamed lag={lag}"] = (base._replace(lag=lag), "streamed")
-    for per_sm in (1, 3, 4):
-        out[f"streamed programs/SM={per_sm}"] = (base._replace(programs_per_sm=per_sm), "streamed")
-    for mult in (0.5, 2, 4):
-        splits = max(1, min(streamed.max_splits(pixels, channels), int(planned * mult)))
-        out[f"streamed splits={splits}"] = (base._replace(splits=splits), "streamed")
-    for r, c, w in ((32, 64, 4), (32, 128, 4), (64, 64, 4), (64, 128, 4), (16, 128, 8), (32, 128, 8), (32, 256, 8),
-                    (128, 128, 8)):
-        out[f"streamed tiles={(r, c, w)}"] = (base._replace(reduce_rows=r, reduce_channels=c, apply_rows=r,
-                                                            apply_channels=c, warps=w), "streamed")
-    mixed = base._replace(reduce_rows=32, reduce_channels=64, apply_rows=64, apply_channels=128)
-    out[f"streamed reduce=(32, 64) apply=(64, 128) warps={mixed.warps}"] = (mixed, "streamed")
-    return out
-
-
 def variants(batch, pixels, channels, sms, forms=grn_mod.FORMS, split_counts=None):
-    """label -> (Tiles or StreamTiles, or None for the autotuned / planned path; form): every form's
+    """label -> (Tiles, or None for the form's own planned or autotuned path; form): every form's
     own path, and the tile sweeps of ``forms`` (``split_counts``: the reductions' pixel splits, by
     default 1x, 2x and 4x the planned count)."""
     planned = grn_mod.pixel_splits(batch, pixels, channels, sms)
     split_counts = split_counts or [min(grn_mod.MAX_SPLITS, planned * mult) for mult in (1, 2, 4)]
     out = {f"{form} autotuned": (None, form) for form in grn_mod.FORMS}
-    if "streamed" in forms:
-        out.update(streamed_variants(batch, pixels, channels, sms))
     for form in forms:
-        if form == "streamed":
-            continue
         for splits in split_counts:
             for reduce in (*grn_mod._REDUCE_CONFIGS, grn_mod.ONE_WAVE_REDUCE):
                 out[f"{form} splits={splits} reduce={reduce}"] = (_tiles(splits, reduce, APPLY_FOR_REDUCE_SWEEP, channels),
@@ -110,8 +81,7 @@ def newest_first(call):
 
 def replay_error(fn, sets, truths):
     """The largest relative error over ``sets`` when ``fn`` runs as replays of one captured CUDA graph,
-    each set copied into its static input: what a launch leaves behind for the next (the streamed
-    form's counters) shows here."""
+    each set copied into its static input: what a launch leaves behind for the next shows here."""
     static = sets[0].clone()
     with torch.no_grad():
         fn(static)  # compiled, its launch footprint known
@@ -228,9 +198,7 @@ def main():
         return
     peer_rows = [] if args.no_peers else peers_per_form()
     with open(os.path.join(out_dir, "grn_variants.json"), "w") as f:
-        resident = {str(key[2]): n for key, n in resident_programs_seen("grn_streamed").items()}  # key: (.., .., meta)
-        json.dump({"cases": results, "peers": peer_rows, "gpu": torch.cuda.get_device_name(),
-                   "streamed_resident_per_sm": resident}, f, indent=1)
+        json.dump({"cases": results, "peers": peer_rows, "gpu": torch.cuda.get_device_name()}, f, indent=1)
     keys = ("us", "spread", "tb_s", "vs_inductor", "rel_err", "replay_err")
     for label, rows in results.items():
         ranked = sorted(rows.items(), key=lambda kv: kv[1].get("us", 1e9))

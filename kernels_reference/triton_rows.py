@@ -159,8 +159,3 @@ def cached_resident_programs(key: tuple, compile_kernel, device: torch.device) -
     if resident is None and compile_kernel is not None:  # compile once, read the footprint
         resident = _RESIDENT[key] = resident_programs_per_sm(compile_kernel, device)
     return resident
-
-
-def resident_programs_seen(owner: str) -> dict:
-    """The cached residencies of one owner: key (without the owner) -> programs an SM."""
-    return {key[1:]: n for key, n in _RESIDENT.items() if key[0] == owner}

@@ -547,7 +547,8 @@ def test_one_pass_splits_stay_within_one_resident_wave():
 
 def test_resident_programs_from_the_compiled_footprint(monkeypatch):
     """Registers (per warp, 256 at a time), shared memory (+1 KiB per block) and threads per SM: the
-    footprint rule the one-pass decode and GRN's streamed form size their persistent grids by."""
+    footprint rule the one-pass decode sizes its persistent grid by and GRN plans its reduction's
+    splits by."""
     import types
 
     from kernels_reference.triton_rows import resident_programs_per_sm

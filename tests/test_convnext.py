@@ -10,8 +10,6 @@ import torch
 from kernels_reference.L1.convnext_dwconv import ConvNeXtDwConvNorm
 import kernels_reference.L1.grn as grn_mod
 from kernels_reference.L1.grn import GlobalResponseNorm, Tiles, grn_channels_last, one_wave_splits, pixel_splits
-from kernels_reference.L1.grn_streamed import StreamTiles
-from kernels_reference.L1.grn_streamed import planned_splits as streamed_splits
 
 from conftest import EXAMPLES, ROOT
 from test_verdicts import assert_fails_exactly, assert_passes_every_case
@@ -59,67 +57,12 @@ def test_grn_triton_matches_native(monkeypatch, dtype, config):
         monkeypatch.setattr(grn_mod, "APPLY_NEWEST_FIRST", False)
 
 
-# The streamed form's schedules: splits that leave a short last split, channel tiles that do not
-# divide 40, the apply pass one image behind or behind the whole batch (lag 5 > 3 images), and
-# tiles larger than an image.
-STREAM_SCHEDULES = {
-    "split-tiles": StreamTiles(splits=4, reduce_rows=4, reduce_channels=16, apply_rows=4, apply_channels=32, warps=4,
-                               lag=1),
-    "lag-2": StreamTiles(splits=3, reduce_rows=2, reduce_channels=64, apply_rows=8, apply_channels=16, warps=4, lag=2),
-    "lag-past-batch": StreamTiles(splits=1, reduce_rows=16, reduce_channels=64, apply_rows=16, apply_channels=64,
-                                  warps=4, lag=5),
-}
-
-
-@pytest.mark.parametrize("tiles", [None, *STREAM_SCHEDULES.values()], ids=["planned", *STREAM_SCHEDULES])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_grn_streamed_matches_native_and_leaves_its_counters_zero(monkeypatch, dtype, tiles):
-    """Three images of 5 x 3 pixels, 40 channels, through the one-launch streamed form (its single
-    interpreted program walks the schedule in order; the GPU's concurrency is checked on the GPU by
-    ``benchmarks grn_variants --check-only``): the values of the native definition, the same bits on
-    a second launch (which finds the counters the first one left: its own epoch, tickets at zero),
-    and new values right through a third."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    grn, gen = _grn(40, dtype)
-    x = torch.nn.functional.gelu(1.5 * torch.randn(3, 5, 3, 40, generator=gen)).to(dtype)
-    got = grn_channels_last(grn, x, tiles, form="streamed")
-    tol = 2e-5 if dtype == torch.float32 else 1.6e-2
-    torch.testing.assert_close(got.float(), grn.forward_native(x).float(), rtol=tol, atol=tol)
-    epoch = int(_streamed_counters()[0])
-    assert torch.equal(grn_channels_last(grn, x, tiles, form="streamed"), got)
-    counters = _streamed_counters()
-    # the launch advanced the epoch, left its tickets and finished count at zero, raised each flag to it
-    assert int(counters[0]) == epoch + 1 and int(counters[8]) == 0
-    images = counters[32:32 * 4].view(3, 32)
-    assert torch.equal(images[:, 0], torch.zeros(3, dtype=torch.int32)) and bool((images[:, 8] == epoch + 1).all())
-    other = torch.nn.functional.gelu(torch.randn(3, 5, 3, 40, generator=gen)).to(dtype)  # new values, same counters
-    torch.testing.assert_close(grn_channels_last(grn, other, tiles, form="streamed").float(),
-                               grn.forward_native(other).float(), rtol=tol, atol=tol)
-
-
-def _streamed_counters():
-    from kernels_reference.ops.launch_counters import zeroed_counters
-    return zeroed_counters(torch.device("cpu"), 0, "grn_streamed").clone()
-
-
-def test_grn_streamed_splits_fit_the_factor_tile():
-    """The program that sums an image's partials holds [splits, channels] at once: at most 16384
-    floats, and at least 32 pixels a split; one stage-1 image takes as many splits as that allows
-    (its 96 reduction items then need one paired load step each), a batch of 32 fewer."""
-    for pixels, channels in ((3136, 384), (49, 3072), (196, 1536), (15, 40)):
-        splits = streamed_splits(1, pixels, channels, 128, 2, 264)
-        assert splits * triton.next_power_of_2(channels) <= 16384 and (splits == 1 or pixels / splits >= 32)
-    assert streamed_splits(1, 3136, 384, 128, 2, 264) == 32
-    assert streamed_splits(32, 3136, 384, 128, 2, 264) == 30  # 264 programs over 3 images of 3 channel blocks
-
-
 @pytest.mark.parametrize("batch, side, form", [(1, 56, "factor-launch"), (1, 28, "recompute"),
                                               (2, 56, "factor-launch"), (2, 28, "recompute")])
 def test_grn_by_shape_picks_the_form_that_timed_fastest(monkeypatch, batch, side, form):
     """The shipped form: for maps of 56 x 56 pixels or more the factor launch, for one image or a
-    batch (where it timed fastest on an H100), recompute for smaller maps; never the streamed form."""
+    batch (where it timed fastest on an H100), recompute for smaller maps."""
     used = []
-    monkeypatch.setattr(grn_mod, "grn_streamed", lambda grn, x, out, tiles: used.append("streamed") or out)
     factor_kernel = grn_mod._grn_factor_kernel
     monkeypatch.setattr(grn_mod, "_grn_factor_kernel", _Recording(factor_kernel, used, "factor-launch"))
     monkeypatch.setattr(grn_mod, "FORM", "by-shape")
@@ -128,26 +71,7 @@ def test_grn_by_shape_picks_the_form_that_timed_fastest(monkeypatch, batch, side
     x = torch.randn(batch, side, side, 8, generator=gen)
     out = grn_channels_last(grn, x)
     assert used == ([form] if form != "recompute" else [])
-    if form != "streamed":
-        torch.testing.assert_close(out, grn.forward_native(x), rtol=2e-5, atol=2e-5)
-
-
-def test_grn_streamed_falls_back_to_two_launches_under_an_mps_share_of_the_sms(monkeypatch):
-    """A process limited to part of the SMs cannot hold the streamed form's whole grid at once (its
-    programs would wait on programs never started): the streamed setting takes the factor launch there."""
-    used = []
-    monkeypatch.setattr(grn_mod, "grn_streamed", lambda grn, x, out, tiles: used.append("streamed") or out)
-    monkeypatch.setattr(grn_mod, "FORM", "streamed")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    grn, gen = _grn(8, torch.float32)
-    x = torch.randn(1, 56, 56, 8, generator=gen)
-    for share, streamed in (("100", True), ("50", False), ("", True), ("half", False)):
-        used.clear()
-        monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", share)
-        out = grn_channels_last(grn, x)
-        assert used == (["streamed"] if streamed else []), share
-        if not streamed:
-            torch.testing.assert_close(out, grn.forward_native(x), rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(out, grn.forward_native(x), rtol=2e-5, atol=2e-5)
 
 
 class _Recording:

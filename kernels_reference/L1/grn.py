@@ -25,8 +25,7 @@ programs per SM even for one image. The second writes ``x * (1 + weight * Nx) + 
 per program. The factors ``1 + weight * Nx`` need the image's mean norm over all channels; where
 they are computed is the form (below): for small maps every apply program sums its image's
 partials again; for large maps a factor launch between the two writes them, after a reduction
-planned to fill one wave of the GPU. A third form, one persistent launch (grn_streamed.py), is kept
-as a setting; no shape takes it since that reduction (below). No atomics on data: the same
+planned to fill one wave of the GPU. No atomics on data: the same
 bits on every run of one configuration, in every form. Tile shapes are autotuned per (channels,
 pixel-count bucket). Channels-first inputs take the native path.
 
@@ -46,7 +45,6 @@ from torch import nn
 from ..dispatch import compute_dtype, use_fast_path
 from ..records import RecordsInit
 from ..triton_rows import autotune, autotune_here, cached_resident_programs, size_class, sm_count
-from .grn_streamed import _sum_squares, all_sms_available, grn_streamed, whole_row_tile
 
 try:
     import triton
@@ -118,23 +116,18 @@ STATS_TILE = 4096  # [splits, channel chunk] partials summed at once
 # 96.0 us, as on 2026-12-06), slower at every other shape. A third form, the reduction's last
 # program per image writing the factors after an atomic ticket (two launches, no re-reads), was
 # slower still (geomean 0.915, min 0.702) and is gone (21bd60d has it).
-#   "streamed"       one persistent launch (grn_streamed.py): the reductions of an image, then its
-#                    apply tiles a few images later, so that the apply reads the image back from L2.
-# On an H100 on 2026-12-07 (grn_variants, docs/perf/h100-2026-12-07c.md) the streamed form took one
-# 56 x 56 x 384 image in 10.92 us with 64 x 64 tiles on 4 warps, level with Inductor (10.74; the
-# recompute form 15.19), and was slower than the two-launch forms at every batch of 32 (stage 1:
-# 107 us at best against 94.8; the programs walk their items one after another, where the two
-# launches spread a batch over thousands of programs) and, with its first tiles, at single images
-# of stages 2-4 (10.4 / 9.6 / 9.1 us against 9.6 / 7.1 / 5.8). The factor launch beat recompute at
-# stage 1 at batch 32 in every H100 run (Inductor / form 0.882-0.940 against 0.839-0.879, five
-# runs on 2026-12-06 and 07) and lost at every other shape. With its reduction planned for one wave
-# (``ONE_WAVE_REDUCE``, below) the factor launch took one stage-1 image in 9.90 us at 8 splits
-# against the streamed form's 11.16 and Inductor's 9.55 (H100, 2026-12-07,
-# docs/perf/h100-2026-12-07d.md). ``FORM = "by-shape"`` (shipped): maps of at least
-# ``LARGE_MAP_PIXELS`` take the factor launch, smaller maps recompute. The streamed form stays a
-# setting (``FORM = "streamed"``, grn_variants times it); under an MPS share of the SMs, where its
-# whole grid could never be resident at once, it falls back to the factor launch.
-FORMS = ("recompute", "factor-launch", "streamed")
+# A third form, one persistent launch that reduced an image and applied it a few images later from
+# L2, counters between its programs instead of a second launch (e02fb8e has it, grn_streamed.py),
+# took one 56 x 56 x 384 image in 10.92 us against the recompute form's 15.19 and Inductor's 10.74
+# (H100, 2026-12-07, docs/perf/h100-2026-12-07c.md) and was slower at every batch of 32 (stage 1:
+# 107 us at best against 94.8). The factor launch beat recompute at stage 1 at batch 32 in every
+# H100 run (Inductor / form 0.882-0.940 against 0.839-0.879, five runs on 2026-12-06 and 07) and
+# lost at every other shape. With its reduction planned for one wave (``ONE_WAVE_REDUCE``, below)
+# it took one stage-1 image in 9.90 us at 8 splits against the persistent form's 11.16 and
+# Inductor's 9.55, and the batch of 32 in 87.3 us against 91.5 before (H100, 2026-12-07,
+# docs/perf/h100-2026-12-07d.md); the persistent form went. ``FORM = "by-shape"`` (shipped): maps
+# of at least ``LARGE_MAP_PIXELS`` take the factor launch, smaller maps recompute.
+FORMS = ("recompute", "factor-launch")
 FORM = "by-shape"
 LARGE_MAP_PIXELS = 56 * 56
 # The apply launch's programs in reverse order (last image, last channel block first): the
@@ -166,13 +159,9 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     if form == "by-shape":
         large = pixels >= LARGE_MAP_PIXELS
         form = "factor-launch" if large else "recompute"
-    if form == "streamed" and not all_sms_available():
-        form = "factor-launch"  # a persistent grid that is never all resident would wait forever
     out = torch.empty_like(x)
     if x.numel() == 0:
         return out
-    if form == "streamed":
-        return grn_streamed(grn, x, out, config)
     tuned = config is None and autotune_here(x)
     one_wave = tuned and form == "factor-launch"  # the reduction planned, not autotuned (ONE_WAVE_REDUCE)
     if one_wave:
@@ -254,8 +243,10 @@ def reduction_residency(x: torch.Tensor, block_r: int, block_c: int, warps: int)
 
 
 def interpreter_tiles(x: torch.Tensor) -> Tiles:
-    """The interpreter pays per program: whole channel rows, many pixels, no split."""
-    block_r, block_c = whole_row_tile(x.shape[1] * x.shape[2], x.shape[-1])
+    """The interpreter pays per program and op, not per element: whole channel rows, as many pixels
+    as 16384 elements allow, no split."""
+    block_c = triton.next_power_of_2(x.shape[-1])
+    block_r = max(1, min(triton.next_power_of_2(x.shape[1] * x.shape[2]), 16384 // block_c))
     return Tiles(1, block_r, block_c, block_r, block_c, 4, block_c)
 
 
@@ -309,8 +300,14 @@ if triton is not None:
         base = x_ptr + image.to(tl.int64) * pixels * channels
         first = split * rows_per_split
         last = tl.minimum(first + rows_per_split, pixels)
-        sums = _sum_squares(base, first, last, channels, cols, col_ok, BLOCK_R, BLOCK_C, False)
-        tl.store(partial_ptr + (image * splits + split) * channels + cols, sums, mask=col_ok)
+        acc = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+        for start in range(first, last, BLOCK_R):
+            rows = start + tl.arange(0, BLOCK_R)
+            ok = (rows < last)[:, None] & col_ok[None, :]
+            v = tl.load(base + rows.to(tl.int64)[:, None] * channels + cols[None, :], mask=ok, other=0.0)
+            v = v.to(tl.float32)
+            acc += v * v
+        tl.store(partial_ptr + (image * splits + split) * channels + cols, tl.sum(acc, axis=0), mask=col_ok)
 
     @triton.jit
     def _summed_partials(stats_ptr, splits, channels, cols, SPLITS_BLOCK: tl.constexpr):
