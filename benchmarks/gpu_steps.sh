@@ -136,7 +136,7 @@ step_cmd() {
     # the compiles of each fit one step.
     decode-configs) echo "env OUT=$OUT python3 -m benchmarks decode_configs ${DECODE_ARGS:-}" ;;  # paged decode per DecodeConfig on the serving decode cases
     roofline) echo "env OUT=$OUT python3 -m benchmarks roofline" ;;  # the roofline's spread across measurements, two estimators
-    grn-variants) echo "env OUT=$OUT python3 -m benchmarks grn_variants ${GRN_ARGS:-}" ;;  # GRN's tiles, splits and apply order vs Inductor
+    grn-variants) echo "env OUT=$OUT python3 -m benchmarks grn_variants ${GRN_ARGS:-}" ;;  # GRN's tiles and splits vs Inductor
     # Every GRN variant once, eagerly and as graph replays, untimed: a check before grn-variants, under
     # a short limit (a persistent variant that waited forever once cost a sweep, h100-2026-12-07c).
     grn-check) echo "env OUT=$OUT python3 -m benchmarks grn_variants --check-only ${GRN_ARGS:-}" ;;

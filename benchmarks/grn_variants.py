@@ -63,7 +63,7 @@ def variants(batch, pixels, channels, sms, forms=grn_mod.FORMS, split_counts=Non
 
 @contextlib.contextmanager
 def grn_setting(name, value):
-    """A module setting of grn.py (``FORM``, ``APPLY_NEWEST_FIRST``) for the duration; a graph
+    """A module setting of grn.py (``FORM``) for the duration; a graph
     captured under it keeps the launches it chose."""
     shipped = getattr(grn_mod, name)
     setattr(grn_mod, name, value)
@@ -71,12 +71,6 @@ def grn_setting(name, value):
         yield
     finally:
         setattr(grn_mod, name, shipped)
-
-
-def newest_first(call):
-    """``call()`` with the two-launch forms' apply programs in reverse order."""
-    with grn_setting("APPLY_NEWEST_FIRST", True):
-        return call()
 
 
 def replay_error(fn, sets, truths):
@@ -128,9 +122,6 @@ def time_case(batch, side, channels, rounds, flush, forms=grn_mod.FORMS, timed=T
         impls[label] = lambda x, t=tiles, f=form: grn_mod.grn_channels_last(m, x, t, form=f)
         if split_counts and isinstance(tiles, grn_mod.Tiles) and "splits=" in label:
             waves[label] = reduction_waves(sets[0], tiles, sms)
-    for form in ("recompute", "factor-launch"):  # the apply launch's programs in reverse order
-        impls[f"{form} newest-first autotuned"] = lambda x, f=form: newest_first(lambda: grn_mod.grn_channels_last(
-            m, x, form=f))
     compiled = torch.compile(m.forward_native, dynamic=False)
     impls["inductor"] = compiled
     rows, runners = {}, {}

@@ -99,8 +99,8 @@ class Tiles(NamedTuple):
 # streams a long contiguous pixel range.
 REDUCE_PROGRAMS_PER_SM = 6
 # The partials of one image that every apply program reads, in floats (16 KB): more splits would
-# make those L2 reads rival the tile the program moves. One 56 x 56 x 384 image gets 10 splits
-# (60 reduction programs, the cap), a batch of 32 gets 5.
+# make those L2 reads rival the tile the program moves. (The plan of the recompute form, which
+# takes the maps under LARGE_MAP_PIXELS; the factor launch plans by ``one_wave_splits``.)
 PARTIALS_PER_IMAGE = 4096
 MAX_SPLITS = 32  # the apply programs hold [splits, channels] partial tiles in registers
 NOMINAL_CHANNELS = 64  # the channel block the split count is planned for
@@ -130,11 +130,10 @@ STATS_TILE = 4096  # [splits, channel chunk] partials summed at once
 FORMS = ("recompute", "factor-launch")
 FORM = "by-shape"
 LARGE_MAP_PIXELS = 56 * 56
-# The apply launch's programs in reverse order (last image, last channel block first): the
-# reduction launch ends on the last channel blocks of the batch's images, the lines most likely
-# still in L2 when the apply starts. Not measured yet: a setting for grn_variants to time
-# ("newest-first"), off until it has been.
-APPLY_NEWEST_FIRST = False
+# The apply launch's programs in reverse order (last image and channel block first, what the
+# reduction read last and L2 most likely still holds) moved no case by more than 1% on an H100 on
+# 2026-12-07 (stage 1 at batch 32 90.76 against 90.98 us, stage 2 45.57 against 45.82,
+# docs/perf/h100-2026-12-07d.md); aa70aef has the setting.
 # The reduction's programs each take a channel block of a pixel range, so a pixel's row of channels
 # is read in pieces by several programs. A reduction that streamed whole pixel rows instead (a
 # program per image and pixel range, the channels viewed as 3 rows of 128 or 256) was slower on an
@@ -184,7 +183,7 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     size_cls = size_class(batch * pixels)
     reduce_args = (x, partial, pixels, channels, splits, rows_per_split, size_cls)
     apply_args = (x, factors, grn.weight, grn.bias, out, pixels, channels, splits, grn.eps, size_cls)
-    apply_consts = dict(stats_consts, FACTORS=form != "recompute", NEWEST_FIRST=APPLY_NEWEST_FIRST)
+    apply_consts = dict(stats_consts, FACTORS=form != "recompute")
     if one_wave:
         block_r, block_c, warps = ONE_WAVE_REDUCE
         _grn_sumsq_kernel[(batch * splits, triton.cdiv(channels, block_c))](
@@ -225,8 +224,8 @@ def pixel_splits(batch: int, pixels: int, channels: int, sm_count: int) -> int:
 def one_wave_splits(batch: int, pixels: int, channels: int, block_c: int, sms: int, resident: Optional[int]) -> int:
     """The factor launch's pixel splits: as many as keep the reduction within one wave of resident
     programs (``resident`` an SM), at least one and at most ``ONE_WAVE_MAX_SPLITS``. A reduction of
-    1.2 waves runs its last 0.2 on a few SMs while the rest idle; each program here streams the same bytes, so that tail costs nearly a
-    whole second wave."""
+    1.2 waves runs its last 0.2 on a few SMs while the rest idle; each program here streams the
+    same bytes, so that tail costs nearly a whole second wave."""
     pairs = batch * triton.cdiv(channels, block_c)  # (image, channel block) pairs, a program each per split
     cap = min(ONE_WAVE_MAX_SPLITS, triton.cdiv(pixels, 32))
     return max(1, min(cap, sms * (resident or 1) // pairs))
@@ -260,7 +259,7 @@ def interpreter_tiles(x: torch.Tensor) -> Tiles:
 _REDUCE_CONFIGS = [(32, 64, 4), (64, 64, 4), (32, 128, 4), (64, 128, 8), (16, 256, 4),
                    (64, 256, 8), (128, 128, 8), (32, 512, 8)]
 _APPLY_CONFIGS = [(16, 128, 4), (32, 128, 4), (64, 128, 8), (32, 256, 8), (128, 64, 8)]
-# The factor launch's reduction (a batch of large maps) is not autotuned: its split count must be
+# The factor launch's reduction (every map of at least LARGE_MAP_PIXELS) is not autotuned: its split count must be
 # planned for the tile's residency (``one_wave_splits``), and the autotuner times every tile at one
 # split count. At stage 1 at batch 32 on an H100 on 2026-12-07 (grn_variants --splits, ten tiles x
 # 1-11 splits, docs/perf/h100-2026-12-07d.md) every tile was fastest at 0.9-0.97 waves and slower
@@ -284,7 +283,7 @@ def _tuned_sumsq():
 @functools.lru_cache(maxsize=None)
 def _tuned_apply():
     configs = [triton.Config({"BLOCK_R": r, "BLOCK_C": c}, num_warps=w) for r, c, w in _APPLY_CONFIGS]
-    return autotune(configs=configs, key=["channels", "size_cls", "FACTORS", "NEWEST_FIRST"])(_grn_apply_kernel)
+    return autotune(configs=configs, key=["channels", "size_cls", "FACTORS"])(_grn_apply_kernel)
 
 
 if triton is not None:
@@ -345,13 +344,9 @@ if triton is not None:
     def _grn_apply_kernel(x_ptr, stats_ptr, w_ptr, b_ptr, out_ptr, pixels, channels, splits, eps,
                           size_cls,  # only an autotune key (the pixel-count bucket)
                           SPLITS_BLOCK: tl.constexpr, STATS_BLOCK: tl.constexpr,
-                          FACTORS: tl.constexpr, NEWEST_FIRST: tl.constexpr, BLOCK_R: tl.constexpr,
-                          BLOCK_C: tl.constexpr):
+                          FACTORS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
         tile = tl.program_id(0)
         channel_block = tl.program_id(1)
-        if NEWEST_FIRST:  # the programs that start first take what the reduction read last
-            tile = tl.num_programs(0) - 1 - tile
-            channel_block = tl.num_programs(1) - 1 - channel_block
         row_blocks = tl.cdiv(pixels, BLOCK_R)
         image = tile // row_blocks
         cols = channel_block * BLOCK_C + tl.arange(0, BLOCK_C)
