@@ -67,6 +67,49 @@ def _rope(pos_ptr, q_src, q_dst, k_src, k_dst, freq_ptr, n_tokens, nq, nk, q_str
                    head_size, half, NEOX, TOKENS, HEADS, HALF, REST, PASS)
 
 
+@triton.jit
+def _rope_one_tile(pos_ptr, q_src, q_dst, k_src, k_dst, freq_ptr, n_tokens, nq, nk, q_stride, k_stride,
+                   head_size, half,
+                   NEOX: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr, HALF: tl.constexpr,
+                   REST: tl.constexpr, PASS: tl.constexpr):
+    # Triton's interpreter pays per operation, not per element: the query's and the key's heads in
+    # one [TOKENS, HEADS, HALF] tile (heads nq.. are the key's), the angles worked out once.
+    tok = tl.program_id(0) * TOKENS + tl.arange(0, TOKENS)
+    head = tl.arange(0, HEADS)
+    pair = tl.arange(0, HALF)
+    tok_ok = tok < n_tokens
+    pos = tl.load(pos_ptr + tok, mask=tok_ok, other=0).to(tl.float32)
+    freq = tl.load(freq_ptr + pair, mask=pair < half, other=0.0)
+    angle = pos[:, None] * freq[None, :]
+    turns = tl.floor(angle * 0.15915494309189535 + 0.5)  # the same reduction as _rope_tile's
+    angle = (angle - turns * 6.28125) - turns * 0.0019353071795864769
+    c = tl.cos(angle)[:, None, :]
+    s = tl.sin(angle)[:, None, :]
+
+    t64 = tok.to(tl.int64)[:, None, None]
+    h3 = head[None, :, None]
+    is_q = h3 < nq
+    src_head = tl.where(is_q, q_src + t64 * q_stride + h3 * head_size, k_src + t64 * k_stride + (h3 - nq) * head_size)
+    dst_head = tl.where(is_q, q_dst + (t64 * nq + h3) * head_size, k_dst + (t64 * nk + h3 - nq) * head_size)
+    rows_ok = tok_ok[:, None, None] & (h3 < nq + nk)
+    ok = rows_ok & (pair[None, None, :] < half)
+    if NEOX:
+        ia = pair[None, None, :]
+        ib = ia + half
+    else:
+        ia = 2 * pair[None, None, :]
+        ib = ia + 1
+    a = tl.load(src_head + ia, mask=ok, other=0.0).to(tl.float32)
+    b = tl.load(src_head + ib, mask=ok, other=0.0).to(tl.float32)
+    ty = q_dst.dtype.element_ty
+    tl.store(dst_head + ia, (a * c - b * s).to(ty), mask=ok)
+    tl.store(dst_head + ib, (b * c + a * s).to(ty), mask=ok)
+    if PASS:
+        j = 2 * half + tl.arange(0, REST)[None, None, :]
+        keep = rows_ok & (j < head_size)
+        tl.store(dst_head + j, tl.load(src_head + j, mask=keep, other=0.0), mask=keep)
+
+
 def _inv_freq(rotary_dim, base, scaling):
     """Inverse frequencies worked out in float64 and rounded once to float32."""
     exps = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
@@ -120,9 +163,14 @@ class RotaryEmbedding(nn.Module):
             if q.is_cuda:  # one token and ~1K elements per program: many short programs hide latency
                 heads = min(triton.next_power_of_2(max(nq, nk)), max(1, 1024 // row))
                 tokens, warps = 1, max(1, min(4, heads * row // 512))
-            else:  # Triton's interpreter pays per program: few large tiles
-                heads = min(triton.next_power_of_2(max(nq, nk)), max(1, (1 << 13) // row))
-                tokens, warps = max(1, min((1 << 16) // (heads * row), triton.next_power_of_2(t))), 4
+            else:  # Triton's interpreter pays per program and operation: every head in one tile
+                heads = triton.next_power_of_2(nq + nk)
+                tokens = max(1, min((1 << 16) // (heads * row), triton.next_power_of_2(t)))
+                _rope_one_tile[(triton.cdiv(t, tokens),)](
+                    positions, q, q_out, k, k_out, self._freqs_on(q.device), t, nq, nk, q.stride(0), k.stride(0),
+                    hs, half, NEOX=self.neox, TOKENS=tokens, HEADS=heads, HALF=half_p2, REST=rest_p2,
+                    PASS=rest > 0)
+                return q_out.view(query.shape), k_out.view(key.shape)
             grid = (triton.cdiv(t, tokens), triton.cdiv(nq, heads) + triton.cdiv(nk, heads))
             _rope[grid](
                 positions, q, q_out, k, k_out, self._freqs_on(q.device), t, nq, nk, q.stride(0), k.stride(0),
