@@ -30,7 +30,14 @@ def _rope_tile(pos_ptr, src, dst, freq_ptr, tok0, head0, n_tokens, n_heads, src_
     h3 = head[None, :, None]
     src_head = src + t64 * src_stride + h3 * head_size
     dst_head = dst + t64 * n_heads * head_size + h3 * head_size
-    rows_ok = tok_ok[:, None, None] & (h3 < n_heads)
+    _rotate(src_head, dst_head, tok_ok[:, None, None] & (h3 < n_heads), pair, c, s, half, head_size,
+            NEOX, REST, PASS)
+
+
+@triton.jit
+def _rotate(src_head, dst_head, rows_ok, pair, c, s, half, head_size, NEOX: tl.constexpr, REST: tl.constexpr,
+            PASS: tl.constexpr):
+    # The rotation of a [TOKENS, HEADS, HALF] tile of pairs, each head's features at src_head / dst_head.
     ok = rows_ok & (pair[None, None, :] < half)
     if NEOX:
         ia = pair[None, None, :]
@@ -40,7 +47,7 @@ def _rope_tile(pos_ptr, src, dst, freq_ptr, tok0, head0, n_tokens, n_heads, src_
         ib = ia + 1
     a = tl.load(src_head + ia, mask=ok, other=0.0).to(tl.float32)
     b = tl.load(src_head + ib, mask=ok, other=0.0).to(tl.float32)
-    ty = dst.dtype.element_ty
+    ty = dst_head.dtype.element_ty
     tl.store(dst_head + ia, (a * c - b * s).to(ty), mask=ok)
     tl.store(dst_head + ib, (b * c + a * s).to(ty), mask=ok)
     if PASS:  # partial rotary: the features after the rotary part are copied unchanged
@@ -91,23 +98,8 @@ def _rope_one_tile(pos_ptr, q_src, q_dst, k_src, k_dst, freq_ptr, n_tokens, nq, 
     is_q = h3 < nq
     src_head = tl.where(is_q, q_src + t64 * q_stride + h3 * head_size, k_src + t64 * k_stride + (h3 - nq) * head_size)
     dst_head = tl.where(is_q, q_dst + (t64 * nq + h3) * head_size, k_dst + (t64 * nk + h3 - nq) * head_size)
-    rows_ok = tok_ok[:, None, None] & (h3 < nq + nk)
-    ok = rows_ok & (pair[None, None, :] < half)
-    if NEOX:
-        ia = pair[None, None, :]
-        ib = ia + half
-    else:
-        ia = 2 * pair[None, None, :]
-        ib = ia + 1
-    a = tl.load(src_head + ia, mask=ok, other=0.0).to(tl.float32)
-    b = tl.load(src_head + ib, mask=ok, other=0.0).to(tl.float32)
-    ty = q_dst.dtype.element_ty
-    tl.store(dst_head + ia, (a * c - b * s).to(ty), mask=ok)
-    tl.store(dst_head + ib, (b * c + a * s).to(ty), mask=ok)
-    if PASS:
-        j = 2 * half + tl.arange(0, REST)[None, None, :]
-        keep = rows_ok & (j < head_size)
-        tl.store(dst_head + j, tl.load(src_head + j, mask=keep, other=0.0), mask=keep)
+    _rotate(src_head, dst_head, tok_ok[:, None, None] & (h3 < nq + nk), pair, c, s, half, head_size,
+            NEOX, REST, PASS)
 
 
 def _inv_freq(rotary_dim, base, scaling):
