@@ -25,16 +25,18 @@ programs per SM even for one image. The second writes ``x * (1 + weight * Nx) + 
 per program. The factors ``1 + weight * Nx`` need the image's mean norm over all channels; where
 they are computed is the form (below): for small maps every apply program sums its image's
 partials again; for large maps a factor launch between the two writes them, after a reduction
-planned to fill one wave of the GPU. No atomics on data: the same
-bits on every run of one configuration, in every form. Tile shapes are autotuned per (channels,
-pixel-count bucket). Channels-first inputs take the native path.
+planned to fill one wave of the GPU. No atomics on data: the same bits on every run of one
+configuration, in every form. The other tile shapes are autotuned per (channels, pixel-count
+bucket). Channels-first inputs take the native path.
 
 What the timings say: an earlier design (atomics into ``[B, C]``, a factor launch, an apply
 launch) and the recompute form both timed at 0.22-0.29 of ``torch.compile(forward_native)`` on
 ConvNeXt-V2-Tiny's batch-32 stages (2026-12-05), mostly a copy: the task handed the op NCHW
 features, which ``x.contiguous()`` rewrote on every call. With contiguous features (as an MLP's fc1
 writes them), on an H100 on 2026-12-06 (docs/perf/h100-2026-12-06h.md): stages 2-4 at batch 32 at
-0.98-1.39 of Inductor, stage 1 at 0.86 (the factor launch: 0.94), one stage-1 image at 0.63.
+0.98-1.39 of Inductor, stage 1 at 0.86 (the factor launch: 0.94), one stage-1 image at 0.63; on
+2026-12-07 with the one-wave reduction (docs/perf/h100-2026-12-07d.md): stage 1 at batch 32 at
+0.911 in the peer benchmark, one stage-1 image at 1.022, all eight cases at geomean 1.051.
 """
 import functools
 from typing import NamedTuple, Optional
