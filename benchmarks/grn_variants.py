@@ -19,10 +19,10 @@ programs of its compiled kernel that fit an SM): a launch of 1.2 waves runs its 
 SMs, and a memory-bound reduction whose waves are all alike pays for that tail.
 """
 import argparse
-import contextlib
 import io
 import json
 import os
+from unittest import mock
 
 import torch
 
@@ -61,18 +61,6 @@ def variants(batch, pixels, channels, sms, forms=grn_mod.FORMS, split_counts=Non
     return out
 
 
-@contextlib.contextmanager
-def grn_setting(name, value):
-    """A module setting of grn.py (``FORM``) for the duration; a graph
-    captured under it keeps the launches it chose."""
-    shipped = getattr(grn_mod, name)
-    setattr(grn_mod, name, value)
-    try:
-        yield
-    finally:
-        setattr(grn_mod, name, shipped)
-
-
 def replay_error(fn, sets, truths):
     """The largest relative error over ``sets`` when ``fn`` runs as replays of one captured CUDA graph,
     each set copied into its static input: what a launch leaves behind for the next shows here."""
@@ -95,7 +83,7 @@ def reduction_waves(x, tiles, sms):
     """Waves of the reduction launch of ``tiles``: its programs over the SMs' room for them."""
     batch, height, width, channels = x.shape
     pixels = height * width
-    splits = -(-pixels // -(-pixels // tiles.splits))  # whole splits, as grn_channels_last makes them
+    splits, _ = grn_mod.whole_splits(pixels, tiles.splits)
     resident = grn_mod.reduction_residency(x, tiles.reduce_rows, tiles.reduce_channels, tiles.warps)
     programs = batch * splits * -(-channels // tiles.reduce_channels)
     return programs / (sms * resident) if resident else None
@@ -215,7 +203,7 @@ def peers_per_form():
     from fk_pytest.peers.run import benchmark
     rows = []
     for form in (*grn_mod.FORMS, "by-shape"):
-        with grn_setting("FORM", form):
+        with mock.patch.object(grn_mod, "FORM", form):  # a graph captured under it keeps its launches
             doc = benchmark(Options(torch.device("cuda"), "full"), ["global_response_norm"], max_cases=0,
                             progress=io.StringIO())
         for case in doc["ops"][0]["cases"]:

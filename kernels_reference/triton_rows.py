@@ -159,3 +159,9 @@ def cached_resident_programs(key: tuple, compile_kernel, device: torch.device) -
     if resident is None and compile_kernel is not None:  # compile once, read the footprint
         resident = _RESIDENT[key] = resident_programs_per_sm(compile_kernel, device)
     return resident
+
+
+def splits_in_one_wave(pairs: int, sms: int, per_sm: int, cap: int) -> int:
+    """Splits per work pair that keep ``pairs`` x splits programs within one wave of ``per_sm``
+    resident programs on ``sms`` SMs, rounded down so that all start together; 1 to ``cap``."""
+    return max(1, min(cap, per_sm * sms // max(pairs, 1)))

@@ -46,7 +46,7 @@ from torch import nn
 
 from ..dispatch import compute_dtype, use_fast_path
 from ..records import RecordsInit
-from ..triton_rows import autotune, autotune_here, cached_resident_programs, size_class, sm_count
+from ..triton_rows import autotune, autotune_here, cached_resident_programs, size_class, sm_count, splits_in_one_wave
 
 try:
     import triton
@@ -173,9 +173,7 @@ def grn_channels_last(grn: GlobalResponseNorm, x: torch.Tensor, config: Optional
     else:
         config = config or interpreter_tiles(x)
         splits = config.splits
-    # Whole splits only: the last one takes the remainder, none is left empty.
-    rows_per_split = triton.cdiv(pixels, splits)
-    splits = triton.cdiv(pixels, rows_per_split)
+    splits, rows_per_split = whole_splits(pixels, splits)
     partial = torch.empty((batch, splits, channels), dtype=torch.float32, device=x.device)
     splits_block = triton.next_power_of_2(splits)
     stats_channels = config.stats_channels if config is not None else stats_chunk(splits, channels)
@@ -223,24 +221,30 @@ def pixel_splits(batch: int, pixels: int, channels: int, sm_count: int) -> int:
     return max(1, min(wanted, cap))
 
 
+def whole_splits(pixels: int, splits: int) -> tuple:
+    """(splits, pixels per split) with whole splits only: the last takes the remainder, none is empty."""
+    rows_per_split = triton.cdiv(pixels, splits)
+    return triton.cdiv(pixels, rows_per_split), rows_per_split
+
+
 def one_wave_splits(batch: int, pixels: int, channels: int, block_c: int, sms: int, resident: Optional[int]) -> int:
     """The factor launch's pixel splits: as many as keep the reduction within one wave of resident
     programs (``resident`` an SM), at least one and at most ``ONE_WAVE_MAX_SPLITS``. A reduction of
     1.2 waves runs its last 0.2 on a few SMs while the rest idle; each program here streams the
     same bytes, so that tail costs nearly a whole second wave."""
     pairs = batch * triton.cdiv(channels, block_c)  # (image, channel block) pairs, a program each per split
-    cap = min(ONE_WAVE_MAX_SPLITS, triton.cdiv(pixels, 32))
-    return max(1, min(cap, sms * (resident or 1) // pairs))
+    return splits_in_one_wave(pairs, sms, resident or 1, min(ONE_WAVE_MAX_SPLITS, triton.cdiv(pixels, 32)))
 
 
 def reduction_residency(x: torch.Tensor, block_r: int, block_c: int, warps: int) -> Optional[int]:
     """Reduction programs of this tile that fit an SM at once, from its compiled kernel (compiled
-    here, once per dtype and tile). A speed plan only: a grid past it is correct, just slower."""
+    here, once per device, dtype and tile). A speed plan only: a grid past it is correct, just slower."""
     partial = torch.empty((1, 2, x.shape[-1]), dtype=torch.float32, device=x.device)
     compile_kernel = lambda: _grn_sumsq_kernel.warmup(  # noqa: E731
         x, partial, x.shape[1] * x.shape[2], x.shape[-1], 2, 32, 0, BLOCK_R=block_r, BLOCK_C=block_c,
         num_warps=warps, grid=(1,))
-    return cached_resident_programs(("grn_reduce", x.dtype, block_r, block_c, warps), compile_kernel, x.device)
+    return cached_resident_programs(("grn_reduce", x.device, x.dtype, block_r, block_c, warps), compile_kernel,
+                                    x.device)
 
 
 def interpreter_tiles(x: torch.Tensor) -> Tiles:

@@ -1,9 +1,9 @@
 """Zeroed int32 counters that kernels leave at zero again, kept per device and owner.
 
 Kernels that coordinate their programs inside one launch (the paged decode's fused merge) count
-with atomics in a small global buffer. Every launch leaves its counters at
-zero again (the program that counts last resets them), so one buffer serves every later launch and
-every replay of a captured CUDA graph without a fill between them. Each owner gets its own buffer,
+with atomics in a small global buffer. Every launch leaves its counters at zero again (the program
+that counts last resets them), so one buffer serves every later launch and every replay of a
+captured CUDA graph without a fill between them. Each owner gets its own buffer,
 so two ops never share a counter.
 """
 import torch

@@ -8,6 +8,8 @@ import dataclasses
 import functools
 from typing import Optional
 
+from ...triton_rows import splits_in_one_wave
+
 
 LOG2E = 1.4426950408889634
 
@@ -97,7 +99,7 @@ def decode_num_splits(num_seqs: int, num_kv_heads: int, max_blocks: int, num_sms
         per_sm = config.small_batch_programs_per_sm
         if resident_per_sm:
             per_sm = min(per_sm, resident_per_sm)
-        wanted = per_sm * num_sms // programs
+        return splits_in_one_wave(programs, num_sms, per_sm, min(iterations, config.max_splits))
     else:
         per_sm = config.small_batch_programs_per_sm if programs < num_sms else config.programs_per_sm
         wanted = -(-per_sm * num_sms // programs)
