@@ -230,10 +230,12 @@ def serve_connection(conn) -> None:
     # Import the whole suite machinery, then record what is genuine, before any candidate code.
     from . import correctness, evaluator, guards, speed, timing  # noqa: F401
     from .errors import CandidateError, TaskDefinitionError
-    guards.genuine_snapshot()
     if init["device"] == "cpu":
+        from .interpreter import skip_nested_repatching
         from .xdist import share_cpu_threads
+        skip_nested_repatching()
         share_cpu_threads()
+    guards.genuine_snapshot()
     ev = evaluator.Evaluator(init["candidate"], init["device"], init["mode"], thorough=init.get("thorough", False),
                              progress=lambda text: conn.send(("progress", text, False)))
     from . import phases  # the start-up is billed to the first result after it
