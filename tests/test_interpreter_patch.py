@@ -79,3 +79,17 @@ def test_the_language_is_restored_after_a_launch():
     _run(torch.randn(2, 5), 2)
     # The launch patched triton.language's builtins and put them back at its end.
     assert tl.core.is_builtin(tl.load) and tl.core.is_builtin(tl.program_id)
+
+
+def test_a_launch_from_another_thread_computes_the_same():
+    """The skip's bookkeeping is per thread: a kernel launched from a worker thread (as a
+    candidate's background work may) patches and restores as in the main thread."""
+    import threading
+
+    x = torch.randn(4, 9)
+    got = {}
+    worker = threading.Thread(target=lambda: got.setdefault("out", _run(x, 3)))
+    worker.start()
+    worker.join()
+    torch.testing.assert_close(got["out"], _expected(x, 3))
+    assert tl.core.is_builtin(tl.load)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 
 _INSTALLED = False
 
@@ -51,7 +52,12 @@ def skip_nested_repatching() -> bool:
 
     patch_lang = interpreter._patch_lang
     launch_call = interpreter.GridExecutor.__call__
-    state = {"launch_pending": False, "covered": None}
+    local = threading.local()  # per thread: a launch in one thread says nothing of another's
+
+    def state():
+        if not hasattr(local, "state"):
+            local.state = {"launch_pending": False, "covered": None}
+        return local.state
 
     def language_modules(fn) -> frozenset:
         # The modules Triton's own _patch_lang patches for fn: triton.language or its core, as fn's
@@ -60,28 +66,30 @@ def skip_nested_repatching() -> bool:
 
     @functools.wraps(patch_lang)
     def patch_lang_once(fn):
-        if state["launch_pending"]:  # the launch's own patch, which it restores at its end
-            state["launch_pending"] = False
+        now = state()
+        if now["launch_pending"]:  # the launch's own patch, which it restores at its end
+            now["launch_pending"] = False
             scope = patch_lang(fn)
-            state["covered"] = language_modules(fn)
+            now["covered"] = language_modules(fn)
             return scope
-        covered = state["covered"]
+        covered = now["covered"]
         langs = language_modules(fn)
         if covered is not None and langs and langs <= covered:
             return None  # a nested call: the launch's patch already covers what fn sees
         scope = patch_lang(fn)
         if covered is not None:  # Triton never restores a nested call's patch: it holds to the launch's end
-            state["covered"] = covered | langs
+            now["covered"] = covered | langs
         return scope
 
     @functools.wraps(launch_call)
     def launch(self, *args, **kwargs):
-        saved = dict(state)
-        state["launch_pending"], state["covered"] = True, None
+        now = state()
+        saved = dict(now)
+        now["launch_pending"], now["covered"] = True, None
         try:
             return launch_call(self, *args, **kwargs)
         finally:
-            state.update(saved)
+            now.update(saved)
 
     interpreter._patch_lang = patch_lang_once
     interpreter.GridExecutor.__call__ = launch
