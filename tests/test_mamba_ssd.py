@@ -94,6 +94,29 @@ def test_gpu_tiling_matches_the_recurrence(monkeypatch, heads_first, output_tile
     assert _rel(y, y_true) < 2e-5 and _rel(states, s_true) < 2e-5
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["masked-loads", "padded-loads"])
+def test_what_the_work_tables_hold_past_a_chunk_never_reaches_the_output(monkeypatch, padded):
+    """The scan's work buffers come from torch.empty and may hold anything, NaN included, where no
+    kernel writes them (past a chunk's tokens). Filled with NaN, the outputs and states are still the
+    recurrence's, with the output kernel's table loads masked or padded (``PADDED_LOADS``), on the
+    GPU's tiles."""
+    from kernels_reference.ops.mamba_ssd import chunk_scan
+
+    inputs = _scan_inputs((1, 127, 129, 40), 4, 2, 32, torch.float32, True, gated=True, seed=7)
+    y_true, s_true = native.ssd_scan(**_upcast(inputs))
+    monkeypatch.setenv("FK_GPU_TILES", "1")
+    monkeypatch.setattr(chunk_scan, "PADDED_LOADS", padded)
+    empty = torch.empty
+
+    def nan_empty(*args, **kwargs):
+        t = empty(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    y, states = ssd_chunk_scan(**inputs, chunk_size=128)
+    assert _rel(y, y_true) < 2e-5 and _rel(states, s_true) < 2e-5
+
+
 def test_chunk_table_cuts_each_sequence_from_its_own_start():
     cu = torch.tensor([0, 0, 5, 305, 306], dtype=torch.int32)  # an empty sequence, then 5, 300, 1
     bound, seq, start, length, first, count = chunk_table(cu, 306, 128)

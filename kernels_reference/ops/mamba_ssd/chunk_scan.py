@@ -125,7 +125,7 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
         out.stride(0), out.stride(1), d.stride(0), d.stride(-1) if d.dim() == 2 else 0,
         HAS_D=has_d, HAS_Z=has_z, BLOCK_M=block_m, BLOCK_P=block_po, BLOCK_K=block_k, BLOCK_N=block_kn,
         BLOCK_C=block_c, F32_DOT=f32_dot, ONE_N=dstate <= block_kn, HEADS_FIRST=HEADS_FIRST,
-        num_warps=out_warps, num_stages=out_stages)
+        PADDED_LOADS=PADDED_LOADS, num_warps=out_warps, num_stages=out_stages)
     return out, final
 
 
@@ -134,6 +134,12 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
 # and the output kernel's (rows, tokens per inner step, warps, pipeline stages).
 PASSING_BLOCK = 512
 OUTPUT_TILES = (64, 32, 4, 3)
+# The output kernel's inner loop reads C . B, cs and dt from their padded tables without masks (the
+# causal select after the product instead): mamba-ssm's kernel masks that axis by the chunk size, a
+# multiple of 16 Triton can see, where ours masks it by a length read at run time. Off until a GPU
+# sweep times it (``scan_tiles mamba_chunk_scan``): the output kernel is where the reference trails
+# mamba-ssm on long sequences (167.8 against 123.7 us at 4096 tokens on an H100, 2026-12-05).
+PADDED_LOADS = False
 # Grid order of the chunk-state and output kernels: with the heads on the grid's second axis,
 # programs that run together share a chunk, so its B, C and C . B are read from L2 by every head.
 HEADS_FIRST = True
@@ -300,7 +306,7 @@ if triton is not None:
                              HAS_D: tl.constexpr, HAS_Z: tl.constexpr, BLOCK_M: tl.constexpr,
                              BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
                              BLOCK_C: tl.constexpr, F32_DOT: tl.constexpr, ONE_N: tl.constexpr,
-                             HEADS_FIRST: tl.constexpr):
+                             HEADS_FIRST: tl.constexpr, PADDED_LOADS: tl.constexpr):
         chunk, head, heads = _chunk_and_head(HEADS_FIRST)
         length = tl.load(len_ptr + chunk)
         tiles_p = tl.cdiv(head_dim, BLOCK_P)
@@ -343,15 +349,27 @@ if triton is not None:
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < length
             causal = (ks[None, :] <= ms[:, None]) & k_ok[None, :] & m_ok[:, None]
-            cb = tl.load(cb_base + ms[:, None] * BLOCK_C + ks[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-            cum_k = tl.load(cums_ptr + row + ks, mask=k_ok, other=0.0)
-            dt_k = tl.load(steps_ptr + row + ks, mask=k_ok, other=0.0)
-            # masked before exp: above the diagonal cs_m - cs_k > 0 and could overflow
-            gap = tl.where(causal, cum_m[:, None] - cum_k[None, :], float("-inf"))
+            if PADDED_LOADS:
+                # C . B, cs and dt sit in tables padded to BLOCK_C, so every (m, k) here is in bounds:
+                # loaded without a mask (one on the contiguous k axis, from a length read at run
+                # time, splits a row into scalar loads). What lies past the chunk's tokens is never
+                # written and may be anything, and above the diagonal exp may overflow: the causal
+                # select after the product discards both.
+                cb = tl.load(cb_base + ms[:, None] * BLOCK_C + ks[None, :])
+                cum_k = tl.load(cums_ptr + row + ks)
+                dt_k = tl.load(steps_ptr + row + ks)
+                weights = tl.where(causal, cb * tl.exp(cum_m[:, None] - cum_k[None, :]) * dt_k[None, :], 0.0)
+            else:
+                cb = tl.load(cb_base + ms[:, None] * BLOCK_C + ks[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                             other=0.0)
+                cum_k = tl.load(cums_ptr + row + ks, mask=k_ok, other=0.0)
+                dt_k = tl.load(steps_ptr + row + ks, mask=k_ok, other=0.0)
+                # masked before exp: above the diagonal cs_m - cs_k > 0 and could overflow
+                gap = tl.where(causal, cum_m[:, None] - cum_k[None, :], float("-inf"))
+                weights = cb * tl.exp(gap) * dt_k[None, :]
             xk = tl.load(x_base + ks[:, None] * sx_t + ps[None, :] * sx_p, mask=k_ok[:, None] & p_ok[None, :],
                          other=0.0)
-            weights = _operand(cb * tl.exp(gap) * dt_k[None, :], x_ptr, F32_DOT)
-            acc += tl.dot(weights, _operand(xk, x_ptr, F32_DOT), input_precision="ieee")
+            acc += tl.dot(_operand(weights, x_ptr, F32_DOT), _operand(xk, x_ptr, F32_DOT), input_precision="ieee")
         out_mask = m_ok[:, None] & p_ok[None, :]
         xm = tl.load(x_base + ms[:, None] * sx_t + ps[None, :] * sx_p, mask=out_mask, other=0.0).to(tl.float32)
         if HAS_D:
