@@ -8,8 +8,9 @@ token, so a chunk never holds two sequences. With cs_t the running sum of dt * A
 2. ``_chunk_state_kernel``: the state a chunk leaves behind if it started from zero,
    sum_t exp(cs_last - cs_t) dt_t x_t B_t^T, one [P, N] GEMM over the chunk's tokens.
 3. ``_chunk_cb_kernel``: C_t . B_s within each chunk, once per chunk and *group* (the heads of a
-   group share B and C: Mamba-2 2.7B has one group for 80 heads), float32; tiles wholly above the
-   diagonal are zeros, not products.
+   group share B and C: Mamba-2 2.7B has one group for 80 heads), float32, into a table padded to
+   the chunk's power of two; tiles wholly above the diagonal or past the chunk's tokens are never
+   written (the output kernel reads the table whole and its causal select discards them).
 4. ``_state_passing_kernel``: per sequence, walks its chunks in order in float32: the state entering
    chunk k is exp(cs_last of k-1) * (state entering k-1) + (state of k-1); the first one is the
    sequence's initial state (or zero), and what leaves the last chunk is the sequence's final state.
@@ -125,7 +126,7 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
         out.stride(0), out.stride(1), d.stride(0), d.stride(-1) if d.dim() == 2 else 0,
         HAS_D=has_d, HAS_Z=has_z, BLOCK_M=block_m, BLOCK_P=block_po, BLOCK_K=block_k, BLOCK_N=block_kn,
         BLOCK_C=block_c, F32_DOT=f32_dot, ONE_N=dstate <= block_kn, HEADS_FIRST=HEADS_FIRST,
-        PADDED_LOADS=PADDED_LOADS, num_warps=out_warps, num_stages=out_stages)
+        num_warps=out_warps, num_stages=out_stages)
     return out, final
 
 
@@ -134,12 +135,6 @@ def ssd_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
 # and the output kernel's (rows, tokens per inner step, warps, pipeline stages).
 PASSING_BLOCK = 512
 OUTPUT_TILES = (64, 32, 4, 3)
-# The output kernel's inner loop reads C . B, cs and dt from their padded tables without masks (the
-# causal select after the product instead): mamba-ssm's kernel masks that axis by the chunk size, a
-# multiple of 16 Triton can see, where ours masks it by a length read at run time. Off until a GPU
-# sweep times it (``scan_tiles mamba_chunk_scan``): the output kernel is where the reference trails
-# mamba-ssm on long sequences (167.8 against 123.7 us at 4096 tokens on an H100, 2026-12-05).
-PADDED_LOADS = False
 # Grid order of the chunk-state and output kernels: with the heads on the grid's second axis,
 # programs that run together share a chunk, so its B, C and C . B are read from L2 by every head.
 HEADS_FIRST = True
@@ -242,7 +237,7 @@ if triton is not None:
         tiles = tl.cdiv(BLOCK_C, BLOCK)
         m0 = (tl.program_id(0) // tiles) * BLOCK
         k0 = (tl.program_id(0) % tiles) * BLOCK
-        if m0 >= length:  # past the chunk's tokens: never read
+        if m0 >= length:  # past the chunk's tokens: discarded by the output kernel's causal select
             return
         group = tl.program_id(2)
         groups = tl.num_programs(2)
@@ -251,8 +246,7 @@ if triton is not None:
         ks = k0 + tl.arange(0, BLOCK)
         m_ok, k_ok = ms < length, ks < length
         offs = (chunk * groups + group).to(tl.int64) * BLOCK_C * BLOCK_C + ms[:, None] * BLOCK_C + ks[None, :]
-        if k0 > m0:  # above the diagonal: zeros, so the output kernel's tiles load without a causal mask
-            tl.store(cb_ptr + offs, tl.zeros((BLOCK, BLOCK), dtype=tl.float32), mask=m_ok[:, None] & k_ok[None, :])
+        if k0 > m0:  # wholly above the diagonal: discarded by the output kernel's causal select
             return
         c_base = c_ptr + start * sc_t + group * sc_g
         b_base = b_ptr + start * sb_t + group * sb_g
@@ -306,7 +300,7 @@ if triton is not None:
                              HAS_D: tl.constexpr, HAS_Z: tl.constexpr, BLOCK_M: tl.constexpr,
                              BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
                              BLOCK_C: tl.constexpr, F32_DOT: tl.constexpr, ONE_N: tl.constexpr,
-                             HEADS_FIRST: tl.constexpr, PADDED_LOADS: tl.constexpr):
+                             HEADS_FIRST: tl.constexpr):
         chunk, head, heads = _chunk_and_head(HEADS_FIRST)
         length = tl.load(len_ptr + chunk)
         tiles_p = tl.cdiv(head_dim, BLOCK_P)
@@ -344,29 +338,23 @@ if triton is not None:
             acc += tl.dot(_operand(cm, x_ptr, F32_DOT), _operand(s, x_ptr, F32_DOT), input_precision="ieee")
         acc *= tl.exp(cum_m)[:, None]
         # the chunk's own tokens up to each row: (C_m . B_k) exp(cs_m - cs_k) dt_k x_k, k <= m, C . B read
-        # from the group's table (finite everywhere: the causal mask below zeroes what lies above)
+        # from the group's table
         for k0 in range(0, tl.minimum(m0 + BLOCK_M, length), BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < length
             causal = (ks[None, :] <= ms[:, None]) & k_ok[None, :] & m_ok[:, None]
-            if PADDED_LOADS:
-                # C . B, cs and dt sit in tables padded to BLOCK_C, so every (m, k) here is in bounds:
-                # loaded without a mask (one on the contiguous k axis, from a length read at run
-                # time, splits a row into scalar loads). What lies past the chunk's tokens is never
-                # written and may be anything, and above the diagonal exp may overflow: the causal
-                # select after the product discards both.
-                cb = tl.load(cb_base + ms[:, None] * BLOCK_C + ks[None, :])
-                cum_k = tl.load(cums_ptr + row + ks)
-                dt_k = tl.load(steps_ptr + row + ks)
-                weights = tl.where(causal, cb * tl.exp(cum_m[:, None] - cum_k[None, :]) * dt_k[None, :], 0.0)
-            else:
-                cb = tl.load(cb_base + ms[:, None] * BLOCK_C + ks[None, :], mask=m_ok[:, None] & k_ok[None, :],
-                             other=0.0)
-                cum_k = tl.load(cums_ptr + row + ks, mask=k_ok, other=0.0)
-                dt_k = tl.load(steps_ptr + row + ks, mask=k_ok, other=0.0)
-                # masked before exp: above the diagonal cs_m - cs_k > 0 and could overflow
-                gap = tl.where(causal, cum_m[:, None] - cum_k[None, :], float("-inf"))
-                weights = cb * tl.exp(gap) * dt_k[None, :]
+            # C . B, cs and dt sit in tables padded to BLOCK_C, so every (m, k) here is in bounds: loaded
+            # without a mask (one on the contiguous k axis, from a length read at run time, split each
+            # row into scalar loads: this kernel took 1263.8 us on 32768 tokens with it and 877.5
+            # without, on an H100 on 2026-12-07). C . B past the chunk's tokens and above the diagonal
+            # is never written and may be anything (NaN, inf): the causal select takes 0 there before
+            # any product, and exp(0) where cs_m - cs_k > 0 could overflow (on the CPU, NumPy warns of
+            # an overflow or an inf * 0 even in lanes a select discards).
+            cb = tl.where(causal, tl.load(cb_base + ms[:, None] * BLOCK_C + ks[None, :]), 0.0)
+            cum_k = tl.load(cums_ptr + row + ks)
+            dt_k = tl.load(steps_ptr + row + ks)
+            decay = tl.exp(tl.where(causal, cum_m[:, None] - cum_k[None, :], 0.0))
+            weights = cb * decay * dt_k[None, :]
             xk = tl.load(x_base + ks[:, None] * sx_t + ps[None, :] * sx_p, mask=k_ok[:, None] & p_ok[None, :],
                          other=0.0)
             acc += tl.dot(_operand(weights, x_ptr, F32_DOT), _operand(xk, x_ptr, F32_DOT), input_precision="ieee")
