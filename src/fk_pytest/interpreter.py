@@ -13,10 +13,10 @@ for 108 launches in ``tests/test_fused_decode.py``'s default case, under cProfil
 sees (``triton.language`` or ``triton.language.core``, as its module names them) are already patched
 in the launch it runs in, by the launch itself or by an earlier nested call (whose patch Triton never
 restores); a function that sees another one (or none: the interpreter's own error for that stays) is
-patched as before. The patched state, and
-so every result, is the one Triton's interpreter would have; only the redundant scans go. It is
-installed only where the interpreter runs (the plugin on the CPU, the CPU workers) and only when
-the interpreter has the structure described here; otherwise it changes nothing.
+patched as before. The patched state, and so every result, is the one Triton's interpreter would
+have; only the redundant scans go. It is installed only where the interpreter runs (the plugin on
+the CPU, its CPU workers and tensor-parallel ranks) and only when the interpreter has the structure
+described here; otherwise it changes nothing.
 """
 from __future__ import annotations
 
