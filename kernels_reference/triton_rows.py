@@ -153,8 +153,10 @@ _RESIDENT: dict = {}
 
 
 def cached_resident_programs(key: tuple, compile_kernel, device: torch.device) -> Optional[int]:
-    """``resident_programs_per_sm`` once per ``key`` (an owner's name first, then what selects the
-    compiled kernel); without ``compile_kernel`` only what an earlier call found (None if nothing)."""
+    """``resident_programs_per_sm`` once per ``device`` and ``key`` (an owner's name first, then what
+    selects the compiled kernel); without ``compile_kernel`` only what an earlier call found (None if
+    nothing)."""
+    key = (str(device), *key)  # one GPU's footprint says nothing of another kind's
     resident = _RESIDENT.get(key)
     if resident is None and compile_kernel is not None:  # compile once, read the footprint
         resident = _RESIDENT[key] = resident_programs_per_sm(compile_kernel, device)

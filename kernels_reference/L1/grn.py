@@ -243,8 +243,7 @@ def reduction_residency(x: torch.Tensor, block_r: int, block_c: int, warps: int)
     compile_kernel = lambda: _grn_sumsq_kernel.warmup(  # noqa: E731
         x, partial, x.shape[1] * x.shape[2], x.shape[-1], 2, 32, 0, BLOCK_R=block_r, BLOCK_C=block_c,
         num_warps=warps, grid=(1,))
-    return cached_resident_programs(("grn_reduce", x.device, x.dtype, block_r, block_c, warps), compile_kernel,
-                                    x.device)
+    return cached_resident_programs(("grn_reduce", x.dtype, block_r, block_c, warps), compile_kernel, x.device)
 
 
 def interpreter_tiles(x: torch.Tensor) -> Tiles:

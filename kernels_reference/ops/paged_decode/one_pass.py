@@ -64,7 +64,7 @@ def one_pass_plan(query: torch.Tensor, key_cache: torch.Tensor, block_tables: to
     _, block_size, num_kv_heads, _ = key_cache.shape
     resident = None
     if query.is_cuda and num_seqs * num_kv_heads < sm_count(query.device):
-        key = ("paged_decode_one_pass", query.device, query.dtype, key_cache.dtype, query.shape[1] // num_kv_heads,
+        key = ("paged_decode_one_pass", query.dtype, key_cache.dtype, query.shape[1] // num_kv_heads,
                head_dim, block_size, config)
         resident = cached_resident_programs(key, compile_split_kernel, query.device)
     splits = decode_num_splits(num_seqs, num_kv_heads, block_tables.shape[1], sm_count(query.device), config,

@@ -7,14 +7,8 @@ from torch import nn
 
 
 @triton.jit
-def _rope_tile(pos_ptr, src, dst, freq_ptr, tok0, head0, n_tokens, n_heads, src_stride, head_size, half,
-               NEOX: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr, HALF: tl.constexpr,
-               REST: tl.constexpr, PASS: tl.constexpr):
-    # One [TOKENS, HEADS, HALF] tile: the angles are per (token, frequency), broadcast over heads.
-    tok = tok0 + tl.arange(0, TOKENS)
-    head = head0 + tl.arange(0, HEADS)
-    pair = tl.arange(0, HALF)
-    tok_ok = tok < n_tokens
+def _cos_sin(pos_ptr, freq_ptr, tok, tok_ok, pair, half):
+    # cos and sin of each (token, frequency) angle, shaped [TOKENS, 1, HALF] to broadcast over heads.
     pos = tl.load(pos_ptr + tok, mask=tok_ok, other=0).to(tl.float32)
     freq = tl.load(freq_ptr + pair, mask=pair < half, other=0.0)
     angle = pos[:, None] * freq[None, :]  # float32, as production computes it
@@ -23,9 +17,19 @@ def _rope_tile(pos_ptr, src, dst, freq_ptr, tok0, head0, n_tokens, n_heads, src_
     # argument, whatever precision the backend's cos/sin keep far from zero.
     turns = tl.floor(angle * 0.15915494309189535 + 0.5)
     angle = (angle - turns * 6.28125) - turns * 0.0019353071795864769
-    c = tl.cos(angle)[:, None, :]
-    s = tl.sin(angle)[:, None, :]
+    return tl.cos(angle)[:, None, :], tl.sin(angle)[:, None, :]
 
+
+@triton.jit
+def _rope_tile(pos_ptr, src, dst, freq_ptr, tok0, head0, n_tokens, n_heads, src_stride, head_size, half,
+               NEOX: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr, HALF: tl.constexpr,
+               REST: tl.constexpr, PASS: tl.constexpr):
+    # One [TOKENS, HEADS, HALF] tile: the angles are per (token, frequency), broadcast over heads.
+    tok = tok0 + tl.arange(0, TOKENS)
+    head = head0 + tl.arange(0, HEADS)
+    pair = tl.arange(0, HALF)
+    tok_ok = tok < n_tokens
+    c, s = _cos_sin(pos_ptr, freq_ptr, tok, tok_ok, pair, half)
     t64 = tok.to(tl.int64)[:, None, None]
     h3 = head[None, :, None]
     src_head = src + t64 * src_stride + h3 * head_size
@@ -85,14 +89,7 @@ def _rope_one_tile(pos_ptr, q_src, q_dst, k_src, k_dst, freq_ptr, n_tokens, nq, 
     head = tl.arange(0, HEADS)
     pair = tl.arange(0, HALF)
     tok_ok = tok < n_tokens
-    pos = tl.load(pos_ptr + tok, mask=tok_ok, other=0).to(tl.float32)
-    freq = tl.load(freq_ptr + pair, mask=pair < half, other=0.0)
-    angle = pos[:, None] * freq[None, :]
-    turns = tl.floor(angle * 0.15915494309189535 + 0.5)  # the same reduction as _rope_tile's
-    angle = (angle - turns * 6.28125) - turns * 0.0019353071795864769
-    c = tl.cos(angle)[:, None, :]
-    s = tl.sin(angle)[:, None, :]
-
+    c, s = _cos_sin(pos_ptr, freq_ptr, tok, tok_ok, pair, half)
     t64 = tok.to(tl.int64)[:, None, None]
     h3 = head[None, :, None]
     is_q = h3 < nq
