@@ -495,3 +495,39 @@ def test_calibration_copies_share_the_reference_weights_and_a_candidate_copy_doe
 
     candidate, _ = compose_candidate(reference, candidate_lookup(CandidateSource(ROOT / "kernels_reference")))
     assert not any(p.data_ptr() in ptrs.values() for p in candidate.parameters())
+
+
+def test_the_rounding_noise_run_moves_each_kernel_output_by_at_most_one_unit_and_nothing_else():
+    """with_rounding: the leaf kernels' floating outputs of a bf16 model land at most one unit in
+    the last place away (about three in ten of them), integer outputs (expert ids) and the
+    reference itself stay as they were, the weights are shared, the draws repeat per seed, and a
+    module holding kernels (a decoder layer) is not rounded again on top of them."""
+    import torch
+    from fk_pytest.build import with_rounding
+    from kernels_reference.L1.rms_norm import RMSNorm
+    from kernels_reference.L1.topk_softmax import TopKSoftmax
+    from tasks.e2e import E2E as SPEC
+
+    holder = torch.nn.ModuleDict({"norm": RMSNorm(256), "topk": TopKSoftmax(2)}).to(torch.bfloat16)
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    gates = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
+    want, (w_want, ids_want) = holder["norm"](x), holder["topk"](gates)
+    twin = with_rounding(holder, seed=3, share_parameters=True)
+    got, (w_got, ids_got) = twin["norm"](x), twin["topk"](gates)
+    assert torch.equal(ids_got, ids_want)
+    moved = got != want
+    assert 0.15 < moved.float().mean() < 0.5
+    assert ((got.float() - want.float()).abs() <= want.float().abs() * torch.finfo(torch.bfloat16).eps).all()
+    assert not torch.equal(w_got, w_want) and torch.allclose(w_got, w_want, rtol=2 ** -23, atol=0)
+    assert torch.equal(holder["norm"](x), want)  # the reference untouched
+    assert twin["norm"].weight.data_ptr() == holder["norm"].weight.data_ptr()
+    assert torch.equal(with_rounding(holder, seed=3)["norm"](x), got)
+    assert not torch.equal(with_rounding(holder, seed=4)["norm"](x), got)
+
+    case = next(c for c in SPEC.cases("cpu") if c["model"] == "mixtral-8x7b")
+    rounded = with_rounding(SPEC.build_reference(case, "cpu"), share_parameters=True)
+    wrapped = {type(m).__name__ for m in rounded.modules() if "forward" in vars(m)}
+    assert {"RMSNorm", "Attention", "TopKSoftmax"} <= wrapped
+    assert not wrapped & {"LlamaDecoderLayer", "MixtralDecoderLayer", "MixtralForCausalLM", "LlamaAttention"}
+    assert SPEC.rounding_noise(case) and not SPEC.rounding_noise(
+        next(c for c in SPEC.cases("cpu") if c["model"] == "smollm2-135m"))

@@ -18,7 +18,10 @@ candidate model is candidate code):
 3. **Noise runs.** The reference again, on both paths, under changes that move numerics but not
    semantics: the scenario's own engine settings, a re-batched engine (other request order and
    token budget), and on CUDA the reference's plain-PyTorch definition (a second correct
-   implementation). A candidate that ran interpreted Triton kernels on the CPU adds the
+   implementation), and where the spec asks for it (:meth:`E2ESpec.rounding_noise`) the reference
+   with every kernel's outputs rounded anew (:func:`fk_pytest.build.with_rounding`): a whole tree
+   differs from the reference in every kernel at once, and on a random-weight MoE model that
+   flipped more near-tied routes than the other runs did. A candidate that ran interpreted Triton kernels on the CPU adds the
    reference's own interpreted Triton path for its case.
 4. **Stable positions.** A position some noise run flips is a near-tie of the reference's own
    logits: a flip there tells nothing about a kernel (with every position counted, the H200's bf16
@@ -283,6 +286,12 @@ class E2ESpec:
     def rebatched_engine_args(self, case) -> dict:
         """The same engine with another token budget / batch size (the noise run)."""
         raise NotImplementedError
+
+    def rounding_noise(self, case) -> bool:
+        """Whether the case's calibration on CUDA adds the noise run with every kernel's outputs
+        rounded anew (:func:`fk_pytest.build.with_rounding`). It widens the floor: meant for cases
+        whose near-tied logits or routes amplify rounding that an honest tree's kernels all add."""
+        return False
 
     def mutants(self, case=None) -> Dict[str, "Mutant"]:
         """Built-in bugs that apply to ``case``: name -> :class:`Mutant` (or a bare {reference class:
