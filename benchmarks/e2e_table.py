@@ -39,6 +39,7 @@ def rows(report: dict):
         tokens = f"{c['compared_tokens']}/{c['output_tokens']}" if c.get("compared_tokens") else str(c["output_tokens"])
         yield ([c["case_id"], c["status"], tokens]
                + [" / ".join(_num(paths[p][k]) for p in PATHS) for k in ("d", "g", "allowance")]
+               + [" / ".join(paths[p].get("g_run", "-").split("/")[0] for p in PATHS)]
                + [f"{c['credit']:.2f}"] + cells
                + [f"{sum(m['caught'] for m in ran)}/{len(ran)} {_num(c['min_mutant_margin'], '+.2f')}",
                   _num(c.get("speedup_throughput")), _num(c.get("speedup_latency")),
@@ -49,7 +50,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+")
     args = parser.parse_args(argv)
-    head = (["e2e case", "status", "tokens stable/all", "d pre / dec", "g pre / dec", "allowance pre / dec", "credit"]
+    head = (["e2e case", "status", "tokens stable/all", "d pre / dec", "g pre / dec", "allowance pre / dec",
+             "g set by (pre / dec)", "credit"]
             + list(SHORT.values()) + ["mutants caught, margin", "thr x", "lat x", "decode-forced steps"])
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
