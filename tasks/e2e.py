@@ -286,7 +286,10 @@ class LlmE2E(E2ESpec):
         0.06-0.11 against g = 0.015-0.027 (docs/perf/h200-e2e-decode.md); its dense classes alone
         gave the same d, inside Llama-3.1-8B 0.01-0.03. Not the trained model, whose graded
         mutants need its tight floor (honest trees flipped none of its stable tokens on the
-        H200), nor the dense or state models, on which both trees passed without it."""
+        H200), nor the dense or state models, on which both trees passed without it. With it
+        (H100, 2026-12-07, docs/perf/h100-2026-12-07f.md) the example tree passed Mixtral at d =
+        0.03-0.07 against g = 0.08-0.11, and every mutant of Mixtral's and DeepSeek-V2-Lite's
+        cases was still caught."""
         return case.params["weights"] == "random" and case.params["model"] in MOE_MODELS
 
     def rebatched_engine_args(self, case) -> dict:
