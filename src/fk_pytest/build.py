@@ -131,11 +131,12 @@ def with_paths(model: torch.nn.Module, method: str, classes: Optional[Sequence[s
 
 def with_rounding(model: torch.nn.Module, seed: int = 0, share_parameters: bool = False,
                   package: str = "kernels_reference") -> torch.nn.Module:
-    """A copy of the reference in which every module of ``package`` (each class a candidate tree
-    could replace; the root excluded) rounds its floating-point outputs as another honest
-    implementation might: each value moved by a uniform random fraction of up to half its dtype's
-    epsilon (relative) before it is rounded back to that dtype, so about a quarter to a half of
-    the values land one unit in the last place away.
+    """A copy of the reference in which every leaf kernel (a module of ``package``, a class a
+    candidate tree could replace, with its own forward and no such module inside it; the root
+    excluded) rounds its floating-point outputs as another honest implementation might: each
+    value moved by a uniform random fraction of up to half its dtype's epsilon (relative) before
+    it is rounded back to that dtype, so about three values in ten land one unit in the last place
+    away. Leaves only: a layer's output is its kernels' output, rounded once, as in a real tree.
 
     Another tree differs from the reference in every kernel at once, each within rounding; the
     other noise runs (re-batching, the plain-PyTorch definition) move a few kernels' rounding,

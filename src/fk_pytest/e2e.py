@@ -21,8 +21,8 @@ candidate model is candidate code):
    implementation), and where the spec asks for it (:meth:`E2ESpec.rounding_noise`) the reference
    with every kernel's outputs rounded anew (:func:`fk_pytest.build.with_rounding`): a whole tree
    differs from the reference in every kernel at once, and on a random-weight MoE model that
-   flipped more near-tied routes than the other runs did. A candidate that ran interpreted Triton kernels on the CPU adds the
-   reference's own interpreted Triton path for its case.
+   flipped more near-tied routes than the other runs did. A candidate that ran interpreted Triton
+   kernels on the CPU adds the reference's own interpreted Triton path for its case.
 4. **Stable positions.** A position some noise run flips is a near-tie of the reference's own
    logits: a flip there tells nothing about a kernel (with every position counted, the H200's bf16
    floors were 0.03-0.18 on 2026-12-02, docs/perf/h200-e2e-decode.md). Every run is scored on the positions all noise runs of its scenario
