@@ -333,14 +333,18 @@ def test_kernel_and_e2e_macroevals_side_by_side(mixtral_run):
 
 
 # ---- the calibration kept on disk -----------------------------------------------------------------
-def _mixtral_cut():
+def _mixtral_cut(rounding: bool = False):
     """The Mixtral CPU cut with one built-in mutant: the cache stores mutants like noise runs, and
-    one stands for all (the seven cost four of the test's five calibrations' time)."""
+    one stands for all (the seven cost four of the test's five calibrations' time); ``rounding``:
+    with the rounded noise run, which the CPU profile leaves out."""
     from tasks.e2e import LlmE2E
 
     class OneMutant(LlmE2E):
         def mutants(self, case=None):
             return dict(list(super().mutants(case).items())[:1])
+
+        def rounding_noise(self, case) -> bool:
+            return rounding
     spec = OneMutant()
     return spec, next(c for c in spec.cases("cpu") if c["model"] == "mixtral-8x7b")
 
@@ -529,8 +533,20 @@ def test_the_rounding_noise_run_moves_each_kernel_output_by_at_most_one_unit_and
     wrapped = {type(m).__name__ for m in rounded.modules() if "forward" in vars(m)}
     assert {"RMSNorm", "Attention", "TopKSoftmax"} <= wrapped
     assert not wrapped & {"LlamaDecoderLayer", "MixtralDecoderLayer", "MixtralForCausalLM", "LlamaAttention"}
-    assert SPEC.rounding_noise(case) and not SPEC.rounding_noise(
-        next(c for c in SPEC.cases("cpu") if c["model"] == "smollm2-135m"))
+    full = {c["model"]: SPEC.rounding_noise(c) for c in SPEC.cases("full")}
+    assert full["mixtral-8x7b"] and full["deepseek-v2-lite"] and not full["smollm2-135m"]
+    assert not full["llama-3.1-8b"] and not SPEC.rounding_noise(case)  # the CPU cuts run float32
+
+
+def test_the_rounded_noise_run_joins_the_calibration_where_the_spec_asks_for_it():
+    """The wiring, on the CPU: Mixtral's cut with the rounded run asked for scores it on both
+    paths beside the other noise runs, and the reference tree keeps full credit and its mutant."""
+    spec, case = _mixtral_cut(rounding=True)
+    r = run_e2e(spec, case, "cpu", candidate_lookup(CandidateSource(ROOT / "kernels_reference")), True,
+                cache=CalibrationCache())
+    assert {k.split("/", 1)[1] for k in r.noise if "reference-rounded" in k} == {
+        "reference-rounded/" + p for p in PATHS}, sorted(r.noise)
+    assert r.status == status.PASSED and r.credit == 1.0 and all(m.caught for m in r.mutants.values()), r.message
 
 
 def test_deepseeks_expert_id_bug_is_held_to_the_graded_standard_and_mixtrals_to_the_gross_one():

@@ -288,7 +288,7 @@ class E2ESpec:
         raise NotImplementedError
 
     def rounding_noise(self, case) -> bool:
-        """Whether the case's calibration on CUDA adds the noise run with every kernel's outputs
+        """Whether the case's calibration adds the noise run with every kernel's outputs
         rounded anew (:func:`fk_pytest.build.with_rounding`). It widens the floor: meant for cases
         whose near-tied logits or routes amplify rounding that an honest tree's kernels all add."""
         return False

@@ -228,8 +228,8 @@ def memory_note(device: torch.device) -> str:
 def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.device,
               progress: Progress) -> Dict[str, ScenarioRun]:
     """For each scenario of ``case``'s model: the reference's greedy targets, its noise runs
-    (re-scored as-is, re-batched, and on CUDA its plain-PyTorch definition and, where the spec
-    asks, every kernel's outputs rounded anew) and each built-in
+    (re-scored as-is, re-batched, on CUDA its plain-PyTorch definition, and where the spec asks
+    every kernel's outputs rounded anew) and each built-in
     mutant's discrepancy. Nothing here depends on the candidate."""
     scenarios = {}
     for sc in spec.model_cases(case):
@@ -251,7 +251,7 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
             run.expected = [list(map(int, e)) for e in engine.score_decode(run.sequences, run.prompt_lens)]
         progress(f"{sc.id}: noise runs on both paths (same engine, re-batched"
                  f"{', plain PyTorch' if device.type == 'cuda' else ''}"
-                 f"{', rounded anew' if device.type == 'cuda' and spec.rounding_noise(sc) else ''}){memory_note(device)}")
+                 f"{', rounded anew' if spec.rounding_noise(sc) else ''}){memory_note(device)}")
         # Prefill-forced only: decode-forced on this engine is what ``expected`` is (d = 0 by
         # construction; for greedy output the engine's tests check that it replays generate).
         run.noise["teacher-forced/" + PREFILL] = forced(engine, run, PREFILL)
@@ -269,12 +269,12 @@ def calibrate(spec: E2ESpec, case, reference: torch.nn.Module, device: torch.dev
                                         "reference-native/"))
             del native
             release_memory()
-            if spec.rounding_noise(sc):  # every kernel's outputs rounded anew (see with_rounding)
-                rounded = with_rounding(reference, seed=len(run.sequences), share_parameters=True)
-                run.noise.update(both_paths(_engine(rounded, reference, dict(args, cuda_graphs=False)), run,
-                                            "reference-rounded/"))
-                del rounded
-                release_memory()
+        if spec.rounding_noise(sc):  # every kernel's outputs rounded anew (see with_rounding)
+            rounded = with_rounding(reference, seed=len(run.sequences), share_parameters=True)
+            run.noise.update(both_paths(_engine(rounded, reference, dict(args, cuda_graphs=False)), run,
+                                        "reference-rounded/"))
+            del rounded
+            release_memory()
         for name, entry in spec.mutants(sc).items():
             mutant_spec = as_mutant(entry)
             progress(f"{sc.id}: built-in mutant {name} ({mutant_spec.kind}{memory_note(device)})")
