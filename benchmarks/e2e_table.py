@@ -1,10 +1,14 @@
 """The end-to-end table of FastKernels reports as markdown: per case both scoring paths' d, g and
 allowance, the credit, each built-in mutant's d, caught/run with the smallest margin, the speedups
-and the decode-forced run's engine steps.
+and the decode-forced run's engine steps. With ``--noise``: per model, each kind of noise run's
+flip rate (its flipped over its compared tokens, pooled over the model's scenarios, each run scored
+on the positions the other runs keep), the statistic ``g`` is the largest of.
 
     python3 -m benchmarks e2e_table docs/perf/h200-e2e-decode/continuations/*.json
+    python3 -m benchmarks e2e_table --noise docs/perf/h100-2026-12-07f/e2e-example-mixtral-deepseek.json
 """
 import argparse
+import collections
 import json
 import sys
 
@@ -46,10 +50,44 @@ def rows(report: dict):
                   ", ".join(f"{k} {n}" for k, n in sorted(steps.items()))])
 
 
+def noise_rates(report: dict) -> dict:
+    """model -> {"run/path": (flipped, compared)}, from the first case of each model that carries
+    its pooled noise runs (every case of a model holds the same ones)."""
+    out = {}
+    for c in report["e2e"]["cases"]:
+        if c.get("model") in out or not c.get("noise"):
+            continue
+        pooled = collections.defaultdict(lambda: [0, 0])
+        for key, per_request in c["noise"].items():
+            run = key.split("/", 1)[1]  # "scenario/run/path" -> "run/path"
+            for d, n in zip(per_request, c["noise_compared"][key]):
+                pooled[run][0] += round(d * n)
+                pooled[run][1] += n
+        out[c["model"]] = {run: tuple(v) for run, v in sorted(pooled.items())}
+    return out
+
+
+def print_noise(reports) -> None:
+    print("| model | noise run | flipped / compared | rate |")
+    print("|---|---|---|---|")
+    for report in reports:
+        for model, runs in noise_rates(report).items():
+            for run, (flipped, compared) in runs.items():
+                print(f"| {model} | {run} | {flipped} / {compared} | {flipped / compared if compared else 0:.3f} |")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+")
+    parser.add_argument("--noise", action="store_true", help="each kind of noise run's pooled flip rate per model")
     args = parser.parse_args(argv)
+    if args.noise:
+        reports = []
+        for path in args.reports:
+            with open(path) as f:
+                reports.append(json.load(f))
+        print_noise(reports)
+        return 0
     head = (["e2e case", "status", "tokens stable/all", "d pre / dec", "g pre / dec", "allowance pre / dec",
              "g set by (pre / dec)", "credit"]
             + list(SHORT.values()) + ["mutants caught, margin", "thr x", "lat x", "decode-forced steps"])
