@@ -330,6 +330,8 @@ def test_kernel_and_e2e_macroevals_side_by_side(mixtral_run):
     assert data["schema_version"] >= "1.4"
     page = paths["html"].read_text()
     assert "end-to-end MacroEval" in page and "mixtral-8x7b-chat" in page and "rope-ignores-positions" in page
+    setters = "/".join(case["paths"][p]["g_run"].split("/")[0] for p in case["paths"])
+    assert f"<small>{setters}</small>" in page  # which noise run set each path's floor
 
 
 # ---- the calibration kept on disk -----------------------------------------------------------------

@@ -180,6 +180,13 @@ def _tokens_cell(c: dict) -> str:
     return (f"{c['compared_tokens']}/{c['output_tokens']}" if c.get("compared_tokens") else str(c["output_tokens"])) + unit
 
 
+def _floor_setters(c: dict) -> str:
+    """Which noise run set each path's floor ("rebatched", "reference-rounded", ...), "/"-separated
+    like :func:`_by_path`; empty where the report does not say."""
+    runs = [(p.get("g_run") or "").split("/")[0] for p in (c.get("paths") or {}).values()]
+    return "/".join(r or "-" for r in runs) if any(runs) else ""
+
+
 def _by_path(c: dict, key: str) -> str:
     """One field per scoring path, "/"-separated in the case's own order: prefill/decode for a
     decoder, cosine/centred-cosine/rank for an embedding model (older reports have the deciding path's
@@ -284,7 +291,8 @@ def write_html(report: dict, path: str | Path) -> None:
     e2e = report.get("e2e") or {"cases": [], "macro": None}
     e2e_rows = "".join(
         f"<tr class='{esc(c['status'].lower())}'><td>{esc(c['case_id'])}</td><td>{esc(c['status'])}</td>"
-        f"<td>{_by_path(c, 'd')}</td><td>{_by_path(c, 'g')}</td><td>{c['credit']:.2f}</td>"
+        f"<td>{_by_path(c, 'd')}</td><td>{_by_path(c, 'g')}<br><small>{esc(_floor_setters(c))}</small></td>"
+        f"<td>{c['credit']:.2f}</td>"
         f"<td>{esc(_mutant_details(c))}</td>"
         f"<td>{esc(_speed_cell(c, 'speedup_throughput'))}</td><td>{esc(_speed_cell(c, 'speedup_latency'))}</td>"
         f"<td>{esc(_speed_cell(c, 'speedup_blended'))}</td><td>{esc(c['message'][:400])}</td></tr>"
@@ -300,7 +308,7 @@ def write_html(report: dict, path: str | Path) -> None:
 <th>C_t</th><th>S_t</th><th>message</th></tr>{rows}</table>
 <h2>Speed</h2><table><tr><th>task</th><th>case</th><th>candidate us</th><th>reference us</th>
 <th>speedup</th><th>TB/s</th><th>roofline</th><th>mode</th></tr>{speed_rows}</table>
-<h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d by path (prefill/decode or cosine/centred/rank)</th><th>g by path</th><th>credit</th><th>built-in mutants (d, credit)</th>
+<h2>End to end</h2><table><tr><th>case</th><th>status</th><th>d by path (prefill/decode or cosine/centred/rank)</th><th>g by path (and the noise run that set it)</th><th>credit</th><th>built-in mutants (d, credit)</th>
 <th>throughput x</th><th>latency x</th><th>S</th><th>message</th></tr>{e2e_rows}</table>""", _VERDICT_CSS)
     Path(path).write_text(page)
 
