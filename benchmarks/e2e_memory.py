@@ -2,7 +2,8 @@
 
 On an H100 on 2026-12-07 the progress lines of Mixtral's 8-layer cut read 44.2 GiB in use before
 the first engine existed, and DeepSeek-V2-Lite's 14-layer cut 30.3 GiB: twice their bf16 weights
-(22.1 and 15.1 GiB). The same build on the CPU holds the weights once. This prints
+(22.1 and 15.1 GiB), the reference's and the composed candidate's (``run_e2e`` composes the
+candidate before it calibrates). To tell that from anything the build itself keeps, this prints
 ``torch.cuda.memory_allocated`` after each step of ``tasks.e2e.E2E.build_reference`` (the module
 built, weights drawn, attention shaped, cast to the serving dtype), the parameters' own bytes,
 and the largest live blocks of the allocator's snapshot with where they were allocated.
