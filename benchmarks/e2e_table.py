@@ -8,11 +8,11 @@ on the positions the other runs keep), the statistic ``g`` is the largest of.
     python3 -m benchmarks e2e_table --noise docs/perf/h100-2026-12-07f/e2e-example-mixtral-deepseek.json
 """
 import argparse
-import collections
 import json
 import sys
 
-from fk_pytest.e2e import PATHS
+from fk_pytest.e2e import PATHS, Tally, pooled_noise
+from fk_pytest.report import floor_setters
 SHORT = {"rope-ignores-positions": "rope", "rms-norm-old-residual": "res", "silu-and-mul-halves-swapped": "silu",
          "topk-expert-off-by-one": "topk", "rms-norm-eps-1000x": "eps", "attention-scale-10pct-low": "scale",
          "kv-store-decode-slot-off-by-one": "slot", "paged-decode-one-token-short": "short",
@@ -43,7 +43,7 @@ def rows(report: dict):
         tokens = f"{c['compared_tokens']}/{c['output_tokens']}" if c.get("compared_tokens") else str(c["output_tokens"])
         yield ([c["case_id"], c["status"], tokens]
                + [" / ".join(_num(paths[p][k]) for p in PATHS) for k in ("d", "g", "allowance")]
-               + [" / ".join(paths[p].get("g_run", "-").split("/")[0] for p in PATHS)]
+               + [floor_setters(c, " / ") or "-"]
                + [f"{c['credit']:.2f}"] + cells
                + [f"{sum(m['caught'] for m in ran)}/{len(ran)} {_num(c['min_mutant_margin'], '+.2f')}",
                   _num(c.get("speedup_throughput")), _num(c.get("speedup_latency")),
@@ -51,19 +51,18 @@ def rows(report: dict):
 
 
 def noise_rates(report: dict) -> dict:
-    """model -> {"run/path": (flipped, compared)}, from the first case of each model that carries
-    its pooled noise runs (every case of a model holds the same ones)."""
+    """model -> {"run/path": Tally pooled over its scenarios (fk_pytest.e2e.pooled_noise)}, from the
+    first case of each model that carries its noise runs (every case of a model holds the same)."""
     out = {}
     for c in report["e2e"]["cases"]:
         if c.get("model") in out or not c.get("noise"):
             continue
-        pooled = collections.defaultdict(lambda: [0, 0])
+        tallies = {}
         for key, per_request in c["noise"].items():
-            run = key.split("/", 1)[1]  # "scenario/run/path" -> "run/path"
-            for d, n in zip(per_request, c["noise_compared"][key]):
-                pooled[run][0] += round(d * n)
-                pooled[run][1] += n
-        out[c["model"]] = {run: tuple(v) for run, v in sorted(pooled.items())}
+            compared = c["noise_compared"][key]
+            flipped = [round(d * n) for d, n in zip(per_request, compared)]
+            tallies[key] = Tally(sum(flipped), sum(compared), list(per_request), list(compared))
+        out[c["model"]] = dict(sorted(pooled_noise(tallies).items()))
     return out
 
 
@@ -72,8 +71,8 @@ def print_noise(reports) -> None:
     print("|---|---|---|---|")
     for report in reports:
         for model, runs in noise_rates(report).items():
-            for run, (flipped, compared) in runs.items():
-                print(f"| {model} | {run} | {flipped} / {compared} | {flipped / compared if compared else 0:.3f} |")
+            for run, t in runs.items():
+                print(f"| {model} | {run} | {t.flipped} / {t.compared} | {t.d:.3f} |")
 
 
 def main(argv=None) -> int:

@@ -204,16 +204,22 @@ def noise_tallies(scenarios: Dict[str, Tuple[Predictions, Dict[str, Predictions]
     return out
 
 
-def noise_floor(tallies: Dict[str, Tally], path: Optional[str] = None) -> Tuple[float, str]:
-    """``g`` and the run that sets it: per kind of noise run ("run/path", pooled over the model's
-    scenarios: one flip rate from all their tokens), the largest flip rate. A per-scenario or
-    per-request maximum would set the floor by the shortest sample's luck."""
+def pooled_noise(tallies: Dict[str, Tally], path: Optional[str] = None) -> Dict[str, Tally]:
+    """Per kind of noise run ("run/path", of ``path`` only if given), its tallies pooled over the
+    model's scenarios: one flip rate from all their tokens. Kinds with nothing compared are left out."""
     pooled: Dict[str, Tally] = {}
     for key, t in tallies.items():
         run = key.split("/", 1)[1] if "/" in key else key
         if path is None or run.endswith("/" + path):
             pooled[run] = pooled.get(run, Tally()) + t
-    pooled = {k: t for k, t in pooled.items() if t.compared}
+    return {k: t for k, t in pooled.items() if t.compared}
+
+
+def noise_floor(tallies: Dict[str, Tally], path: Optional[str] = None) -> Tuple[float, str]:
+    """``g`` and the run that sets it: per kind of noise run (:func:`pooled_noise`), the largest
+    flip rate. A per-scenario or per-request maximum would set the floor by the shortest sample's
+    luck."""
+    pooled = pooled_noise(tallies, path)
     if not pooled:
         raise ValueError("no noise run to set a floor from")
     run = max(pooled, key=lambda k: pooled[k].d)

@@ -180,11 +180,11 @@ def _tokens_cell(c: dict) -> str:
     return (f"{c['compared_tokens']}/{c['output_tokens']}" if c.get("compared_tokens") else str(c["output_tokens"])) + unit
 
 
-def _floor_setters(c: dict) -> str:
-    """Which noise run set each path's floor ("rebatched", "reference-rounded", ...), "/"-separated
-    like :func:`_by_path`; empty where the report does not say."""
+def floor_setters(c: dict, sep: str = "/") -> str:
+    """Which noise run set each path's floor ("rebatched", "reference-rounded", ...), one per path
+    in the case's own order like :func:`_by_path`; empty where the report does not say."""
     runs = [(p.get("g_run") or "").split("/")[0] for p in (c.get("paths") or {}).values()]
-    return "/".join(r or "-" for r in runs) if any(runs) else ""
+    return sep.join(r or "-" for r in runs) if any(runs) else ""
 
 
 def _by_path(c: dict, key: str) -> str:
@@ -291,7 +291,7 @@ def write_html(report: dict, path: str | Path) -> None:
     e2e = report.get("e2e") or {"cases": [], "macro": None}
     e2e_rows = "".join(
         f"<tr class='{esc(c['status'].lower())}'><td>{esc(c['case_id'])}</td><td>{esc(c['status'])}</td>"
-        f"<td>{_by_path(c, 'd')}</td><td>{_by_path(c, 'g')}<br><small>{esc(_floor_setters(c))}</small></td>"
+        f"<td>{_by_path(c, 'd')}</td><td>{_by_path(c, 'g')}<br><small>{esc(floor_setters(c))}</small></td>"
         f"<td>{c['credit']:.2f}</td>"
         f"<td>{esc(_mutant_details(c))}</td>"
         f"<td>{esc(_speed_cell(c, 'speedup_throughput'))}</td><td>{esc(_speed_cell(c, 'speedup_latency'))}</td>"
