@@ -1,6 +1,11 @@
-"""The interpreter's nested-call re-patching skipped (fk_pytest.interpreter): the same results, and
-a patch count that no longer grows with the nested calls a launch makes."""
+"""``triton.language`` patched once per process (fk_pytest.interpreter): launches after the first
+patch nothing however many nested calls they make, and compute bit for bit what Triton's own
+interpreter computes."""
 import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -10,7 +15,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 from triton.runtime import interpreter  # noqa: E402
 
-from fk_pytest.interpreter import skip_nested_repatching  # noqa: E402
+from fk_pytest.interpreter import patch_language_once  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
                                 reason="the Triton interpreter is off (a GPU run)")
@@ -48,48 +53,51 @@ def _patches_of_one_launch(x, steps):
     return spy.call_count
 
 
-def _unpatched():
-    """Triton's own interpreter for the duration: the original launch and patch functions."""
-    return [mock.patch.object(interpreter, "_patch_lang", interpreter._patch_lang.__wrapped__),
-            mock.patch.object(interpreter.GridExecutor, "__call__", interpreter.GridExecutor.__call__.__wrapped__)]
+# Triton's own interpreter, in a process where nothing is installed: this file's kernel on the
+# same input, saved for the comparison.
+_TRITON_OWN = """
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location("kernels_under_test", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+from triton.runtime import interpreter
+assert not hasattr(interpreter._patch_lang, "__wrapped__"), "the patch-once is installed here"
+torch.save(module._run(torch.load(sys.argv[2]), 8), sys.argv[3])
+"""
 
 
-def test_nested_calls_no_longer_repatch_and_results_are_unchanged():
-    assert skip_nested_repatching()  # the plugin installed it on the CPU; a second call keeps it
+def test_later_launches_patch_nothing_and_compute_what_triton_computes(tmp_path):
+    assert patch_language_once()  # the plugin installed it on the CPU; a second call keeps it
     x = torch.randn(3, 13)
-    _run(x, 1)  # a first launch leaves triton.language.standard's globals as every later one sees them
-    # With the skip: the launch's patch and one for the modules tl.sum and tl.max see, however many
-    # nested calls the launch makes.
-    assert _patches_of_one_launch(x, 2) == _patches_of_one_launch(x, 8)
+    _run(x, 1)  # the first launch (here or earlier in the process) patches the language for good
+    assert _patches_of_one_launch(x, 2) == 0
+    assert _patches_of_one_launch(x, 8) == 0
     got = _run(x, 8)
     torch.testing.assert_close(got, _expected(x, 8))
-    patches = _unpatched()
-    for p in patches:
-        p.start()
-    try:
-        # Triton's own: a patch per nested call, and bit for bit the same output.
-        assert _patches_of_one_launch(x, 8) > _patches_of_one_launch(x, 2)
-        assert torch.equal(_run(x, 8), got)
-    finally:
-        for p in reversed(patches):
-            p.stop()
+    torch.save(x, tmp_path / "x.pt")
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
+                                           os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([sys.executable, "-c", _TRITON_OWN, __file__, str(tmp_path / "x.pt"), str(tmp_path / "own.pt")],
+                   check=True, env=env, timeout=300)
+    assert torch.equal(got, torch.load(tmp_path / "own.pt"))
 
 
-def test_the_language_is_restored_after_a_launch():
+def test_the_language_stays_patched_after_a_launch():
     _run(torch.randn(2, 5), 2)
-    # The launch patched triton.language's builtins and put them back at its end.
-    assert tl.core.is_builtin(tl.load) and tl.core.is_builtin(tl.program_id)
+    # Triton's own launch would have put the builtins back; here the interpreted ones stay.
+    assert not tl.core.is_builtin(tl.load) and not tl.core.is_builtin(tl.program_id)
+    assert interpreter._patch_lang(_rows_kernel.fn).restore() is None  # a covered module: nothing to undo
+    assert not tl.core.is_builtin(tl.load)
 
 
 def test_a_launch_from_another_thread_computes_the_same():
-    """The skip's bookkeeping is per thread: a kernel launched from a worker thread (as a
-    candidate's background work may) patches and restores as in the main thread."""
-    import threading
-
+    """The patch is the process's, not a thread's: a kernel launched from a worker thread (as a
+    candidate's background work may) finds the language patched and computes the same."""
     x = torch.randn(4, 9)
     got = {}
     worker = threading.Thread(target=lambda: got.setdefault("out", _run(x, 3)))
     worker.start()
     worker.join()
     torch.testing.assert_close(got["out"], _expected(x, 3))
-    assert tl.core.is_builtin(tl.load)
+    assert not tl.core.is_builtin(tl.load)

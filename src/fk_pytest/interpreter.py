@@ -1,26 +1,27 @@
-"""Triton's CPU interpreter without its redundant re-patching of ``triton.language``.
+"""Triton's CPU interpreter with ``triton.language`` patched once per process, not once per call.
 
 Under ``TRITON_INTERPRET=1`` a kernel launch (the interpreter's ``GridExecutor``) patches the
-builtins of ``triton.language`` with interpreted versions for the launch's duration and restores
-them at its end. Every call from one ``@triton.jit`` function to another inside that launch
-(``tl.sum``, ``tl.max``, ``tl.cdiv``, a kernel's own helpers) patches them again (scanning the
-modules with ``inspect.getmembers``) and never restores that second patch: it finds the launch's
-patch in place and sets the same interpreted functions again. On the CPU machine (2026-12-07,
-Triton 3.9) that re-patching was about a third of an interpreted engine step's time (8928 patches
-for 108 launches in ``tests/test_fused_decode.py``'s default case, under cProfile).
+builtins of ``triton.language`` with interpreted versions (a scan of the modules with
+``inspect.getmembers`` and a wrapper per builtin) and restores the originals at its end; every call
+from one ``@triton.jit`` function to another inside it (``tl.sum``, ``tl.max``, a kernel's helpers)
+patches again and never restores that. On the CPU machine (2026-12-07, Triton 3.9) one patch and
+its restore took 0.43 ms: 60% of a trivial launch (0.74 ms) and a tenth of an interpreted RMSNorm
+launch inside SmolLM2; the nested patches were a third of an engine step of the fused decode.
 
-``skip_nested_repatching`` makes a nested call's patch a no-op while the modules the called function
-sees (``triton.language`` or ``triton.language.core``, as its module names them) are already patched
-in the launch it runs in, by the launch itself or by an earlier nested call (whose patch Triton never
-restores); a function that sees another one (or none: the interpreter's own error for that stays) is
-patched as before. The patched state, and so every result, is the one Triton's interpreter would
-have; only the redundant scans go. It is installed only where the interpreter runs (the plugin on
-the CPU, its CPU workers and tensor-parallel ranks) and only when the interpreter has the structure
-described here; otherwise it changes nothing.
+``patch_language_once`` patches each language module (``triton.language`` or
+``triton.language.core``, as a kernel's module names them) the first time a launch or a nested
+call needs it, and keeps the patch for the rest of the process: later patches of covered modules
+are no-ops, and a launch's restore restores nothing. The interpreted functions are Triton's own,
+so every result is what Triton's interpreter computes. Keeping them is safe where this is
+installed: in a process whose kernels all run interpreted (the plugin on the CPU, its CPU workers
+and tensor-parallel ranks) nothing calls the compiled language. (Launches from two threads at once
+are no safer than in Triton's own interpreter, whose grid index is one global: with a switch
+interval of 1 us, two threads' launches computed wrong rows with and without this patch.)
+Installed only when the interpreter is on and has the structure described here; otherwise it
+changes nothing.
 """
 from __future__ import annotations
 
-import functools
 import os
 import threading
 
@@ -32,14 +33,20 @@ def _interpreter_module():
         from triton.runtime import interpreter
     except Exception:  # no Triton, or one without an interpreter: nothing to speed up
         return None
-    needed = ("_patch_lang", "GridExecutor", "InterpretedFunction")
-    if not all(hasattr(interpreter, name) for name in needed):
+    if not hasattr(interpreter, "_patch_lang"):
         return None
     return interpreter
 
 
-def skip_nested_repatching() -> bool:
-    """Install the skip once per process when the interpreter is on; True when it is in place."""
+class _KeptPatch:
+    """The patch scope a launch gets: its ``restore`` keeps the language patched."""
+
+    def restore(self) -> None:
+        pass
+
+
+def patch_language_once() -> bool:
+    """Install once per process when the interpreter is on; True when it is in place."""
     global _INSTALLED
     if _INSTALLED:
         return True
@@ -51,47 +58,26 @@ def skip_nested_repatching() -> bool:
     import triton.language as tl
 
     patch_lang = interpreter._patch_lang
-    launch_call = interpreter.GridExecutor.__call__
-    local = threading.local()  # per thread: a launch in one thread says nothing of another's
-
-    def state():
-        if not hasattr(local, "state"):
-            local.state = {"launch_pending": False, "covered": None}
-        return local.state
+    lock = threading.Lock()
+    covered = set()  # ids of the language modules patched for good
+    kept = _KeptPatch()
 
     def language_modules(fn) -> frozenset:
-        # The modules Triton's own _patch_lang patches for fn: triton.language or its core, as fn's
+        # What Triton's own _patch_lang patches for fn: triton.language or its core, as fn's
         # module names them.
         return frozenset(id(value) for value in fn.__globals__.values() if value is tl or value is tl.core)
 
-    @functools.wraps(patch_lang)
-    def patch_lang_once(fn):
-        now = state()
-        if now["launch_pending"]:  # the launch's own patch, which it restores at its end
-            now["launch_pending"] = False
-            scope = patch_lang(fn)
-            now["covered"] = language_modules(fn)
-            return scope
-        covered = now["covered"]
+    def patch_lang_for_good(fn):
         langs = language_modules(fn)
-        if covered is not None and langs and langs <= covered:
-            return None  # a nested call: the launch's patch already covers what fn sees
-        scope = patch_lang(fn)
-        if covered is not None:  # Triton never restores a nested call's patch: it holds to the launch's end
-            now["covered"] = covered | langs
-        return scope
+        if langs and langs <= covered:
+            return kept
+        with lock:
+            if not (langs and langs <= covered):
+                patch_lang(fn)  # Triton's patch (and its error for a function that sees no language); never restored
+                covered.update(langs)
+        return kept
 
-    @functools.wraps(launch_call)
-    def launch(self, *args, **kwargs):
-        now = state()
-        saved = dict(now)
-        now["launch_pending"], now["covered"] = True, None
-        try:
-            return launch_call(self, *args, **kwargs)
-        finally:
-            now.update(saved)
-
-    interpreter._patch_lang = patch_lang_once
-    interpreter.GridExecutor.__call__ = launch
+    patch_lang_for_good.__wrapped__ = patch_lang
+    interpreter._patch_lang = patch_lang_for_good
     _INSTALLED = True
     return True

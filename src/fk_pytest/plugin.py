@@ -166,8 +166,8 @@ def pytest_configure(config):
         # Triton kernels run on CPU tensors only through the interpreter, and Triton reads this
         # when a kernel is decorated: set it before any kernel module is imported.
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        from .interpreter import skip_nested_repatching
-        skip_nested_repatching()
+        from .interpreter import patch_language_once
+        patch_language_once()
     try:
         session = FKSession(device=device, candidate=opt.fk_candidate, mode=opt.fk_mode,
                             profile=opt.fk_profile or ("full" if device == "cuda" else "cpu"),

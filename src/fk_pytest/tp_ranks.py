@@ -78,10 +78,10 @@ def _rank_main(rank: int, tp: int, init_file: str, backend: str, job, payload, r
 
     from kernels_reference.parallel_state import tensor_parallel
 
-    from .interpreter import skip_nested_repatching
+    from .interpreter import patch_language_once
 
     _exit_with(parent)
-    skip_nested_repatching()  # interpreted kernels on CPU ranks (a no-op without TRITON_INTERPRET)
+    patch_language_once()  # interpreted kernels on CPU ranks (a no-op without TRITON_INTERPRET)
     torch.set_num_threads(1)  # tp ranks share the machine's cores
     try:
         if backend == "nccl":

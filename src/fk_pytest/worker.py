@@ -231,9 +231,9 @@ def serve_connection(conn) -> None:
     from . import correctness, evaluator, guards, speed, timing  # noqa: F401
     from .errors import CandidateError, TaskDefinitionError
     if init["device"] == "cpu":
-        from .interpreter import skip_nested_repatching
+        from .interpreter import patch_language_once
         from .xdist import share_cpu_threads
-        skip_nested_repatching()
+        patch_language_once()
         share_cpu_threads()
     guards.genuine_snapshot()
     ev = evaluator.Evaluator(init["candidate"], init["device"], init["mode"], thorough=init.get("thorough", False),
