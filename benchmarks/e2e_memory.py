@@ -9,6 +9,14 @@ built, weights drawn, attention shaped, cast to the serving dtype), the paramete
 and the largest live blocks of the allocator's snapshot with where they were allocated.
 
     python3 -m benchmarks e2e_memory --model mixtral-8x7b [--layers 2] [--device cpu]
+    python3 -m benchmarks e2e_memory --model mixtral-8x7b --engines 2 --scenario chat
+
+With ``--engines N`` (CUDA) it then starts N engines on the built model one after the other, each
+with the scenario's engine arguments and its decode graphs captured, all kept alive, as the run
+keeps the candidate's engine beside the reference's when it times them: per engine the memory in
+use and reserved after its start and the peak while it started (on the H100 on 2026-12-07 the
+reference tree's Mixtral chat case ran out of 80 GB capturing its decode graphs beside two copies
+of the weights, where the example tree's had fitted).
 
 On the CPU (``--device cpu``, with ``--layers`` to fit) "allocated" is the bytes of the distinct
 storages of every live tensor, found through the garbage collector.
@@ -49,11 +57,20 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=0, help="cut the full profile's depth further (0: as served)")
     ap.add_argument("--top", type=int, default=8, help="largest live allocator blocks to list (CUDA)")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--engines", type=int, default=0, help="engines with decode graphs to start on the model (CUDA)")
+    ap.add_argument("--scenario", default="chat", help="the scenario whose engine arguments the engines take")
+    ap.add_argument("--scale", type=float, default=0.1, help="the scenarios' scale (--fk-e2e-scale)")
     args = ap.parse_args()
     import tasks.e2e as e2e
     from kernels_reference.L4.llama import init_random_weights, model_for
 
-    case = next(c for c in e2e.E2E.cases("full") if c["model"] == args.model)
+    cases = [c for c in e2e.E2E.cases("full", args.scale) if c["model"] == args.model]
+    if not cases:
+        raise SystemExit(f"no full-profile end-to-end case of model {args.model!r}")
+    case = next((c for c in cases if c["scenario"] == args.scenario), None)
+    if case is None:
+        raise SystemExit(f"{args.model} has no scenario {args.scenario!r} (it has "
+                         f"{', '.join(c['scenario'] for c in cases)})")
     config = e2e.model_config(args.model, "full")
     if args.layers:
         config = dict(config, num_hidden_layers=args.layers)
@@ -85,6 +102,8 @@ def main() -> None:
         print(f"| {step} | {gib(n)} |")
     if device.type != "cuda":
         return
+    if args.engines:
+        start_engines(model, case, args.engines, device)
     snapshot = torch.cuda.memory._snapshot()
     blocks = [(b["size"], b.get("frames") or [])
               for seg in snapshot["segments"] for b in seg["blocks"] if b["state"] == "active_allocated"]
@@ -94,6 +113,30 @@ def main() -> None:
         where = "; ".join(f"{f['filename'].rsplit('/', 2)[-1]}:{f['line']} {f['name']}" for f in frames
                           if "torch/" not in f["filename"])[:400]
         print(f"  {gib(size)}  {where}")
+
+
+def start_engines(model, case, count: int, device: torch.device) -> list:
+    """``count`` engines on ``model`` with the case's engine arguments and decode graphs, kept alive;
+    a table of the memory each start added and the peak while it started."""
+    import tasks.e2e as e2e
+    from fk_pytest.e2e_run import _engine, _engine_args
+
+    args, _ = _engine_args(e2e.E2E, case, device)
+    print(f"engines for {case.id}: {', '.join(f'{k}={v}' for k, v in sorted(args.items()))}")
+    print("| engine | allocated after start | reserved after start | peak allocated while starting |")
+    print("|---|---|---|---|")
+    engines = []
+    for i in range(count):
+        torch.cuda.reset_peak_memory_stats(device)
+        try:
+            engines.append(_engine(model, model, args))  # its decode graphs are captured here
+        except torch.OutOfMemoryError as exc:
+            print(f"| {i + 1} | out of memory: {str(exc).splitlines()[0][:200]} | | |")
+            break
+        torch.cuda.synchronize(device)
+        print(f"| {i + 1} | {gib(torch.cuda.memory_allocated(device))} | {gib(torch.cuda.memory_reserved(device))} "
+              f"| {gib(torch.cuda.max_memory_allocated(device))} |")
+    return engines
 
 
 if __name__ == "__main__":
