@@ -113,15 +113,22 @@ step_cmd() {
     fi-kernel|fi-e2e)
       if [ "$1" = fi-kernel ]; then echo "$FLASHINFER $PYTEST tasks/L1/test_attention.py -k '${FI_K:-correctness or fuzz}' --fk-device=cuda --fk-profile=full --fk-fuzz-examples=3 --fk-timeout=590 --fk-candidate=examples/candidates/flashinfer --fk-report=$OUT/fi-kernel.json"
       else echo "$FLASHINFER $PYTEST tasks/L4/test_e2e.py -k '${E2E_K:-llama-3.1-8b and batch-32}' --fk-device=cuda --fk-profile=full --fk-e2e-scale=${E2E_SCALE:-0.1} --fk-timeout=590 --fk-candidate=examples/candidates/flashinfer --fk-report=$OUT/fi-e2e.json --fk-html=$OUT/fi-e2e.html"; fi ;;
-    # FlashAttention 4 (flash-attn-4 4.0.0b40, CuTe DSL) as the paged-attention op's peer (issue 30),
-    # not run yet. Its wheels (fetched on the CPU machine with `pip download --no-deps --pre
-    # --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64 flash-attn-4
-    # nvidia-cutlass-dsl nvidia-cutlass-dsl-libs-base nvidia-cutlass-dsl-libs-cu13 quack-kernels
-    # torch-c-dlpack-ext`) sit in .whl/fa4, the 92 MB cu13 libs wheel split into three 31 MB parts
-    # (`split -b 31M`), more than one call moves: three calls back to back on a warm machine (ignored
-    # paths stay), the first carrying part-aa and the small wheels, the second part-ab, the third
-    # part-ac (with .whl/apache_tvm_ffi-*.whl and .whl/einops-*.whl) and running this step.
-    peers-fa4) echo "cat .whl/fa4/*.part-* > /tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl && pip install -q --no-deps --no-index --target /tmp/fa-lib .whl/fa4/*.whl /tmp/nvidia_cutlass_dsl_libs_cu13-*.whl .whl/apache_tvm_ffi-*.whl .whl/einops-*.whl && PYTHONPATH=/tmp/fa-lib:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops attention --peers \${ATTN_PEERS:-flash-attn-4} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-fa4.json --md $OUT/peers-fa4.md" ;;
+    # FlashAttention 4 (flash-attn-4 4.0.0b40, CuTe DSL) as the paged-attention op's peer (issue 30;
+    # run on an H100 on 2026-12-07, docs/perf/h100-2026-12-07g.md). Its wheels (fetched on the CPU
+    # machine with `pip download --no-deps --pre --python-version 3.12 --only-binary=:all: --platform
+    # manylinux_2_28_x86_64 flash-attn-4==4.0.0b40 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1
+    # nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1 quack-kernels torch-c-dlpack-ext`)
+    # sit in .whl/fa4, the 92 MB cu13 libs wheel split into three parts (`split -b 31M -d WHEEL
+    # nvidia_cutlass_dsl_libs_cu13.part-`), more than one call moves beside the 25 MB tree: three calls
+    # back to back on a warm machine: the first carries part-00 and the libs-core wheel, the second
+    # part-01 (each runs `mkdir -p /tmp/fa4parts && cp .whl/fa4/*.part-* /tmp/fa4parts/`), the third
+    # part-02, the other five small wheels, .whl/apache_tvm_ffi-*.whl and .whl/einops-*.whl (eight
+    # paths, ignored paths carried earlier stay) and runs this step. libs-base and libs-core unpack into the
+    # same nvidia_cutlass_dsl/ folder, which pip --target will not merge (it keeps the first and
+    # warns): core goes to its own target and is copied in. The meta-package's .pth, which puts
+    # nvidia_cutlass_dsl/dsl_packages (the `cutlass` package) on the path, is not read from a
+    # PYTHONPATH folder: the step adds that folder itself.
+    peers-fa4) echo "mkdir -p /tmp/fa4parts && cp .whl/fa4/*.part-* /tmp/fa4parts/ && cat /tmp/fa4parts/*.part-* > /tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl && pip install -q --no-deps --no-index --target /tmp/fa-lib \$(ls .whl/fa4/*.whl | grep -v libs_core) /tmp/nvidia_cutlass_dsl_libs_cu13-*.whl .whl/apache_tvm_ffi-*.whl .whl/einops-*.whl && pip install -q --no-deps --no-index --target /tmp/fa-core .whl/fa4/nvidia_cutlass_dsl_libs_core-*.whl && cp -rn /tmp/fa-core/. /tmp/fa-lib/ && PYTHONPATH=/tmp/fa-lib:/tmp/fa-lib/nvidia_cutlass_dsl/dsl_packages:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops attention --peers \${ATTN_PEERS:-flash-attn-4} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-fa4.json --md $OUT/peers-fa4.md" ;;
     # Mamba-2's scan and decode step against mamba-ssm's Triton kernels (the ones vLLM ported): its
     # sdist (`pip download --no-deps --no-binary :all: mamba-ssm==2.3.2.post1` fails building, so the
     # file from PyPI's simple index) under .whl/, unpacked and put on PYTHONPATH as source: its
