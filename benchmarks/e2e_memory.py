@@ -16,7 +16,11 @@ with the scenario's engine arguments and its decode graphs captured, all kept al
 keeps the candidate's engine beside the reference's when it times them: per engine the memory in
 use and reserved after its start and the peak while it started (on the H100 on 2026-12-07 the
 reference tree's Mixtral chat case ran out of 80 GB capturing its decode graphs beside two copies
-of the weights, where the example tree's had fitted).
+of the weights, where the example tree's had fitted; the reference's own classes added 0.36 GiB an
+engine there). With ``--tree PATH`` it composes that candidate tree into a copy of the model as the
+end-to-end run does (``compose_candidate``, the candidate holding its own weights) after the
+build, a step of the table, and with ``--engines`` starts one engine more, on the candidate, beside
+the reference's: the run's state when it captured the candidate's graphs.
 
 On the CPU (``--device cpu``, with ``--layers`` to fit) "allocated" is the bytes of the distinct
 storages of every live tensor, found through the garbage collector.
@@ -60,6 +64,7 @@ def main() -> None:
     ap.add_argument("--engines", type=int, default=0, help="engines with decode graphs to start on the model (CUDA)")
     ap.add_argument("--scenario", default="chat", help="the scenario whose engine arguments the engines take")
     ap.add_argument("--scale", type=float, default=0.1, help="the scenarios' scale (--fk-e2e-scale)")
+    ap.add_argument("--tree", help="a candidate tree to compose into a copy of the model, as the end-to-end run does")
     args = ap.parse_args()
     import tasks.e2e as e2e
     from kernels_reference.L4.llama import init_random_weights, model_for
@@ -93,6 +98,10 @@ def main() -> None:
     note("shaped_attention")
     model = model.to(case.dtype).eval()
     note(f"to({case.dtype})")
+    candidate = None
+    if args.tree:
+        candidate = compose_tree(model, args.tree)
+        note(f"candidate composed from {args.tree}")
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     print(f"{args.model}, {config['num_hidden_layers']} layers: parameters {gib(weights)}, buffers {gib(buffers)}")
@@ -103,7 +112,7 @@ def main() -> None:
     if device.type != "cuda":
         return
     if args.engines:
-        start_engines(model, case, args.engines, device)
+        start_engines(model, case, args.engines, device, candidate)
     snapshot = torch.cuda.memory._snapshot()
     blocks = [(b["size"], b.get("frames") or [])
               for seg in snapshot["segments"] for b in seg["blocks"] if b["state"] == "active_allocated"]
@@ -115,9 +124,23 @@ def main() -> None:
         print(f"  {gib(size)}  {where}")
 
 
-def start_engines(model, case, count: int, device: torch.device) -> list:
-    """``count`` engines on ``model`` with the case's engine arguments and decode graphs, kept alive;
-    a table of the memory each start added and the peak while it started."""
+def compose_tree(model, tree: str):
+    """``tree``'s classes swapped into a copy of ``model`` with its own weights, as ``run_e2e``
+    composes a candidate; a class that fails to compose ends the benchmark with its reason."""
+    from fk_pytest.candidates import CandidateSource
+    from fk_pytest.compose import candidate_lookup
+    from fk_pytest.e2e_run import compose_candidate
+
+    candidate, composition = compose_candidate(model, candidate_lookup(CandidateSource(tree)))
+    composition.raise_if_failed()
+    print(f"composed from {tree}: {', '.join(composition.swapped) or 'no class of the model'}")
+    return candidate
+
+
+def start_engines(model, case, count: int, device: torch.device, candidate=None) -> list:
+    """``count`` engines on ``model`` with the case's engine arguments and decode graphs, then one on
+    ``candidate`` (with ``model`` as its reference) where given, all kept alive; a table of the
+    memory each start added and the peak while it started."""
     import tasks.e2e as e2e
     from fk_pytest.e2e_run import _engine, _engine_args
 
@@ -126,15 +149,17 @@ def start_engines(model, case, count: int, device: torch.device) -> list:
     print("| engine | allocated after start | reserved after start | peak allocated while starting |")
     print("|---|---|---|---|")
     engines = []
-    for i in range(count):
+    runs = [(f"{i + 1}, reference", model) for i in range(count)]
+    runs += [(f"{count + 1}, candidate", candidate)] if candidate is not None else []
+    for label, served in runs:
         torch.cuda.reset_peak_memory_stats(device)
         try:
-            engines.append(_engine(model, model, args))  # its decode graphs are captured here
+            engines.append(_engine(served, model, args))  # its decode graphs are captured here
         except torch.OutOfMemoryError as exc:
-            print(f"| {i + 1} | out of memory: {str(exc).splitlines()[0][:200]} | | |")
+            print(f"| {label} | out of memory: {str(exc).splitlines()[0][:200]} | | |")
             break
         torch.cuda.synchronize(device)
-        print(f"| {i + 1} | {gib(torch.cuda.memory_allocated(device))} | {gib(torch.cuda.memory_reserved(device))} "
+        print(f"| {label} | {gib(torch.cuda.memory_allocated(device))} | {gib(torch.cuda.memory_reserved(device))} "
               f"| {gib(torch.cuda.max_memory_allocated(device))} |")
     return engines
 
