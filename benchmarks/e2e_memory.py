@@ -36,6 +36,15 @@ def gib(n: int) -> str:
     return f"{n / 2 ** 30:.2f} GiB"
 
 
+def driver_used(device: torch.device) -> str:
+    """The device memory in use by every allocation of the process, the driver's count (what the
+    caching allocator reserves, kernels' code and local memory, streams, graphs): "-" on the CPU."""
+    if device.type != "cuda":
+        return "-"
+    free, total = torch.cuda.mem_get_info(device)
+    return gib(total - free)
+
+
 def live_bytes(device: torch.device) -> int:
     """Bytes allocated on ``device``: the CUDA allocator's count, or on the CPU the distinct
     storages of every live tensor there."""
@@ -86,7 +95,7 @@ def main() -> None:
 
     def note(step: str) -> None:
         gc.collect()
-        steps.append((step, live_bytes(device)))
+        steps.append((step, live_bytes(device), driver_used(device)))
 
     note("start")
     with torch.device(device):
@@ -105,10 +114,10 @@ def main() -> None:
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     print(f"{args.model}, {config['num_hidden_layers']} layers: parameters {gib(weights)}, buffers {gib(buffers)}")
-    print("| step | allocated |")
-    print("|---|---|")
-    for step, n in steps:
-        print(f"| {step} | {gib(n)} |")
+    print("| step | allocated | in use on the device (driver) |")
+    print("|---|---|---|")
+    for step, n, used in steps:
+        print(f"| {step} | {gib(n)} | {used} |")
     if device.type != "cuda":
         return
     if args.engines:
@@ -146,8 +155,8 @@ def start_engines(model, case, count: int, device: torch.device, candidate=None)
 
     args, _ = _engine_args(e2e.E2E, case, device)
     print(f"engines for {case.id}: {', '.join(f'{k}={v}' for k, v in sorted(args.items()))}")
-    print("| engine | allocated after start | reserved after start | peak allocated while starting |")
-    print("|---|---|---|---|")
+    print("| engine | allocated after start | reserved after start | peak allocated while starting | in use on the device (driver) |")
+    print("|---|---|---|---|---|")
     engines = []
     runs = [(f"{i + 1}, reference", model) for i in range(count)]
     runs += [(f"{count + 1}, candidate", candidate)] if candidate is not None else []
@@ -155,12 +164,13 @@ def start_engines(model, case, count: int, device: torch.device, candidate=None)
         torch.cuda.reset_peak_memory_stats(device)
         try:
             engines.append(_engine(served, model, args))  # its decode graphs are captured here
-        except torch.OutOfMemoryError as exc:
-            print(f"| {label} | out of memory: {str(exc).splitlines()[0][:200]} | | |")
+        except (torch.OutOfMemoryError, RuntimeError) as exc:  # the allocator's, or the driver's (a stream, a graph)
+            print(f"| {label} | {type(exc).__name__}: {str(exc).splitlines()[0][:160]} | {gib(torch.cuda.memory_reserved(device))} "
+                  f"| {gib(torch.cuda.max_memory_allocated(device))} | {driver_used(device)} |")
             break
         torch.cuda.synchronize(device)
         print(f"| {label} | {gib(torch.cuda.memory_allocated(device))} | {gib(torch.cuda.memory_reserved(device))} "
-              f"| {gib(torch.cuda.max_memory_allocated(device))} |")
+              f"| {gib(torch.cuda.max_memory_allocated(device))} | {driver_used(device)} |")
     return engines
 
 
