@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -15,6 +14,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 from triton.runtime import interpreter  # noqa: E402
 
+from conftest import _suite_env  # noqa: E402
 from fk_pytest.interpreter import patch_language_once  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
@@ -56,7 +56,8 @@ def _patches_of_one_launch(x, steps):
 # Triton's own interpreter, in a process where nothing is installed: this file's kernel on the
 # same input, saved for the comparison.
 _TRITON_OWN = """
-import importlib.util, sys, torch
+import importlib.util, os, sys, torch
+sys.path.insert(0, os.path.dirname(sys.argv[1]))  # the test file's own imports (its conftest)
 spec = importlib.util.spec_from_file_location("kernels_under_test", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
@@ -75,9 +76,7 @@ def test_later_launches_patch_nothing_and_compute_what_triton_computes(tmp_path)
     got = _run(x, 8)
     torch.testing.assert_close(got, _expected(x, 8))
     torch.save(x, tmp_path / "x.pt")
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
-                                           os.environ.get("PYTHONPATH", "")]))
+    env = dict(_suite_env(), TRITON_INTERPRET="1")
     subprocess.run([sys.executable, "-c", _TRITON_OWN, __file__, str(tmp_path / "x.pt"), str(tmp_path / "own.pt")],
                    check=True, env=env, timeout=300)
     assert torch.equal(got, torch.load(tmp_path / "own.pt"))
