@@ -7,6 +7,7 @@ test modules are imported; it is set here too for a bare ``python -m pytest`` wi
 import copy
 import dataclasses
 import functools
+import itertools
 import os
 
 import pytest
@@ -647,3 +648,112 @@ def test_op_outside_a_forward_context_derives_host_lengths():
                           meta.slot_mapping, 4, 2, 32, 32 ** -0.5)
     torch.testing.assert_close(got, want[0])
     assert torch.equal(kc, want[1])
+
+
+# ---- two-pass prefill (cuDNN on CUDA: own keys causal, cached context unmasked, merged by lse) ------
+
+from kernels_reference.ops.attention import fast as fast_module  # noqa: E402
+from kernels_reference.ops.attention import two_pass_prefill as two_pass_module  # noqa: E402
+from kernels_reference.ops.attention.merge_partials import merge_partials  # noqa: E402
+
+# fresh prompts of different lengths, a chunk continuing 37 cached tokens, decode rows among them
+MIXED_STEP = ([0, 40, 0, 37, 5], [9, 1, 4, 6, 1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_merge_partials_equals_attention_over_all_keys(dtype):
+    gen = _gen(11)
+    q = torch.randn(5, 6, 48, generator=gen).to(DEVICE, dtype)  # head size not a power of two
+    k, v = (torch.randn(23, 2, 48, generator=gen).to(DEVICE, dtype) for _ in "kv")
+    full = two_pass_module.MATH_PARTIALS.full
+    want, _ = full(q, k, v, 0.3)
+    out_a, lse_a = full(q, k[:9], v[:9], 0.3)
+    out_b, lse_b = full(q, k[9:], v[9:], 0.3)
+    out_b = out_b.transpose(0, 1).contiguous().transpose(0, 1)  # strided, as the dense cuDNN output
+    got = merge_partials(out_a, lse_a, out_b, lse_b, out_a)  # in place over the first partial
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+def test_merge_partials_rejects_mismatched_shapes():
+    out = torch.zeros(3, 2, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="lse_b must be float32"):
+        merge_partials(out, torch.zeros(3, 2, device=DEVICE), out, torch.zeros(2, 3, device=DEVICE), out)
+
+
+def _two_pass_on_cpu(monkeypatch, partials):
+    """The fast path takes the two-pass prefill on this device with ``partials``; returns the list
+    each call of prefill_two_pass is recorded in (so a test knows the path ran)."""
+    calls = []
+    real = fast_module.prefill_two_pass
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("skip_single_rows"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fast_module, "TWO_PASS_DEVICES", (torch.device(DEVICE).type,))
+    monkeypatch.setattr(fast_module, "TWO_PASS_PARTIALS", partials)
+    monkeypatch.setattr(fast_module, "prefill_two_pass", spy)
+    monkeypatch.setattr(fast_module, "_TWO_PASS_REFUSED", set())
+    return calls
+
+
+@pytest.mark.parametrize("heads", [(8, 2), (4, 4), (7, 1)], ids=["gqa4", "mha", "gqa7"])
+@pytest.mark.parametrize("step", ["mixed", "continuing-only", "fresh-only"])
+def test_two_pass_prefill_matches_native(step, heads, monkeypatch):
+    context, query = {"mixed": MIXED_STEP, "continuing-only": ([37, 70], [6, 19]),
+                      "fresh-only": ([0, 0, 0], [9, 4, 13])}[step]
+    calls = _two_pass_on_cpu(monkeypatch, two_pass_module.MATH_PARTIALS)
+    _check_fast_path(*heads, 32, context, query, torch.bfloat16, seed=5)
+    assert calls == [1 in query], "the two-pass prefill did not run (or ran more than once)"
+
+
+def test_two_pass_prefill_without_cache_attends_to_own_rows(monkeypatch):
+    calls = _two_pass_on_cpu(monkeypatch, two_pass_module.MATH_PARTIALS)
+    _check_fast_path(4, 2, 32, [0, 0], [9, 1], torch.bfloat16, with_cache=False)
+    assert calls == [False]
+
+
+class _LseInLog2(two_pass_module.MathPartials):
+    """A context pass whose log-sum-exp is in base 2 (as some kernels keep it): the merge weighs
+    the two passes wrongly."""
+
+    def full(self, q, k, v, scale):
+        out, lse = super().full(q, k, v, scale)
+        return out, lse * 1.4426950408889634
+
+
+def test_two_pass_prefill_with_a_wrong_lse_base_fails_the_check(monkeypatch):
+    _two_pass_on_cpu(monkeypatch, _LseInLog2())
+    with pytest.raises(AssertionError):
+        _check_fast_path(8, 2, 32, MIXED_STEP[0], MIXED_STEP[1], torch.bfloat16, seed=5)
+
+
+class _Refusing(two_pass_module.MathPartials):
+    def causal_ragged(self, *args, **kwargs):
+        raise RuntimeError("cuDNN: no engine for these heads")
+
+
+def test_refused_two_pass_falls_back_to_sdpa_and_is_remembered(monkeypatch):
+    calls = _two_pass_on_cpu(monkeypatch, _Refusing())
+    with pytest.warns(UserWarning, match="two-pass prefill refused"):
+        _check_fast_path(8, 2, 32, MIXED_STEP[0], MIXED_STEP[1], torch.bfloat16)
+    _check_fast_path(8, 2, 32, MIXED_STEP[0], MIXED_STEP[1], torch.bfloat16, seed=1)
+    assert len(calls) == 1  # the second step did not try again
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's attention ops need CUDA")
+@pytest.mark.parametrize("heads", [(32, 8), (28, 4), (8, 8)], ids=["llama", "qwen2.5", "mha"])
+def test_cudnn_partials_match_math(heads):
+    nq, nk = heads
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    lengths = (300, 1, 77, 1024)
+    t = sum(lengths)
+    q = torch.randn(t, nq, 128, generator=gen, device="cuda").bfloat16()
+    k, v = (torch.randn(t, nk, 128, generator=gen, device="cuda").bfloat16() for _ in "kv")
+    cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device="cuda")
+    cudnn, math = two_pass_module.CudnnPartials(), two_pass_module.MATH_PARTIALS
+    for got, want in ((cudnn.causal_ragged(q, k, v, cu, lengths, 0.088), math.causal_ragged(q, k, v, cu, lengths, 0.088)),
+                      (cudnn.full(q[:77], k[77:500], v[77:500], 0.088), math.full(q[:77], k[77:500], v[77:500], 0.088))):
+        torch.testing.assert_close(got[1], want[1], rtol=0, atol=2e-2)  # the lse: natural log, [L, H]
+        torch.testing.assert_close(got[0].float(), want[0].float(), rtol=0, atol=3e-2)

@@ -1,5 +1,6 @@
 """The production-speed path of ``Attention`` on CUDA: Triton KV store, Triton split-K decode,
-SDPA prefill. Same semantics as ``Attention.forward_native`` (:mod:`.native`); see
+prefill by cuDNN in two passes (:mod:`.two_pass_prefill`) or SDPA per sequence. Same semantics as
+``Attention.forward_native`` (:mod:`.native`); see
 kernels_reference/L1/attention.py for the contract.
 
 Planning reads only the metadata's host tuples and shapes (never ``.tolist()`` of a device tensor),
@@ -7,7 +8,8 @@ so a decode step has no host sync and can be captured in a CUDA graph.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import warnings
+from typing import Optional, Set, Tuple
 
 import torch
 
@@ -15,7 +17,15 @@ from ...forward_context import AttentionMetadata
 from ..kv_store.store import store_kv_cache_triton
 from ..paged_decode import paged_decode
 from .native import sequence_kv, split_heads
+from . import sdpa_prefill
 from .sdpa_prefill import sdpa_causal
+from .two_pass_prefill import CUDNN_PARTIALS, prefill_two_pass
+
+# (dtype, query heads, kv heads, head size) whose two-pass prefill raised: the SDPA loop serves them.
+_TWO_PASS_REFUSED: Set[tuple] = set()
+# Where the two-pass prefill runs, and on which kernels (tests run it on the CPU with MATH_PARTIALS).
+TWO_PASS_DEVICES = ("cuda",)
+TWO_PASS_PARTIALS = CUDNN_PARTIALS
 
 
 def paged_attention_fast(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -23,7 +33,6 @@ def paged_attention_fast(query: torch.Tensor, key: torch.Tensor, value: torch.Te
                          num_heads: int, num_kv_heads: int, head_size: int, scale: float) -> torch.Tensor:
     t = query.shape[0]
     q, k, v = split_heads(query, key, value, num_heads, num_kv_heads, head_size)
-    out = torch.empty(t, num_heads, head_size, dtype=query.dtype, device=query.device)
     query_lens, seq_lens = meta.query_lens_cpu, meta.seq_lens_cpu
     if len(query_lens) != meta.num_seqs or sum(query_lens) != t:
         raise ValueError(f"metadata host lengths {query_lens} do not describe {meta.num_seqs} sequences "
@@ -33,15 +42,22 @@ def paged_attention_fast(query: torch.Tensor, key: torch.Tensor, value: torch.Te
         store_kv_cache_triton(k, v, key_cache, value_cache, meta.slot_mapping)
         if t == meta.num_seqs and all(n == 1 for n in query_lens):
             # Pure decode (the CUDA-graph case): one launch, shapes only.
+            out = torch.empty_like(q)
             paged_decode(q, key_cache, value_cache, meta.block_tables, meta.seq_lens, scale, out=out)
             return out.view(t, num_heads * head_size)
         # Decode rows of a mixed batch go through the decode kernel (not with empty sequences,
         # whose "last row" would belong to their neighbour).
         batched_decode = min(query_lens) >= 1 and 1 in query_lens
-        if batched_decode:
-            _decode_rows_of_mixed_batch(q, out, key_cache, value_cache, meta, scale)
     else:
         batched_decode = False
+    two_pass = _two_pass(q, k, v, kv_cache, meta, scale, skip_single_rows=batched_decode)
+    if two_pass is not None:
+        if batched_decode:
+            _decode_rows_of_mixed_batch(q, two_pass, key_cache, value_cache, meta, scale)
+        return two_pass.view(t, num_heads * head_size)
+    out = torch.empty_like(q)
+    if batched_decode:
+        _decode_rows_of_mixed_batch(q, out, key_cache, value_cache, meta, scale)
     starts = [0]
     for q_len in query_lens:
         starts.append(starts[-1] + q_len)
@@ -66,6 +82,25 @@ def paged_attention_fast(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     return out.view(t, num_heads * head_size)
 
 
+def _two_pass(q, k, v, kv_cache, meta: AttentionMetadata, scale: float, skip_single_rows: bool) -> Optional[torch.Tensor]:
+    """Every row by :func:`.two_pass_prefill.prefill_two_pass` on cuDNN, or None where that path
+    does not apply (not CUDA, not 16-bit, an empty sequence, switched off in ``PREFILL_CONFIG``) or
+    cuDNN refused these heads before (a refusal is warned about once and remembered)."""
+    key = (q.dtype, q.shape[1], k.shape[1], q.shape[2])
+    if (not sdpa_prefill.PREFILL_CONFIG.two_pass or q.device.type not in TWO_PASS_DEVICES
+            or q.dtype not in (torch.float16, torch.bfloat16) or min(meta.query_lens_cpu) < 1
+            or key in _TWO_PASS_REFUSED):
+        return None
+    try:
+        return prefill_two_pass(q, k, v, kv_cache, meta, scale, TWO_PASS_PARTIALS, skip_single_rows=skip_single_rows)
+    except RuntimeError as exc:
+        if q.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise  # the capture is broken already; the first call of a shape is made outside capture
+        _TWO_PASS_REFUSED.add(key)
+        warnings.warn(f"cuDNN two-pass prefill refused {key}: {str(exc)[:200]}; using SDPA per sequence")
+        return None
+
+
 def _equal_fresh_prompts(query_lens, seq_lens, first: int) -> int:
     """How many sequences from ``first`` on are fresh prompts (no context) of ``first``'s length."""
     length, run = query_lens[first], 1
@@ -79,11 +114,13 @@ def _decode_rows_of_mixed_batch(q, out, key_cache, value_cache, meta: AttentionM
 
     Every sequence's *last* query token attends to its whole history, which is exactly a decode
     step; running the kernel on all last rows with the lengths of multi-token sequences zeroed
-    (they do no work) computes the decode rows, and the SDPA pass overwrites the others.
+    (they do no work) computes the decode rows. The last rows of multi-token sequences keep what
+    ``out`` holds, so the prefill pass may run before or after this one.
     """
     starts = meta.query_start_loc
     last_rows = (starts[1:] - 1).long().clamp_(min=0)
     one_token = (starts[1:] - starts[:-1]) == 1
     lens = torch.where(one_token, meta.seq_lens, torch.zeros_like(meta.seq_lens))
     decoded = paged_decode(q.index_select(0, last_rows), key_cache, value_cache, meta.block_tables, lens, scale)
-    out.index_copy_(0, last_rows, decoded)
+    kept = torch.where(one_token[:, None, None], decoded, out.index_select(0, last_rows))
+    out.index_copy_(0, last_rows, kept)

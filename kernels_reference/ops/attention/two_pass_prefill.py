@@ -1,0 +1,150 @@
+"""A step's prefill rows in two passes over fused library kernels, merged by log-sum-exp.
+
+1. Every sequence's queries over the step's own keys: causal, one ragged launch for the whole step
+   (queries and keys are the same tokens, so top-left and bottom-right causal agree).
+2. Each chunk that continues a cached sequence: its queries over the cached context, with no mask
+   (every context key precedes every query), one launch per such chunk; the two partial results
+   are merged by their log-sum-exps (:mod:`.merge_partials`).
+
+Why not one SDPA call per sequence (:mod:`.fast`'s loop): a continuing chunk needs the bottom-right
+causal mask over context + own keys, which torch routes to FlashAttention-2 (295 TFLOP/s on the
+H200, docs/perf/h200-attention.md, where cuDNN's causal kernel reached 612), and fresh prompts of
+different lengths each took their own launch. On an H100 on 2026-12-07 FlashAttention 4's single
+varlen launch was 1.4-1.8x faster than that loop on every mixed batch of the attention task
+(docs/perf/h100-2026-12-07g.md). Both passes here are shapes cuDNN's fused kernels take.
+
+``PartialAttention`` is the kernel pair the plan calls: ``CUDNN_PARTIALS`` on CUDA (torch's aten
+cuDNN ops, which return the log-sum-exp), ``MATH_PARTIALS`` (float32 einsum, any device) for tests.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+from ...forward_context import AttentionMetadata
+from .merge_partials import merge_partials
+from .native import gather_kv
+
+Partial = Tuple[torch.Tensor, torch.Tensor]  # output [L, H, D], float32 log-sum-exp [L, H]
+
+
+class PartialAttention:
+    """Attention that also returns each query row's log-sum-exp (natural log of the sum of
+    exp(scaled scores)), so that results over disjoint key sets can be merged."""
+
+    def causal_ragged(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                      lengths: Sequence[int], scale: float) -> Partial:
+        """Packed sequences (q/k/v [T, heads, d]; ``cu_seqlens`` [B + 1] int32 on the device,
+        ``lengths`` the same on the host), each attending causally to its own tokens."""
+        raise NotImplementedError
+
+    def full(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> Partial:
+        """q [L, heads, d] over k/v [C, kv heads, d], no mask."""
+        raise NotImplementedError
+
+
+class MathPartials(PartialAttention):
+    """float32 einsum and softmax, sequence by sequence: the definition, for tests on any device."""
+
+    def causal_ragged(self, q, k, v, cu_seqlens, lengths, scale):
+        outs, lses, a = [], [], 0
+        for n in lengths:
+            out, lse = _math_partial(q[a:a + n], k[a:a + n], v[a:a + n], scale, causal=True)
+            outs.append(out)
+            lses.append(lse)
+            a += n
+        return torch.cat(outs), torch.cat(lses)
+
+    def full(self, q, k, v, scale):
+        return _math_partial(q, k, v, scale, causal=False)
+
+
+def _math_partial(q, k, v, scale, causal: bool) -> Partial:
+    group = q.shape[1] // k.shape[1]
+    qf = q.float()
+    kf = k.float().repeat_interleave(group, dim=1)
+    vf = v.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", qf, kf) * scale
+    if causal:
+        pos = torch.arange(q.shape[0], device=q.device)
+        scores = scores.masked_fill(pos[None, :] > pos[:, None], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # [H, L]
+    out = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), vf)
+    return out.to(q.dtype), lse.t().contiguous()
+
+
+class CudnnPartials(PartialAttention):
+    """torch's cuDNN attention ops: ``_cudnn_attention_forward`` with cu_seqlens (ragged) and
+    ``_scaled_dot_product_cudnn_attention`` (dense), both asked for their log-sum-exp.
+
+    Grouped-query heads are passed as they are; if cuDNN refuses them (``gqa_native`` False after
+    the first refusal), K/V are repeated to one head per query head."""
+
+    def __init__(self):
+        self.gqa_native: Optional[bool] = None
+
+    def causal_ragged(self, q, k, v, cu_seqlens, lengths, scale):
+        # The ragged layout is packed [T, heads, d]: the step's q/k/v are column views of one qkv row.
+        q, k, v = (x.contiguous() for x in (q, k, v))
+        longest = max(lengths)
+
+        def call(ks, vs):
+            res = torch.ops.aten._cudnn_attention_forward(q, ks, vs, None, cu_seqlens, cu_seqlens, longest, longest,
+                                                          True, 0.0, True, False, scale=scale)
+            return res[0], res[1].reshape(q.shape[0], q.shape[1])
+
+        return self._grouped(call, q, k, v, dim=1)
+
+    def full(self, q, k, v, scale):
+        qh = q.unsqueeze(0).transpose(1, 2)  # [1, H, L, d] views
+
+        def call(ks, vs):
+            kh, vh = ks.unsqueeze(0).transpose(1, 2), vs.unsqueeze(0).transpose(1, 2)
+            res = torch.ops.aten._scaled_dot_product_cudnn_attention(qh, kh, vh, None, True, 0.0, False, False,
+                                                                     scale=scale)
+            return res[0][0].transpose(0, 1), res[1].reshape(q.shape[1], q.shape[0]).t()
+
+        return self._grouped(call, q, k, v, dim=1)
+
+    def _grouped(self, call, q, k, v, dim: int) -> Partial:
+        group = q.shape[dim] // k.shape[dim]
+        if group == 1 or self.gqa_native:
+            return call(k, v)
+        if self.gqa_native is None:
+            try:
+                result = call(k, v)
+                self.gqa_native = True
+                return result
+            except RuntimeError:
+                self.gqa_native = False
+        return call(k.repeat_interleave(group, dim=dim), v.repeat_interleave(group, dim=dim))
+
+
+MATH_PARTIALS = MathPartials()
+CUDNN_PARTIALS = CudnnPartials()
+
+
+def prefill_two_pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     kv_cache: Optional[Tuple[torch.Tensor, torch.Tensor]], meta: AttentionMetadata, scale: float,
+                     partials: PartialAttention, skip_single_rows: bool = False) -> torch.Tensor:
+    """Every row's attention, [T, heads, d], for a step whose sequences all have query tokens.
+
+    ``skip_single_rows``: a one-token sequence with cached context gets only pass 1 (its row is
+    wrong) because the caller computes it elsewhere (the decode kernel)."""
+    query_lens, seq_lens = meta.query_lens_cpu, meta.seq_lens_cpu
+    if not query_lens or min(query_lens) < 1:
+        raise ValueError(f"two-pass prefill needs a query token in every sequence, got lengths {query_lens}")
+    out, lse = partials.causal_ragged(q, k, v, meta.query_start_loc, query_lens, scale)
+    a = 0
+    for i, (q_len, n) in enumerate(zip(query_lens, seq_lens)):
+        b, context = a + q_len, n - q_len
+        if context > 0 and not (skip_single_rows and q_len == 1):
+            if kv_cache is None:
+                raise ValueError("a sequence with cached context needs the layer's kv_cache")
+            ks = gather_kv(kv_cache[0], meta.block_tables[i], context)
+            vs = gather_kv(kv_cache[1], meta.block_tables[i], context)
+            ctx_out, ctx_lse = partials.full(q[a:b], ks, vs, scale)
+            merge_partials(out[a:b], lse[a:b], ctx_out, ctx_lse, out[a:b])
+        a = b
+    return out
