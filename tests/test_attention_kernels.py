@@ -742,18 +742,60 @@ def test_refused_two_pass_falls_back_to_sdpa_and_is_remembered(monkeypatch):
     assert len(calls) == 1  # the second step did not try again
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's attention ops need CUDA")
+def _fake_cudnn_attention(qh, kh, vh, scale, causal):
+    """The dense cuDNN op's contract in float32 math on any device ([B, heads, L, d] in, output and
+    a [B, heads, L, 1] log-sum-exp out), refusing grouped-query heads as an old cuDNN would."""
+    if kh.shape[1] != qh.shape[1]:
+        raise RuntimeError("cuDNN: query and key heads differ")
+    outs = [two_pass_module._math_partial(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), scale, causal)
+            for q, k, v in zip(qh, kh, vh)]
+    return (torch.stack([o.transpose(0, 1) for o, _ in outs]),
+            torch.stack([lse.t() for _, lse in outs]).unsqueeze(-1))
+
+
+def test_equal_length_runs():
+    assert list(two_pass_module._equal_length_runs([4, 4, 1, 1, 1, 9])) == [(0, 8, 2), (8, 11, 3), (11, 20, 1)]
+
+
+def test_cudnn_partials_layouts_on_the_ops_contract(monkeypatch):
+    """CudnnPartials' views, batching of equal lengths and reshapes of the log-sum-exp, on a stand-in
+    for the cuDNN op with its contract; the GQA refusal makes it repeat K/V (and remember)."""
+    monkeypatch.setattr(two_pass_module, "cudnn_attention", _fake_cudnn_attention)
+    partials = two_pass_module.CudnnPartials()
+    gen = _gen(2)
+    lengths = (5, 5, 1, 12)
+    q = torch.randn(sum(lengths), 6, 16, generator=gen)
+    k, v = (torch.randn(sum(lengths), 2, 16, generator=gen) for _ in "kv")
+    cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+    math = two_pass_module.MATH_PARTIALS
+    for got, want in ((partials.causal_ragged(q, k, v, cu, lengths, 0.25), math.causal_ragged(q, k, v, cu, lengths, 0.25)),
+                      (partials.full(q[:5], k[5:], v[5:], 0.25), math.full(q[:5], k[5:], v[5:], 0.25))):
+        torch.testing.assert_close(got[0], want[0])
+        torch.testing.assert_close(got[1], want[1])
+    assert partials.gqa_native is False
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's and FlashAttention's ops need CUDA")
+@pytest.mark.parametrize("kind", ["cudnn", "flash-varlen"])
 @pytest.mark.parametrize("heads", [(32, 8), (28, 4), (8, 8)], ids=["llama", "qwen2.5", "mha"])
-def test_cudnn_partials_match_math(heads):
+def test_gpu_partials_match_math(heads, kind):
     nq, nk = heads
     gen = torch.Generator(device="cuda").manual_seed(0)
-    lengths = (300, 1, 77, 1024)
+    lengths = (300, 1, 77, 77, 1024)
     t = sum(lengths)
     q = torch.randn(t, nq, 128, generator=gen, device="cuda").bfloat16()
     k, v = (torch.randn(t, nk, 128, generator=gen, device="cuda").bfloat16() for _ in "kv")
     cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device="cuda")
-    cudnn, math = two_pass_module.CudnnPartials(), two_pass_module.MATH_PARTIALS
-    for got, want in ((cudnn.causal_ragged(q, k, v, cu, lengths, 0.088), math.causal_ragged(q, k, v, cu, lengths, 0.088)),
-                      (cudnn.full(q[:77], k[77:500], v[77:500], 0.088), math.full(q[:77], k[77:500], v[77:500], 0.088))):
+    gpu = {"cudnn": two_pass_module.CudnnPartials(), "flash-varlen": two_pass_module.FlashVarlenPartials()}[kind]
+    math = two_pass_module.MATH_PARTIALS
+    for got, want in ((gpu.causal_ragged(q, k, v, cu, lengths, 0.088), math.causal_ragged(q, k, v, cu, lengths, 0.088)),
+                      (gpu.full(q[:77], k[77:500], v[77:500], 0.088), math.full(q[:77], k[77:500], v[77:500], 0.088))):
         torch.testing.assert_close(got[1], want[1], rtol=0, atol=2e-2)  # the lse: natural log, [L, H]
         torch.testing.assert_close(got[0].float(), want[0].float(), rtol=0, atol=3e-2)
+
+
+def test_two_pass_prefill_on_the_cudnn_class_matches_native(monkeypatch):
+    monkeypatch.setattr(two_pass_module, "cudnn_attention", _fake_cudnn_attention)
+    calls = _two_pass_on_cpu(monkeypatch, two_pass_module.CudnnPartials())
+    _check_fast_path(8, 2, 32, [0, 40, 0, 0, 37, 5], [4, 1, 4, 9, 6, 1], torch.bfloat16, seed=8)
+    assert calls == [True]

@@ -1,7 +1,7 @@
 """A step's prefill rows in two passes over fused library kernels, merged by log-sum-exp.
 
-1. Every sequence's queries over the step's own keys: causal, one ragged launch for the whole step
-   (queries and keys are the same tokens, so top-left and bottom-right causal agree).
+1. Every sequence's queries over the step's own keys: causal (queries and keys are the same
+   tokens, so top-left and bottom-right causal agree), a launch per run of equal-length sequences.
 2. Each chunk that continues a cached sequence: its queries over the cached context, with no mask
    (every context key precedes every query), one launch per such chunk; the two partial results
    are merged by their log-sum-exps (:mod:`.merge_partials`).
@@ -9,12 +9,14 @@
 Why not one SDPA call per sequence (:mod:`.fast`'s loop): a continuing chunk needs the bottom-right
 causal mask over context + own keys, which torch routes to FlashAttention-2 (295 TFLOP/s on the
 H200, docs/perf/h200-attention.md, where cuDNN's causal kernel reached 612), and fresh prompts of
-different lengths each took their own launch. On an H100 on 2026-12-07 FlashAttention 4's single
-varlen launch was 1.4-1.8x faster than that loop on every mixed batch of the attention task
+different lengths each took their own launch (they still do). On an H100 on 2026-12-07
+FlashAttention 4's single varlen launch was 1.4-1.8x faster than that loop on every mixed batch of the attention task
 (docs/perf/h100-2026-12-07g.md). Both passes here are shapes cuDNN's fused kernels take.
 
 ``PartialAttention`` is the kernel pair the plan calls: ``CUDNN_PARTIALS`` on CUDA (torch's aten
-cuDNN ops, which return the log-sum-exp), ``MATH_PARTIALS`` (float32 einsum, any device) for tests.
+cuDNN op, which returns the log-sum-exp), ``FLASH_VARLEN_PARTIALS`` (pass 1 in one FlashAttention-2
+varlen launch; benchmarks/mixed_prefill.py times both), ``MATH_PARTIALS`` (float32 einsum, any
+device) for tests.
 """
 from __future__ import annotations
 
@@ -75,9 +77,12 @@ def _math_partial(q, k, v, scale, causal: bool) -> Partial:
 
 
 class CudnnPartials(PartialAttention):
-    """torch's cuDNN attention ops: ``_cudnn_attention_forward`` with cu_seqlens (ragged) and
-    ``_scaled_dot_product_cudnn_attention`` (dense), both asked for their log-sum-exp.
+    """torch's dense cuDNN attention op (``_scaled_dot_product_cudnn_attention``) asked for its
+    log-sum-exp: pass 1 one launch per run of equal-length sequences (batched), pass 2 one per chunk.
 
+    Dense, not ragged: torch 2.11's ragged cuDNN path (``_cudnn_attention_forward`` with
+    cu_seqlens) builds its cuDNN graph on every call and broke CUDA-graph capture on an H100 on
+    2026-12-07 (docs/perf/h100-2026-12-07h.md); the dense op caches its graphs per shape.
     Grouped-query heads are passed as they are; if cuDNN refuses them (``gqa_native`` False after
     the first refusal), K/V are repeated to one head per query head."""
 
@@ -85,44 +90,76 @@ class CudnnPartials(PartialAttention):
         self.gqa_native: Optional[bool] = None
 
     def causal_ragged(self, q, k, v, cu_seqlens, lengths, scale):
-        # The ragged layout is packed [T, heads, d]: the step's q/k/v are column views of one qkv row.
-        q, k, v = (x.contiguous() for x in (q, k, v))
-        longest = max(lengths)
-
-        def call(ks, vs):
-            res = torch.ops.aten._cudnn_attention_forward(q, ks, vs, None, cu_seqlens, cu_seqlens, longest, longest,
-                                                          True, 0.0, True, False, scale=scale)
-            return res[0], res[1].reshape(q.shape[0], q.shape[1])
-
-        return self._grouped(call, q, k, v, dim=1)
+        out = torch.empty_like(q)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+        for a, b, run in _equal_length_runs(lengths):
+            n = (b - a) // run
+            # [run, heads, n, d] views of the packed [tokens, heads, d] rows: no copy
+            qh, kh, vh = (x[a:b].view(run, n, *x.shape[1:]).transpose(1, 2) for x in (q, k, v))
+            o, l = self._dense(qh, kh, vh, scale, causal=True)
+            out[a:b] = o.transpose(1, 2).reshape(b - a, *q.shape[1:])
+            lse[a:b] = l.reshape(run, q.shape[1], n).transpose(1, 2).reshape(b - a, q.shape[1])
+        return out, lse
 
     def full(self, q, k, v, scale):
-        qh = q.unsqueeze(0).transpose(1, 2)  # [1, H, L, d] views
+        qh, kh, vh = (x.unsqueeze(0).transpose(1, 2) for x in (q, k, v))  # [1, heads, L, d] views
+        o, l = self._dense(qh, kh, vh, scale, causal=False)
+        return o[0].transpose(0, 1), l.reshape(q.shape[1], q.shape[0]).t()
 
+    def _dense(self, qh, kh, vh, scale, causal: bool) -> Partial:
         def call(ks, vs):
-            kh, vh = ks.unsqueeze(0).transpose(1, 2), vs.unsqueeze(0).transpose(1, 2)
-            res = torch.ops.aten._scaled_dot_product_cudnn_attention(qh, kh, vh, None, True, 0.0, False, False,
-                                                                     scale=scale)
-            return res[0][0].transpose(0, 1), res[1].reshape(q.shape[1], q.shape[0]).t()
+            return cudnn_attention(qh, ks, vs, scale, causal)
 
-        return self._grouped(call, q, k, v, dim=1)
-
-    def _grouped(self, call, q, k, v, dim: int) -> Partial:
-        group = q.shape[dim] // k.shape[dim]
+        group = qh.shape[1] // kh.shape[1]
         if group == 1 or self.gqa_native:
-            return call(k, v)
+            return call(kh, vh)
         if self.gqa_native is None:
             try:
-                result = call(k, v)
+                result = call(kh, vh)
                 self.gqa_native = True
                 return result
             except RuntimeError:
                 self.gqa_native = False
-        return call(k.repeat_interleave(group, dim=dim), v.repeat_interleave(group, dim=dim))
+        return call(kh.repeat_interleave(group, dim=1), vh.repeat_interleave(group, dim=1))
+
+
+def cudnn_attention(qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, scale: float, causal: bool) -> Partial:
+    """torch's cuDNN attention on [B, heads, L, d] views: output [B, heads, L, d] and the float32
+    log-sum-exp [B, heads, L] (or [B, heads, L, 1])."""
+    res = torch.ops.aten._scaled_dot_product_cudnn_attention(qh, kh, vh, None, True, 0.0, causal, False, scale=scale)
+    return res[0], res[1]
+
+
+class FlashVarlenPartials(CudnnPartials):
+    """Pass 1 as one FlashAttention-2 varlen launch over the whole step (torch's
+    ``_flash_attention_forward`` with cu_seqlens; grouped-query heads native), pass 2 on cuDNN."""
+
+    def causal_ragged(self, q, k, v, cu_seqlens, lengths, scale):
+        longest = max(lengths)
+        res = torch.ops.aten._flash_attention_forward(q, k, v, cu_seqlens, cu_seqlens, longest, longest, 0.0, True,
+                                                      False, scale=scale)
+        out, lse = res[0], res[1]
+        if tuple(lse.shape) != (q.shape[1], q.shape[0]):
+            raise RuntimeError(f"FlashAttention varlen returned a log-sum-exp of shape {tuple(lse.shape)}, "
+                               f"expected [heads, tokens] = [{q.shape[1]}, {q.shape[0]}]")
+        return out, lse.t()
+
+
+def _equal_length_runs(lengths: Sequence[int]):
+    """(first row, end row, sequences) of each run of adjacent sequences of one length."""
+    a, i = 0, 0
+    while i < len(lengths):
+        j = i
+        while j + 1 < len(lengths) and lengths[j + 1] == lengths[i]:
+            j += 1
+        b = a + lengths[i] * (j - i + 1)
+        yield a, b, j - i + 1
+        a, i = b, j + 1
 
 
 MATH_PARTIALS = MathPartials()
 CUDNN_PARTIALS = CudnnPartials()
+FLASH_VARLEN_PARTIALS = FlashVarlenPartials()
 
 
 def prefill_two_pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
