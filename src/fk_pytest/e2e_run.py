@@ -164,6 +164,11 @@ def compose_candidate(reference: torch.nn.Module, lookup, share_parameters: bool
     holder = torch.nn.Module()
     holder.model = copy_model(reference, share_parameters)
     composition = swap_children(holder, lookup) if lookup is not None else Composition()
+    # A tree that provides the model class itself rebuilds the whole model, in float32 before its
+    # cast: on an H100 on 2026-12-07 Mixtral's 8-layer cut left 44.2 GiB allocated but 78.5 GiB in
+    # torch's cache, and the engine's first CUDA stream could not be created (docs/perf/h100-2026-12-07h.md).
+    if any(p.is_cuda for p in holder.model.parameters()):
+        release_memory()
     return holder.model, composition
 
 
