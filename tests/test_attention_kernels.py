@@ -653,6 +653,7 @@ def test_op_outside_a_forward_context_derives_host_lengths():
 # ---- two-pass prefill (cuDNN on CUDA: own keys causal, cached context unmasked, merged by lse) ------
 
 from kernels_reference.ops.attention import fast as fast_module  # noqa: E402
+from kernels_reference.ops.attention import sdpa_prefill as sdpa_prefill_module  # noqa: E402
 from kernels_reference.ops.attention import two_pass_prefill as two_pass_module  # noqa: E402
 from kernels_reference.ops.attention.merge_partials import merge_partials  # noqa: E402
 
@@ -691,6 +692,8 @@ def _two_pass_on_cpu(monkeypatch, partials):
         calls.append(kwargs.get("skip_single_rows"))
         return real(*args, **kwargs)
 
+    monkeypatch.setattr(sdpa_prefill_module, "PREFILL_CONFIG",
+                        dataclasses.replace(sdpa_prefill_module.PREFILL_CONFIG, two_pass=True))
     monkeypatch.setattr(fast_module, "TWO_PASS_DEVICES", (torch.device(DEVICE).type,))
     monkeypatch.setattr(fast_module, "TWO_PASS_PARTIALS", partials)
     monkeypatch.setattr(fast_module, "prefill_two_pass", spy)
@@ -706,6 +709,14 @@ def test_two_pass_prefill_matches_native(step, heads, monkeypatch):
     calls = _two_pass_on_cpu(monkeypatch, two_pass_module.MATH_PARTIALS)
     _check_fast_path(*heads, 32, context, query, torch.bfloat16, seed=5)
     assert calls == [1 in query], "the two-pass prefill did not run (or ran more than once)"
+
+
+def test_two_pass_prefill_is_off_by_default(monkeypatch):
+    """Until it has run on a GPU the fast path keeps the SDPA call per sequence."""
+    monkeypatch.setattr(fast_module, "TWO_PASS_DEVICES", (torch.device(DEVICE).type,))
+    monkeypatch.setattr(fast_module, "TWO_PASS_PARTIALS", two_pass_module.MATH_PARTIALS)
+    layer, meta, qkv, caches = _step(8, 2, 32, *MIXED_STEP, torch.bfloat16)
+    assert fast_module._two_pass(*(x.reshape(x.shape[0], -1, 32) for x in qkv), caches, meta, 32 ** -0.5, True) is None
 
 
 def test_two_pass_prefill_without_cache_attends_to_own_rows(monkeypatch):

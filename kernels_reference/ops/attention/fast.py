@@ -1,5 +1,6 @@
 """The production-speed path of ``Attention`` on CUDA: Triton KV store, Triton split-K decode,
-prefill by cuDNN in two passes (:mod:`.two_pass_prefill`) or SDPA per sequence. Same semantics as
+prefill by SDPA per sequence or (``PREFILL_CONFIG.two_pass``, off by default until measured on a
+GPU) in two cuDNN passes (:mod:`.two_pass_prefill`). Same semantics as
 ``Attention.forward_native`` (:mod:`.native`); see
 kernels_reference/L1/attention.py for the contract.
 

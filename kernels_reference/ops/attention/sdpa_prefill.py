@@ -36,9 +36,11 @@ _BACKENDS = {
 class PrefillConfig:
     backend: str = "auto"  # "auto": torch's own choice; else the preferred backend, the rest as fallbacks
     expand_kv: bool = False  # repeat K/V heads instead of enable_gqa
-    # On CUDA in 16 bits: a step with several sequences runs in cuDNN's two passes (own keys, then
-    # cached context) instead of a call per sequence; fast.py, two_pass_prefill.py say why.
-    two_pass: bool = True
+    # On CUDA in 16 bits: a step's prefill in cuDNN's two passes (own keys, then cached context,
+    # merged by log-sum-exp) instead of a call per sequence; two_pass_prefill.py says why. Off until
+    # its dense-cuDNN form has been checked and timed on a GPU (`mixed-prefill` step of
+    # benchmarks/gpu_steps.sh): a wrong reference would widen every candidate's tolerance.
+    two_pass: bool = False
 
     def __post_init__(self):
         if self.backend != "auto" and self.backend not in _BACKENDS:
