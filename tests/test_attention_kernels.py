@@ -766,6 +766,8 @@ def _fake_cudnn_attention(qh, kh, vh, scale, causal):
 
 def test_equal_length_runs():
     assert list(two_pass_module._equal_length_runs([4, 4, 1, 1, 1, 9])) == [(0, 8, 2), (8, 11, 3), (11, 20, 1)]
+    skip = [False, False, True, True, False, False]
+    assert list(two_pass_module._equal_length_runs([4, 4, 1, 1, 1, 9], skip)) == [(0, 8, 2), (10, 11, 1), (11, 20, 1)]
 
 
 def test_cudnn_partials_layouts_on_the_ops_contract(monkeypatch):

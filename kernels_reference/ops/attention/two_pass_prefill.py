@@ -36,9 +36,10 @@ class PartialAttention:
     exp(scaled scores)), so that results over disjoint key sets can be merged."""
 
     def causal_ragged(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
-                      lengths: Sequence[int], scale: float) -> Partial:
+                      lengths: Sequence[int], scale: float, skip: Sequence[bool] = ()) -> Partial:
         """Packed sequences (q/k/v [T, heads, d]; ``cu_seqlens`` [B + 1] int32 on the device,
-        ``lengths`` the same on the host), each attending causally to its own tokens."""
+        ``lengths`` the same on the host), each attending causally to its own tokens. The rows of
+        a sequence whose ``skip`` is True may be left undefined (the caller computes them)."""
         raise NotImplementedError
 
     def full(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> Partial:
@@ -49,14 +50,15 @@ class PartialAttention:
 class MathPartials(PartialAttention):
     """float32 einsum and softmax, sequence by sequence: the definition, for tests on any device."""
 
-    def causal_ragged(self, q, k, v, cu_seqlens, lengths, scale):
-        outs, lses, a = [], [], 0
-        for n in lengths:
-            out, lse = _math_partial(q[a:a + n], k[a:a + n], v[a:a + n], scale, causal=True)
-            outs.append(out)
-            lses.append(lse)
-            a += n
-        return torch.cat(outs), torch.cat(lses)
+    def causal_ragged(self, q, k, v, cu_seqlens, lengths, scale, skip=()):
+        out = torch.zeros_like(q)
+        lse = torch.zeros(q.shape[:2], dtype=torch.float32, device=q.device)
+        for a, b, run in _equal_length_runs(lengths, skip):
+            n = (b - a) // run
+            for start in range(a, b, n):
+                rows = slice(start, start + n)
+                out[rows], lse[rows] = _math_partial(q[rows], k[rows], v[rows], scale, causal=True)
+        return out, lse
 
     def full(self, q, k, v, scale):
         return _math_partial(q, k, v, scale, causal=False)
@@ -89,10 +91,10 @@ class CudnnPartials(PartialAttention):
     def __init__(self):
         self.gqa_native: Optional[bool] = None
 
-    def causal_ragged(self, q, k, v, cu_seqlens, lengths, scale):
+    def causal_ragged(self, q, k, v, cu_seqlens, lengths, scale, skip=()):
         out = torch.empty_like(q)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-        for a, b, run in _equal_length_runs(lengths):
+        for a, b, run in _equal_length_runs(lengths, skip):
             n = (b - a) // run
             # [run, heads, n, d] views of the packed [tokens, heads, d] rows: no copy
             qh, kh, vh = (x[a:b].view(run, n, *x.shape[1:]).transpose(1, 2) for x in (q, k, v))
@@ -134,8 +136,8 @@ class FlashVarlenPartials(CudnnPartials):
     """Pass 1 as one FlashAttention-2 varlen launch over the whole step (torch's
     ``_flash_attention_forward`` with cu_seqlens; grouped-query heads native), pass 2 on cuDNN."""
 
-    def causal_ragged(self, q, k, v, cu_seqlens, lengths, scale):
-        longest = max(lengths)
+    def causal_ragged(self, q, k, v, cu_seqlens, lengths, scale, skip=()):
+        longest = max(lengths)  # one launch whatever is skipped
         res = torch.ops.aten._flash_attention_forward(q, k, v, cu_seqlens, cu_seqlens, longest, longest, 0.0, True,
                                                       False, scale=scale)
         out, lse = res[0], res[1]
@@ -145,15 +147,18 @@ class FlashVarlenPartials(CudnnPartials):
         return out, lse.t()
 
 
-def _equal_length_runs(lengths: Sequence[int]):
-    """(first row, end row, sequences) of each run of adjacent sequences of one length."""
+def _equal_length_runs(lengths: Sequence[int], skip: Sequence[bool] = ()):
+    """(first row, end row, sequences) of each run of adjacent sequences of one length, leaving
+    out the sequences whose ``skip`` is True."""
+    skip = list(skip) + [False] * (len(lengths) - len(skip))
     a, i = 0, 0
     while i < len(lengths):
         j = i
-        while j + 1 < len(lengths) and lengths[j + 1] == lengths[i]:
+        while j + 1 < len(lengths) and lengths[j + 1] == lengths[i] and skip[j + 1] == skip[i]:
             j += 1
         b = a + lengths[i] * (j - i + 1)
-        yield a, b, j - i + 1
+        if not skip[i]:
+            yield a, b, j - i + 1
         a, i = b, j + 1
 
 
@@ -167,12 +172,13 @@ def prefill_two_pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      partials: PartialAttention, skip_single_rows: bool = False) -> torch.Tensor:
     """Every row's attention, [T, heads, d], for a step whose sequences all have query tokens.
 
-    ``skip_single_rows``: a one-token sequence with cached context gets only pass 1 (its row is
-    wrong) because the caller computes it elsewhere (the decode kernel)."""
+    ``skip_single_rows``: the rows of one-token sequences are left undefined, because the caller
+    computes them elsewhere (the decode kernel)."""
     query_lens, seq_lens = meta.query_lens_cpu, meta.seq_lens_cpu
     if not query_lens or min(query_lens) < 1:
         raise ValueError(f"two-pass prefill needs a query token in every sequence, got lengths {query_lens}")
-    out, lse = partials.causal_ragged(q, k, v, meta.query_start_loc, query_lens, scale)
+    skip = [skip_single_rows and n == 1 for n in query_lens]
+    out, lse = partials.causal_ragged(q, k, v, meta.query_start_loc, query_lens, scale, skip)
     a = 0
     for i, (q_len, n) in enumerate(zip(query_lens, seq_lens)):
         b, context = a + q_len, n - q_len
