@@ -62,6 +62,8 @@ step_cmd() {
     guards) echo "python3 -m benchmarks guards $OUT" ;;
     compile-graphs) echo "env OUT=$OUT/$1 python3 -m benchmarks compile_graphs" ;;
     attention) echo "env OUT=$OUT/$1 python3 -m benchmarks attention" ;;
+    # What an engine's start holds beside a composed tree (docs/perf/h100-2026-12-07g.md, -07h.md).
+    e2e-memory) echo "python3 -m benchmarks e2e_memory --model \${MEM_MODEL:-mixtral-8x7b} --engines \${MEM_ENGINES:-1} --scenario chat --tree \${MEM_TREE:-kernels_reference}" ;;
     # The attention task's mixed and prefill batches: cuDNN's two-pass prefill against the SDPA loop
     # (side by side, errors against float64), then the GPU-only test of the cuDNN partials.
     mixed-prefill) echo "env OUT=$OUT/$1 python3 -m benchmarks mixed_prefill && python3 -m pytest -q -p no:cacheprovider -rA tests/test_attention_kernels.py -k 'partials or two_pass'" ;;
