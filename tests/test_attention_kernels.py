@@ -764,6 +764,19 @@ def _fake_cudnn_attention(qh, kh, vh, scale, causal):
             torch.stack([lse.t() for _, lse in outs]).unsqueeze(-1))
 
 
+def test_varlen_lse_rows_from_either_layout():
+    lengths = (3, 1, 4)
+    cu = torch.tensor([0, 3, 4, 8], dtype=torch.int32)
+    rows = torch.randn(8, 2)  # [tokens, heads]
+    padded = torch.full((3, 2, 4), float("nan"))
+    for b, (a, n) in enumerate(zip(cu[:-1].tolist(), lengths)):
+        padded[b, :, :n] = rows[a:a + n].t()
+    assert torch.equal(two_pass_module.rows_of_varlen_lse(rows.t(), cu, 8, 2, 4), rows)
+    assert torch.equal(two_pass_module.rows_of_varlen_lse(padded, cu, 8, 2, 4), rows)
+    with pytest.raises(RuntimeError, match="varlen log-sum-exp of shape"):
+        two_pass_module.rows_of_varlen_lse(torch.zeros(8, 2), cu, 8, 2, 4)
+
+
 def test_equal_length_runs():
     assert list(two_pass_module._equal_length_runs([4, 4, 1, 1, 1, 9])) == [(0, 8, 2), (8, 11, 3), (11, 20, 1)]
     skip = [False, False, True, True, False, False]

@@ -140,11 +140,22 @@ class FlashVarlenPartials(CudnnPartials):
         longest = max(lengths)  # one launch whatever is skipped
         res = torch.ops.aten._flash_attention_forward(q, k, v, cu_seqlens, cu_seqlens, longest, longest, 0.0, True,
                                                       False, scale=scale)
-        out, lse = res[0], res[1]
-        if tuple(lse.shape) != (q.shape[1], q.shape[0]):
-            raise RuntimeError(f"FlashAttention varlen returned a log-sum-exp of shape {tuple(lse.shape)}, "
-                               f"expected [heads, tokens] = [{q.shape[1]}, {q.shape[0]}]")
-        return out, lse.t()
+        return res[0], rows_of_varlen_lse(res[1], cu_seqlens, q.shape[0], q.shape[1], longest)
+
+
+def rows_of_varlen_lse(lse: torch.Tensor, cu_seqlens: torch.Tensor, tokens: int, heads: int, longest: int) -> torch.Tensor:
+    """A varlen kernel's log-sum-exp as [tokens, heads]: FlashAttention-2 returns it unpadded,
+    [heads, tokens], or (older builds) padded per sequence, [sequences, heads, longest]; the
+    padded form is gathered on the device (no host sync: capturable)."""
+    if tuple(lse.shape) == (heads, tokens):
+        return lse.t()
+    sequences = cu_seqlens.numel() - 1
+    if tuple(lse.shape) != (sequences, heads, longest):
+        raise RuntimeError(f"varlen log-sum-exp of shape {tuple(lse.shape)}: expected [heads, tokens] = "
+                           f"[{heads}, {tokens}] or [sequences, heads, longest] = [{sequences}, {heads}, {longest}]")
+    rows = torch.arange(tokens, device=lse.device)
+    seq = torch.searchsorted(cu_seqlens[1:].long(), rows, right=True)
+    return lse[seq, :, rows - cu_seqlens.long()[seq]]
 
 
 def _equal_length_runs(lengths: Sequence[int], skip: Sequence[bool] = ()):
