@@ -15,6 +15,9 @@ PYTEST="python3 -m pytest -p fk_pytest.plugin -p no:cacheprovider -q"
 # FlashInfer from its wheels under .whl/ (carry them), for the steps that use it: installed apart from
 # the machine's packages, its JIT kernels kept in /tmp/fi-ws for the machine's later steps.
 FLASHINFER="pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && export PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws &&"
+# FlashAttention 4 from its wheels under .whl/fa4 (the peers-fa4 step's comment says how they are
+# carried), installed apart from the machine's packages; the command after it sees the package.
+FA4="mkdir -p /tmp/fa4parts && cp .whl/fa4/*.part-* /tmp/fa4parts/ && cat /tmp/fa4parts/*.part-* > /tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl && pip install -q --no-deps --no-index --target /tmp/fa-lib \$(ls .whl/fa4/*.whl | grep -v libs_core) /tmp/nvidia_cutlass_dsl_libs_cu13-*.whl .whl/apache_tvm_ffi-*.whl .whl/einops-*.whl && pip install -q --no-deps --no-index --target /tmp/fa-core .whl/fa4/nvidia_cutlass_dsl_libs_core-*.whl && cp -rn /tmp/fa-core/. /tmp/fa-lib/ && export PYTHONPATH=/tmp/fa-lib:/tmp/fa-lib/nvidia_cutlass_dsl/dsl_packages:\$PYTHONPATH &&"
 step_cmd() {
   case "$1" in
     decode) echo "env OUT=$OUT/$1 python3 -m benchmarks decode" ;;
@@ -133,7 +136,9 @@ step_cmd() {
     # warns): core goes to its own target and is copied in. The meta-package's .pth, which puts
     # nvidia_cutlass_dsl/dsl_packages (the `cutlass` package) on the path, is not read from a
     # PYTHONPATH folder: the step adds that folder itself.
-    peers-fa4) echo "mkdir -p /tmp/fa4parts && cp .whl/fa4/*.part-* /tmp/fa4parts/ && cat /tmp/fa4parts/*.part-* > /tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl && pip install -q --no-deps --no-index --target /tmp/fa-lib \$(ls .whl/fa4/*.whl | grep -v libs_core) /tmp/nvidia_cutlass_dsl_libs_cu13-*.whl .whl/apache_tvm_ffi-*.whl .whl/einops-*.whl && pip install -q --no-deps --no-index --target /tmp/fa-core .whl/fa4/nvidia_cutlass_dsl_libs_core-*.whl && cp -rn /tmp/fa-core/. /tmp/fa-lib/ && PYTHONPATH=/tmp/fa-lib:/tmp/fa-lib/nvidia_cutlass_dsl/dsl_packages:\$PYTHONPATH python3 -m fk_pytest.peers --device cuda --profile full --ops attention --peers \${ATTN_PEERS:-flash-attn-4} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-fa4.json --md $OUT/peers-fa4.md" ;;
+    peers-fa4) echo "$FA4 python3 -m fk_pytest.peers --device cuda --profile full --ops attention --peers \${ATTN_PEERS:-flash-attn-4} --max-cases-per-op 0 --time-budget \${PEERS_BUDGET:-240} --json $OUT/peers-fa4.json --md $OUT/peers-fa4.md" ;;
+    # The mixed-prefill step with FlashAttention 4 as one more path (the same wheels, carried the same way).
+    mixed-prefill-fa4) echo "$FA4 env OUT=$OUT/$1 python3 -m benchmarks mixed_prefill" ;;
     # Mamba-2's scan and decode step against mamba-ssm's Triton kernels (the ones vLLM ported): its
     # sdist (`pip download --no-deps --no-binary :all: mamba-ssm==2.3.2.post1` fails building, so the
     # file from PyPI's simple index) under .whl/, unpacked and put on PYTHONPATH as source: its

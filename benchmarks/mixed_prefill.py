@@ -13,7 +13,10 @@ prefill):
    SDPA call per sequence (``loop``), the two passes on cuDNN (``two-pass``), pass 1 in one
    FlashAttention-2 varlen launch instead (``two-pass-fa2``);
 2. GPU time, amortised CUDA-graph replays (benchmarks/graph_timing.py) over several input sets,
-   the paths interleaved, L2 flushed before every replay; TFLOP/s from the task's own flop count;
+   the paths interleaved, L2 flushed before every replay; TFLOP/s from the task's own flop count.
+   Where flash-attn-4 is importable, FlashAttention 4 on the same paged cache (the peer benchmark's
+   ``flash-attn-4`` peer, tasks/peers.py) is a path too, and ``fa4_over_PATH`` is its time over
+   the path's (the peer table's ratio: above 1, the path is faster);
 3. for the largest mixed batch of each model, where the two-pass path's time goes (kernels of
    its graph under the profiler).
 
@@ -73,21 +76,42 @@ def inputs(case, seed: int, device, dtype=None):
     return made
 
 
-def check(case, module, device) -> dict:
+def fa4_layer(case, module, device):
+    """FlashAttention 4 on the task's own paged cache, exactly as the peer benchmark runs it
+    (tasks/peers.py), or None where flash-attn-4 is not installed."""
+    from fk_pytest.peers.contract import PeerContext, PeerNotRun
+    from tasks.peers import _flash_attn_4
+    try:
+        return _flash_attn_4(PeerContext(TASK, case, module, {}, device, False))
+    except PeerNotRun:
+        return None
+
+
+def path_calls(case, module, device) -> dict:
+    """name -> (call on an input set, the context it runs in): the paths, plus FA4 where installed."""
+    calls = {name: (functools.partial(TASK.call, module), functools.partial(prefill_path, name)) for name in PATHS}
+    fa4 = fa4_layer(case, module, device)
+    if fa4 is not None:
+        calls["fa4"] = (fa4, contextlib.nullcontext)
+    return calls
+
+
+def check(case, calls, device) -> dict:
     """Each path's output on a copy of one input set, against the float64 truth; a path that
     raises is recorded and left out of the timing."""
     base = inputs(case, 0, device)
     truth_inputs = {k: (v.double() if torch.is_tensor(v) and v.is_floating_point() else v) for k, v in base.items()}
+    module = calls["loop"][0].args[0]
     with torch.no_grad():
         truth = TASK.call(module, truth_inputs, method="forward_native").clone()
         del truth_inputs
         outs, row = {}, {}
-        for name in PATHS:
+        for name, (call, context) in calls.items():
             run = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in base.items()}
             try:
-                with prefill_path(name), warnings.catch_warnings():
+                with context(), warnings.catch_warnings():
                     warnings.simplefilter("error")  # a refused two-pass falls back with a warning: count it as failed
-                    outs[name] = TASK.call(module, run).clone()
+                    outs[name] = call(run).clone()
             except Exception as exc:  # noqa: BLE001 - this path refuses these inputs: recorded
                 row[f"{name}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
             finally:
@@ -109,14 +133,11 @@ def main():
     rows, breakdowns = [], {}
     for case in cases(args.cases):
         module = Attention(**TASK.init_args(case)).to(device)
-        checked, ran = check(case, module, device)
+        calls = path_calls(case, module, device)
+        checked, ran = check(case, calls, device)
         row = {"case": case.id, "weight": case.weight, **checked}
         sets = [inputs(case, seed, device) for seed in range(SETS)]
-
-        def call(s):
-            return TASK.call(module, s)
-
-        runners = {name: over_sets(call, sets, SETS, context=functools.partial(prefill_path, name)) for name in ran}
+        runners = {name: over_sets(calls[name][0], sets, SETS, context=calls[name][1]) for name in ran}
         times = time_amortised(runners, flush, ROUNDS)
         flops = TASK.flops(case)
         for name, t in times.items():
@@ -125,6 +146,9 @@ def main():
             row[f"{name}_tflops"] = flops / (t["us"] * 1e-6) / 1e12
         for name in ran[1:]:
             row[f"{name}_speedup"] = times["loop"]["us"] / times[name]["us"]
+        if "fa4" in times:  # the peer table's ratio: FA4's time over the path's (> 1: the path is faster)
+            for name in ran:
+                row[f"fa4_over_{name}"] = times["fa4"]["us"] / times[name]["us"]
         rows.append(row)
         if "-mixed-B118-" in case.id and "two-pass" in runners:
             breakdowns[case.id] = graph_kernel_breakdown(runners["two-pass"].one)
@@ -143,10 +167,11 @@ def main():
         for k in b["top"][:8]:
             print(f"  {k['us']:8.1f} us  x{k['launches']:.0f}  {k['kernel']}")
     print(f"\n{result['device']}, torch {result['torch']}, cuDNN {result['cudnn']}\n")
-    cols = [("case", ""), ("loop_us", ".1f"), ("two-pass_us", ".1f"), ("two-pass-fa2_us", ".1f"),
-            ("two-pass_speedup", ".3f"), ("two-pass-fa2_speedup", ".3f"), ("loop_tflops", ".0f"),
-            ("two-pass_tflops", ".0f"), ("two-pass-fa2_tflops", ".0f"), ("two-pass_err_ratio", ".3f"),
-            ("two-pass-fa2_err_ratio", ".3f"), ("two-pass_spread", ".3f")]
+    cols = [("case", ""), ("loop_us", ".1f"), ("two-pass_us", ".1f"), ("two-pass-fa2_us", ".1f"), ("fa4_us", ".1f"),
+            ("two-pass_speedup", ".3f"), ("two-pass-fa2_speedup", ".3f"), ("fa4_over_loop", ".3f"),
+            ("fa4_over_two-pass", ".3f"), ("fa4_over_two-pass-fa2", ".3f"), ("two-pass_tflops", ".0f"),
+            ("two-pass_err_ratio", ".3f"), ("two-pass-fa2_err_ratio", ".3f"), ("fa4_err_ratio", ".3f"),
+            ("two-pass_spread", ".3f")]
     print(md_table([c for c, _ in cols], [[r.get(c) for c, _ in cols] for r in rows], [f for _, f in cols]))
     for r in rows:
         for k, v in r.items():
