@@ -171,3 +171,19 @@ def test_the_key_covers_the_whole_task_package(tmp_path, monkeypatch):
     ref_cache.case_key(TASK, case, 1, "workload", torch.device("cpu"))
     assert any(r.name == "tasks" and (r / "dense.py").exists() for roots in seen for r in roots)
     assert before["source"] == ref_cache.case_key(TASK, case, 1, "workload", torch.device("cpu"))["source"]
+
+
+def test_a_suspect_reference_error_in_a_valid_entry_is_not_taken_from_the_cache(cache):
+    """An entry whose digest is right but whose reference error is above REFERENCE_SUSPECT (kept
+    before the native check, or by a reference since fixed): the reference runs again, and the
+    native check sees its real error."""
+    from fk_pytest.e2e_cache import _payload_digest
+    _run(ROOT / "kernels_reference")
+    path = sorted(cache.glob("*.json"))[0]
+    entry = json.loads(path.read_text())
+    entry["payload"]["outputs"][0]["e_ref"] = 0.5
+    entry["sha256"] = _payload_digest(entry["payload"])
+    path.write_text(json.dumps(entry))
+    again = _run(ROOT / "kernels_reference")
+    assert sorted(r.reference for r in again) == ["cache", "cache", "run"]
+    assert all(r.status == status.PASSED for r in again)

@@ -18,7 +18,8 @@ import torch
 from . import status
 from .build import (SENTINEL, clone_inputs, draw_inputs, instantiate, instantiate_candidate, master_state,
                     poisoned_allocations, sentinel_allocations, synchronize, upcast_inputs, with_paths)
-from .compare import OutputError, check_discriminating, output_error, reference_error, triton_interpreter_active
+from .compare import (OutputError, check_discriminating, check_reference_errors, output_error, reference_error,
+                      reference_suspect, triton_interpreter_active)
 from .errors import CandidateError, TaskDefinitionError, short_traceback
 from .guards import ReferenceTracer, new_threads, tampered
 from .phases import phase
@@ -209,7 +210,10 @@ def _reference_side(task, case, state, device, names, inputs, truths, excluded, 
     beside the truth (``ran``: its module and outputs) or a run of it now (stored in the cache,
     when there is one)."""
     from . import ref_cache
-    if entry is not None and entry.payload is not None:
+    cached = entry is not None and entry.payload is not None
+    if cached and reference_suspect([(o["e_ref"], o["elem_ref"]) for o in entry.payload["outputs"]]):
+        cached = False  # a suspect error is checked against the native form, which needs the reference run
+    if cached:
         entry.cache.hit()
         outputs = entry.payload["outputs"]
         meta = [(tuple(o["shape"]), getattr(torch, o["dtype"]), t.device) for o, t in zip(outputs, truths)]
@@ -221,6 +225,10 @@ def _reference_side(task, case, state, device, names, inputs, truths, excluded, 
     reference, refs = ran
     errors = [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
               for n, t, r in zip(names, truths, refs)]
+    if reference_suspect(errors):  # before the cache keeps them
+        natives = _run_reference(task, case, reference, inputs, device, method="forward_native")
+        check_reference_errors(names, errors, [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
+                                               for n, t, r in zip(names, truths, natives)])
     side = ReferenceSide([(tuple(r.shape), r.dtype, r.device) for r in refs], errors, "run", reference)
     if entry is not None:
         entry.cache.store(entry.key, {"truth": ref_cache.truth_fingerprint(truths), "draw": draw, "outputs": [
@@ -353,12 +361,12 @@ def _draw_truth(task, case, draw_seed, state, device, names, written, observe: b
     return inputs, truths, masks, refs
 
 
-def _run_reference(task, case, reference, inputs, device) -> List[torch.Tensor]:
+def _run_reference(task, case, reference, inputs, device, method: Optional[str] = None) -> List[torch.Tensor]:
     """The reference's outputs (then its in-place outputs) on a copy of ``inputs``, in poisoned
-    allocations like the candidate's."""
+    allocations like the candidate's; ``method``: another method than ``forward``."""
     with phase("reference", device), poisoned_allocations():
         ref_inputs = clone_inputs(inputs)
-        refs = (as_outputs(task.call(reference, ref_inputs), task.output_names(case), "reference")
+        refs = (as_outputs(task.call(reference, ref_inputs, method), task.output_names(case), "reference")
                 + [ref_inputs[w] for w in task.inplace_outputs(case)])
     synchronize(device)
     return refs
