@@ -85,11 +85,11 @@ def paged_attention_fast(query: torch.Tensor, key: torch.Tensor, value: torch.Te
 
 def _two_pass(q, k, v, kv_cache, meta: AttentionMetadata, scale: float, skip_single_rows: bool) -> Optional[torch.Tensor]:
     """Every row by :func:`.two_pass_prefill.prefill_two_pass` on cuDNN, or None where that path
-    does not apply (not CUDA, not 16-bit, an empty sequence, switched off in ``PREFILL_CONFIG``) or
-    cuDNN refused these heads before (a refusal is warned about once and remembered)."""
+    does not apply (not CUDA, not 16-bit, no sequence or an empty one, switched off in
+    ``PREFILL_CONFIG``) or cuDNN refused these heads before (warned about once, remembered)."""
     key = (q.dtype, q.shape[1], k.shape[1], q.shape[2])
     if (not sdpa_prefill.PREFILL_CONFIG.two_pass or q.device.type not in TWO_PASS_DEVICES
-            or q.dtype not in (torch.float16, torch.bfloat16) or min(meta.query_lens_cpu) < 1
+            or q.dtype not in (torch.float16, torch.bfloat16) or min(meta.query_lens_cpu, default=0) < 1
             or key in _TWO_PASS_REFUSED):
         return None
     try:
