@@ -223,12 +223,10 @@ def _reference_side(task, case, state, device, names, inputs, truths, excluded, 
             reference = instantiate(task.reference, task, case, state, device, case.dtype)
         ran = (reference, _run_reference(task, case, reference, inputs, device))
     reference, refs = ran
-    errors = [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
-              for n, t, r in zip(names, truths, refs)]
+    errors = reference_errors(names, truths, refs, excluded)
     if reference_suspect(errors):  # before the cache keeps them
         natives = _run_reference(task, case, reference, inputs, device, method="forward_native")
-        check_reference_errors(names, errors, [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
-                                               for n, t, r in zip(names, truths, natives)])
+        check_reference_errors(names, errors, reference_errors(names, truths, natives, excluded))
     side = ReferenceSide([(tuple(r.shape), r.dtype, r.device) for r in refs], errors, "run", reference)
     if entry is not None:
         entry.cache.store(entry.key, {"truth": ref_cache.truth_fingerprint(truths), "draw": draw, "outputs": [
@@ -370,6 +368,11 @@ def _run_reference(task, case, reference, inputs, device, method: Optional[str] 
                 + [ref_inputs[w] for w in task.inplace_outputs(case)])
     synchronize(device)
     return refs
+
+
+def reference_errors(names, truths, outs, excluded) -> List[tuple]:
+    """(L2, element) errors of the reference's ``outs`` against the truths, on the scored rows."""
+    return [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n))) for n, t, r in zip(names, truths, outs)]
 
 
 def _kept(t: torch.Tensor, excluded: Optional[torch.Tensor]) -> torch.Tensor:

@@ -22,9 +22,8 @@ import torch
 
 from . import status
 from .build import clone_inputs, master_state, with_paths
-from .compare import reference_error
-from .correctness import (CaseResult, ReferenceSide, _compare, _interpreted_triton, _kept, _truth_run, as_outputs,
-                          interpreted_launches)
+from .correctness import (CaseResult, ReferenceSide, _compare, _interpreted_triton, _truth_run, as_outputs,
+                          interpreted_launches, reference_errors)
 from .errors import CandidateError, TaskDefinitionError, short_traceback
 from .phases import phase
 from .task import RanksDisagree, Task, tp_degree
@@ -158,8 +157,7 @@ def evaluate_tp_case(task: Task, case, seed: int, candidate_cls: type, device, k
             refs = task.assemble_ranks([r["reference"] for r in ranks], case)
         except RanksDisagree as exc:
             raise TaskDefinitionError(f"the reference at tp={tp}: {exc}") from exc
-        errors = [reference_error(_kept(t, excluded.get(n)), _kept(r, excluded.get(n)))
-                  for n, t, r in zip(names, truths, refs)]
+        errors = reference_errors(names, truths, refs, excluded)
         ref_side = ReferenceSide([(tuple(r.shape), r.dtype, r.device) for r in refs], errors, "run")
         result.reference = ref_side.source
         try:

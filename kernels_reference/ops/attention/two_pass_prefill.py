@@ -109,20 +109,17 @@ class CudnnPartials(PartialAttention):
         return o[0].transpose(0, 1), l.reshape(q.shape[1], q.shape[0]).t()
 
     def _dense(self, qh, kh, vh, scale, causal: bool) -> Partial:
-        def call(ks, vs):
-            return cudnn_attention(qh, ks, vs, scale, causal)
-
         group = qh.shape[1] // kh.shape[1]
-        if group == 1 or self.gqa_native:
-            return call(kh, vh)
-        if self.gqa_native is None:
+        if group > 1 and self.gqa_native is None:
             try:
-                result = call(kh, vh)
+                result = cudnn_attention(qh, kh, vh, scale, causal)
                 self.gqa_native = True
                 return result
             except RuntimeError:
                 self.gqa_native = False
-        return call(kh.repeat_interleave(group, dim=1), vh.repeat_interleave(group, dim=1))
+        if group > 1 and not self.gqa_native:
+            kh, vh = kh.repeat_interleave(group, dim=1), vh.repeat_interleave(group, dim=1)
+        return cudnn_attention(qh, kh, vh, scale, causal)
 
 
 def cudnn_attention(qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, scale: float, causal: bool) -> Partial:
