@@ -503,6 +503,101 @@ def test_calibration_copies_share_the_reference_weights_and_a_candidate_copy_doe
     assert not any(p.data_ptr() in ptrs.values() for p in candidate.parameters())
 
 
+def test_a_swapped_class_is_built_at_the_model_dtype_and_the_composed_copy_owns_each_weight_once():
+    """Composing a bf16 model: the tree's classes get their parameters at bf16 as they register
+    them (the model class itself is never built whole in float32 beside the reference), buffers
+    stay as the constructor made them, and the composed model owns every weight, ties kept."""
+    import torch
+    from fk_pytest.build import own_parameters, parameters_registered_at
+    from fk_pytest.e2e_run import compose_candidate
+    from tasks.e2e import E2E as SPEC
+
+    class Tagged(torch.nn.Parameter):
+        pass
+
+    class Spy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            w = Tagged(torch.ones(4))
+            w.note = "kept"
+            self.w, self.same = w, w
+            self.seen = self.w.dtype  # as the constructor sees it after registering
+            self.lin = torch.nn.Linear(4, 4)  # its own init runs on the registered parameter
+            self.register_buffer("table", torch.arange(4.0))
+
+    with parameters_registered_at(torch.bfloat16):
+        spy = Spy()
+    assert spy.seen == spy.lin.weight.dtype == torch.bfloat16 and spy.table.dtype == torch.float32
+    assert type(spy.w) is Tagged and spy.w.note == "kept" and spy.same is spy.w
+    assert float(spy.lin.weight.detach().float().abs().sum()) > 0
+
+    owner = torch.nn.Module()
+    owner.a, owner.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    owner.b.weight = owner.a.weight  # tied
+    copy = torch.nn.Module()
+    copy.a, copy.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    copy.a.weight = copy.b.weight = owner.a.weight
+    copy.a.bias = owner.a.bias
+    mine = copy.b.bias
+    own_parameters(copy, owner)
+    assert copy.a.weight is copy.b.weight and copy.a.weight is not owner.a.weight
+    assert torch.equal(copy.a.weight, owner.a.weight) and copy.a.bias is not owner.a.bias and copy.b.bias is mine
+
+    case = next(c for c in SPEC.cases("cpu") if c["model"] == "mixtral-8x7b")
+    reference = SPEC.build_reference(case, "cpu").to(torch.bfloat16)
+    ptrs = {p.data_ptr() for p in reference.parameters()}
+    from kernels_reference.L1.rms_norm import RMSNorm
+    seen = []
+
+    class SpyNorm(RMSNorm):  # what the constructor holds once its parameters are registered
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            seen.append(self.weight.dtype)
+
+    spied, _ = compose_candidate(reference, lambda cls: SpyNorm if cls is RMSNorm else None)
+    assert seen and set(seen) == {torch.bfloat16}
+    candidate, composition = compose_candidate(reference, candidate_lookup(CandidateSource(ROOT / "kernels_reference")))
+    assert "MixtralForCausalLM" in composition.swapped
+    assert all(p.dtype == torch.bfloat16 and p.data_ptr() not in ptrs for p in candidate.parameters())
+    assert {n: tuple(p.shape) for n, p in candidate.named_parameters()} == \
+        {n: tuple(p.shape) for n, p in reference.named_parameters()}
+    example, composition = compose_candidate(reference, candidate_lookup(CandidateSource(ROOT / "examples/candidates/triton")))
+    assert composition.swapped and not any(p.data_ptr() in ptrs for p in example.parameters())
+
+
+@pytest.mark.parametrize("tree, written", [("rms_load_scales_source_in_place", True), ("rms_load_scales_a_copy", False)])
+def test_a_class_whose_loading_code_writes_the_reference_weights_is_tampered_and_the_reference_dropped(tree, written):
+    """The composed copy shares the reference's weights while the tree's classes load from them:
+    a class whose own loading code writes the tensors it is handed (here: doubling them in place)
+    is TAMPERED, named, and the calibration cache lets the damaged reference go; the same class
+    transforming a copy instead composes as any other."""
+    import torch
+    from fk_pytest.build import weights_digest
+    from fk_pytest.e2e_run import composed_or_verdict
+    from tasks.e2e import E2E as SPEC
+
+    class Cache:
+        forgot = False
+
+        def forget(self):
+            self.forgot = True
+
+    case = next(c for c in SPEC.cases("cpu") if c["model"] == "mixtral-8x7b")
+    reference = SPEC.build_reference(case, "cpu")
+    before = weights_digest(reference)
+    result, cache = E2EResult(case.id, "llm_e2e", "llm", case["model"], case["scenario"]), Cache()
+    candidate = composed_or_verdict(result, reference, candidate_lookup(CandidateSource(CANDIDATES / tree)), True, cache)
+    assert (weights_digest(reference) != before) == written
+    if written:
+        assert candidate is None and result.status == status.TAMPERED and cache.forgot, result.message
+        assert "RMSNorm" in result.message and "wrote into the reference weights" in result.message
+    else:
+        assert candidate is not None and result.swapped == ["RMSNorm"] and not cache.forgot, result.message
+        x = torch.randn(3, reference.config.hidden_size)
+        norm, mine = reference.model.norm, candidate.model.norm
+        assert torch.allclose(mine(x), norm(x), atol=1e-6)
+
+
 def test_the_rounding_noise_run_moves_each_kernel_output_by_at_most_one_unit_and_nothing_else():
     """with_rounding: the leaf kernels' floating outputs of a bf16 model land at most one unit in
     the last place away (about three in ten of them), integer outputs (expert ids) and the

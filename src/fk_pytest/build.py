@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import hashlib
 import warnings
 from typing import Any, Dict, Mapping, Optional, Sequence
 
@@ -101,6 +102,71 @@ def copy_model(model: torch.nn.Module, share_parameters: bool = False) -> torch.
     if share_parameters:
         memo.update({id(p): p for p in model.parameters()})
     return copy.deepcopy(model, memo)
+
+
+def own_parameters(model: torch.nn.Module, others: torch.nn.Module) -> None:
+    """Give ``model`` its own copy of every parameter it holds of ``others`` (in place; a parameter
+    tied to two places of ``model`` stays tied). :func:`fk_pytest.e2e_run.compose_candidate`
+    composes a candidate on a copy that shares the reference's weights, so that a class swapped in
+    builds its weights from the reference's without a full copy first, then gives the modules
+    left as they were their own."""
+    theirs = {id(p) for m in others.modules() for p in m._parameters.values() if p is not None}
+    clones: Dict[int, torch.nn.Parameter] = {}
+    with torch.no_grad():
+        for m in model.modules():
+            for name, p in list(m._parameters.items()):
+                if p is not None and id(p) in theirs:
+                    if id(p) not in clones:
+                        clones[id(p)] = torch.nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
+                    m._parameters[name] = clones[id(p)]
+
+
+@contextlib.contextmanager
+def parameters_registered_at(dtype: Optional[torch.dtype]):
+    """While open, a floating-point parameter that any module registers is stored at ``dtype`` at
+    once (``None``: left alone); buffers stay as the constructor made them.
+
+    A class swapped into a bf16 model is built at the default float32 and cast afterwards; for the
+    model class itself (a tree that provides it, the reference tree included) that built the whole
+    model in float32 beside the reference: Mixtral's 8-layer cut, 44 GiB on an H100 on 2026-12-07
+    (docs/perf/h100-2026-12-07h.md). Cast as it is registered, each parameter exists in float32
+    alone and briefly. The values are the constructor's, later overwritten by the strict load of
+    the reference's weights."""
+    if dtype is None:
+        yield
+        return
+    from torch.nn.modules.module import register_module_parameter_registration_hook
+
+    def cast(module, name, param):
+        # In place, as Module.to casts: the same Parameter object (a subclass and any attributes
+        # set on it stay), its float32 storage freed once nothing else holds it.
+        if param is not None and param.is_floating_point() and param.dtype != dtype:
+            with torch.no_grad():
+                param.data = param.data.to(dtype)
+
+    handle = register_module_parameter_registration_hook(cast)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def weights_digest(model: torch.nn.Module, buffers: bool = True) -> str:
+    """A digest of a model's weights (and buffers): per tensor its name, shape, dtype, sum and sum
+    of squares (read on the device the model lives on: a few ms for an 8B model)."""
+    h = hashlib.sha256()
+    chunk = 1 << 24  # float64 copies of at most this many elements at a time
+    tensors = list(model.named_parameters()) + (list(model.named_buffers()) if buffers else [])
+    with torch.no_grad():
+        for name, t in tensors:
+            flat = t.detach().reshape(-1)
+            total = torch.zeros(2, dtype=torch.float64, device=flat.device)
+            for start in range(0, flat.numel(), chunk):
+                x = flat[start:start + chunk].to(torch.float64)
+                total += torch.stack((x.sum(), (x * x).sum()))
+            s, q = total.tolist()
+            h.update(f"{name}:{tuple(t.shape)}:{t.dtype}:{s:.17g}:{q:.17g}".encode())
+    return h.hexdigest()
 
 
 def cast_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:

@@ -29,6 +29,8 @@ from typing import Callable, Dict, Optional
 
 import torch
 
+from .build import weights_digest
+
 CACHE_DIR_ENV = "FK_CACHE_DIR"  # set by --fk-cache-dir; read by the evaluator (a worker inherits it)
 FORMAT = 1
 _FK_ROOT = Path(__file__).resolve().parent
@@ -66,23 +68,6 @@ def versions(device: torch.device) -> dict:
             "interpret": os.environ.get("TRITON_INTERPRET")}
 
 
-def _weights_digest(model: torch.nn.Module) -> str:
-    """A digest of the reference's weights: per tensor its name, shape, dtype, sum and sum of
-    squares (read on the device the model lives on: a few ms for an 8B model)."""
-    h = hashlib.sha256()
-    chunk = 1 << 24  # float64 copies of at most this many elements at a time
-    with torch.no_grad():
-        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-            flat = t.detach().reshape(-1)
-            total = torch.zeros(2, dtype=torch.float64, device=flat.device)
-            for start in range(0, flat.numel(), chunk):
-                x = flat[start:start + chunk].to(torch.float64)
-                total += torch.stack((x.sum(), (x * x).sum()))
-            s, q = total.tolist()
-            h.update(f"{name}:{tuple(t.shape)}:{t.dtype}:{s:.17g}:{q:.17g}".encode())
-    return h.hexdigest()
-
-
 def _device(device: torch.device) -> dict:
     if device.type == "cuda":
         return dict(_cuda_device(device.index if device.index is not None else torch.cuda.current_device()))
@@ -106,7 +91,7 @@ def fingerprint(spec, case, reference: torch.nn.Module, device: torch.device) ->
                   for c in spec.model_cases(case)],
         **versions(device),
         "source": suite_digest(importlib.import_module(type(spec).__module__).__file__),
-        "weights": _weights_digest(reference),
+        "weights": weights_digest(reference),
     }
 
 

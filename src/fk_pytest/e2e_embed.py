@@ -240,7 +240,7 @@ def run_embedding_e2e(spec: EmbeddingE2ESpec, case, device, lookup, has_candidat
     reference = calibration.reference
     args = spec.engine_args(case)
 
-    candidate = composed_or_verdict(result, reference, lookup, has_candidate)
+    candidate = composed_or_verdict(result, reference, lookup, has_candidate, cache)
     if candidate is None:
         return result
 

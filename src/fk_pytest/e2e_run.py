@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import status
-from .build import copy_model, release_memory, with_paths, with_rounding
+from .build import copy_model, own_parameters, release_memory, with_paths, with_rounding
 from .compose import Composition, swap_children
 from .e2e import (DECODE, DECODE_PATH, FAIL_AT, MIN_STABLE_TOKENS, PATHS, PREFILL, VALID_CREDIT, E2EResult, E2ESpec,
                   MutantResult, Predictions, Request, as_mutant, blend, catch_at, credit, noise_floor,
@@ -160,23 +160,33 @@ def compose_candidate(reference: torch.nn.Module, lookup, share_parameters: bool
     """A copy of the reference with every class ``lookup`` provides swapped in (the L4 class itself
     included), weights loaded strictly from the reference's; what failed is in the composition.
     ``share_parameters`` (built-in mutants only, see ``copy_model``): the modules left as they are
-    hold the reference's own weights."""
+    hold the reference's own weights; otherwise they get their own copies once the swapped classes
+    are built.
+
+    Composed on a copy that shares the reference's weights, then those left shared are copied: a
+    swapped class loads straight from the reference, so no module's weights exist three times. A
+    tree providing the model class itself (the reference tree does) used to need a full copy, the
+    new model and the reference at once; on an 80 GB H100 on 2026-12-07 Qwen3-30B-A3B's 24-layer cut
+    did not fit that (docs/perf/h100-2026-12-07.md)."""
     holder = torch.nn.Module()
-    holder.model = copy_model(reference, share_parameters)
-    composition = swap_children(holder, lookup) if lookup is not None else Composition()
-    # A tree that provides the model class itself rebuilds the whole model, in float32 before its
-    # cast: on an H100 on 2026-12-07 Mixtral's 8-layer cut left 44.2 GiB allocated but 78.5 GiB in
-    # torch's cache, and the engine's first CUDA stream could not be created (docs/perf/h100-2026-12-07h.md).
+    holder.model = copy_model(reference, share_parameters=True)
+    composition = swap_children(holder, lookup, source_shared=True) if lookup is not None else Composition()
+    if not share_parameters:
+        own_parameters(holder.model, reference)
     if any(p.is_cuda for p in holder.model.parameters()):
-        release_memory()
+        release_memory()  # what the constructors cast and dropped stays in torch's cache otherwise
     return holder.model, composition
 
 
-def composed_or_verdict(result: E2EResult, reference: torch.nn.Module, lookup,
-                        has_candidate: bool) -> Optional[torch.nn.Module]:
+def composed_or_verdict(result: E2EResult, reference: torch.nn.Module, lookup, has_candidate: bool,
+                        cache: Optional["CalibrationCache"] = None) -> Optional[torch.nn.Module]:
     """The composed candidate model, or None with ``result``'s verdict set: a class of the tree
-    that fails to compose (its status), or a tree none of whose classes the model uses."""
+    that fails to compose (its status), or a tree none of whose classes the model uses. A class
+    whose loading code wrote the reference's weights (TAMPERED) also drops the reference from
+    ``cache``: the next case builds it again."""
     candidate, composition = compose_candidate(reference, lookup)
+    if composition.reference_written and cache is not None:
+        cache.forget()
     result.swapped, result.failed_classes = list(composition.swapped), dict(composition.failed)
     try:
         composition.raise_if_failed()
@@ -326,6 +336,11 @@ class CalibrationCache:
         self.disk = DiskCalibrations(directory, progress) if directory else None
         self.current: Optional[ModelCalibration] = None
 
+    def forget(self) -> None:
+        """Drop the model held (its weights can no longer be trusted)."""
+        self.current = None
+        release_memory()
+
     def model(self, spec: E2ESpec, case, device: torch.device) -> ModelCalibration:
         key = _calibration_key(spec, case)
         if self.current is None or self.current.key != key:
@@ -385,7 +400,7 @@ def run_e2e(spec: E2ESpec, case, device, lookup, has_candidate: bool,
     args, _ = _engine_args(spec, case, device)
 
     # Composed first: a tree that fails to compose, or touches nothing in the model, costs no run.
-    candidate = composed_or_verdict(result, reference, lookup, has_candidate)
+    candidate = composed_or_verdict(result, reference, lookup, has_candidate, cache)
     if candidate is None:
         return result
 
