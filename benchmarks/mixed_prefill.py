@@ -11,7 +11,8 @@ prefill):
 1. each path's error against the float64 truth (``forward_native``); ``err_ratio`` is a path's
    error over the loop's, the suite's own measure (fk_pytest.compare.output_error). Paths: the
    SDPA call per sequence (``loop``), the two passes on cuDNN (``two-pass``), pass 1 in one
-   FlashAttention-2 varlen launch instead (``two-pass-fa2``);
+   FlashAttention-2 varlen launch instead (``two-pass-fa2``), each forced on every case (what
+   ships: the two passes only on a step with a long continuing chunk, ``fast.two_pass_applies``);
 2. GPU time, amortised CUDA-graph replays (benchmarks/graph_timing.py) over several input sets,
    the paths interleaved, L2 flushed before every replay; TFLOP/s from the task's own flop count.
    Where flash-attn-4 is importable, FlashAttention 4 on the same paged cache (the peer benchmark's
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import functools
 import json
 import os
@@ -42,7 +42,7 @@ from benchmarks.graph_timing import graph_kernel_breakdown, over_sets, time_amor
 from benchmarks.markdown import md_table  # noqa: E402
 from fk_pytest.compare import output_error  # noqa: E402
 from kernels_reference.L1.attention import Attention  # noqa: E402
-from kernels_reference.ops.attention import fast, sdpa_prefill, two_pass_prefill  # noqa: E402
+from kernels_reference.ops.attention import fast, two_pass_prefill  # noqa: E402
 from tasks.L1.test_attention import TASK  # noqa: E402
 
 MODELS = ("llama-3.1-8b", "qwen2.5-7b")
@@ -55,13 +55,16 @@ PATHS = {"loop": None, "two-pass": two_pass_prefill.CUDNN_PARTIALS,
 
 @contextlib.contextmanager
 def prefill_path(name: str):
-    saved = sdpa_prefill.PREFILL_CONFIG, fast.TWO_PASS_PARTIALS
-    sdpa_prefill.PREFILL_CONFIG = dataclasses.replace(saved[0], two_pass=PATHS[name] is not None)
+    """Every step of the case on path ``name``, whatever the shipped choice of steps
+    (``fast.two_pass_applies``) would take: the table compares the paths on every case."""
+    saved = fast.two_pass_applies, fast.TWO_PASS_PARTIALS
+    forced = PATHS[name] is not None
+    fast.two_pass_applies = lambda query_lens, seq_lens: forced
     fast.TWO_PASS_PARTIALS = PATHS[name] or saved[1]
     try:
         yield
     finally:
-        sdpa_prefill.PREFILL_CONFIG, fast.TWO_PASS_PARTIALS = saved
+        fast.two_pass_applies, fast.TWO_PASS_PARTIALS = saved
 
 
 def cases(only: str):

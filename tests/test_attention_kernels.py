@@ -683,7 +683,8 @@ def test_merge_partials_rejects_mismatched_shapes():
 
 
 def _two_pass_on_cpu(monkeypatch, partials):
-    """The fast path takes the two-pass prefill on this device with ``partials``; returns the list
+    """The fast path takes the two-pass prefill on this device with ``partials`` for every step (the
+    choice of steps is tested on its own); returns the list
     each call of prefill_two_pass is recorded in (so a test knows the path ran)."""
     calls = []
     real = fast_module.prefill_two_pass
@@ -692,8 +693,7 @@ def _two_pass_on_cpu(monkeypatch, partials):
         calls.append(kwargs.get("skip_single_rows"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sdpa_prefill_module, "PREFILL_CONFIG",
-                        dataclasses.replace(sdpa_prefill_module.PREFILL_CONFIG, two_pass=True))
+    monkeypatch.setattr(fast_module, "two_pass_applies", lambda query_lens, seq_lens: True)  # every step
     monkeypatch.setattr(fast_module, "TWO_PASS_DEVICES", (torch.device(DEVICE).type,))
     monkeypatch.setattr(fast_module, "TWO_PASS_PARTIALS", partials)
     monkeypatch.setattr(fast_module, "prefill_two_pass", spy)
@@ -711,11 +711,25 @@ def test_two_pass_prefill_matches_native(step, heads, monkeypatch):
     assert calls == [1 in query], "the two-pass prefill did not run (or ran more than once)"
 
 
-def test_two_pass_prefill_is_off_by_default(monkeypatch):
-    """Until it has run on a GPU the fast path keeps the SDPA call per sequence."""
+def test_two_pass_prefill_takes_only_steps_with_a_long_continuing_chunk(monkeypatch):
+    """By default the two passes take a step in which one sequence continues its cached context by
+    two_pass_min_chunk query tokens or more: of the attention task's captured mixed batches the
+    B118 ones (a 4352-token chunk over 2176 cached, 1.4x faster on an H100) and not B33 (its one
+    continuing chunk is 92 tokens; 0.96x), nor fresh prompts without context (0.98x)."""
+    from tasks.L1.test_attention import TASK
+    mixed = {c.id.split("-")[-4]: c for c in TASK.cases("full") if "-mixed-" in c.id and "llama" in c.id}
+    lengths = {name: (c["query"], [q + ctx for q, ctx in zip(c["query"], c["context"])]) for name, c in mixed.items()}
+    assert fast_module.two_pass_applies(*lengths["B118"]) and not fast_module.two_pass_applies(*lengths["B33"])
+    assert not fast_module.two_pass_applies([4096, 2048], [4096, 2048])  # fresh prompts only
     monkeypatch.setattr(fast_module, "TWO_PASS_DEVICES", (torch.device(DEVICE).type,))
     monkeypatch.setattr(fast_module, "TWO_PASS_PARTIALS", two_pass_module.MATH_PARTIALS)
-    layer, meta, qkv, caches = _step(8, 2, 32, *MIXED_STEP, torch.bfloat16)
+    layer, meta, qkv, caches = _step(8, 2, 32, *MIXED_STEP, torch.bfloat16)  # its chunks: 6 tokens at most
+    assert fast_module._two_pass(*(x.reshape(x.shape[0], -1, 32) for x in qkv), caches, meta, 32 ** -0.5, True) is None
+    monkeypatch.setattr(sdpa_prefill_module, "PREFILL_CONFIG",
+                        dataclasses.replace(sdpa_prefill_module.PREFILL_CONFIG, two_pass_min_chunk=6))
+    assert fast_module._two_pass(*(x.reshape(x.shape[0], -1, 32) for x in qkv), caches, meta, 32 ** -0.5, True) is not None
+    monkeypatch.setattr(sdpa_prefill_module, "PREFILL_CONFIG",
+                        dataclasses.replace(sdpa_prefill_module.PREFILL_CONFIG, two_pass=False))
     assert fast_module._two_pass(*(x.reshape(x.shape[0], -1, 32) for x in qkv), caches, meta, 32 ** -0.5, True) is None
 
 

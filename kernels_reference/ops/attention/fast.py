@@ -1,6 +1,6 @@
 """The production-speed path of ``Attention`` on CUDA: Triton KV store, Triton split-K decode,
-prefill by SDPA per sequence or (``PREFILL_CONFIG.two_pass``, off by default until measured on a
-GPU) in two cuDNN passes (:mod:`.two_pass_prefill`). Same semantics as
+prefill by SDPA per sequence or (a step with a long chunk continuing its cached context,
+``PREFILL_CONFIG.two_pass``) in two cuDNN passes (:mod:`.two_pass_prefill`). Same semantics as
 ``Attention.forward_native`` (:mod:`.native`); see
 kernels_reference/L1/attention.py for the contract.
 
@@ -86,9 +86,10 @@ def paged_attention_fast(query: torch.Tensor, key: torch.Tensor, value: torch.Te
 def _two_pass(q, k, v, kv_cache, meta: AttentionMetadata, scale: float, skip_single_rows: bool) -> Optional[torch.Tensor]:
     """Every row by :func:`.two_pass_prefill.prefill_two_pass` on cuDNN, or None where that path
     does not apply (not CUDA, not 16-bit, no sequence or an empty one, switched off in
-    ``PREFILL_CONFIG``) or cuDNN refused these heads before (warned about once, remembered)."""
+    ``PREFILL_CONFIG`` or no chunk long enough, :func:`two_pass_applies`) or cuDNN refused these
+    heads before (warned about once, remembered)."""
     key = (q.dtype, q.shape[1], k.shape[1], q.shape[2])
-    if (not sdpa_prefill.PREFILL_CONFIG.two_pass or q.device.type not in TWO_PASS_DEVICES
+    if (not two_pass_applies(meta.query_lens_cpu, meta.seq_lens_cpu) or q.device.type not in TWO_PASS_DEVICES
             or q.dtype not in (torch.float16, torch.bfloat16) or min(meta.query_lens_cpu, default=0) < 1
             or key in _TWO_PASS_REFUSED):
         return None
@@ -100,6 +101,14 @@ def _two_pass(q, k, v, kv_cache, meta: AttentionMetadata, scale: float, skip_sin
         _TWO_PASS_REFUSED.add(key)
         warnings.warn(f"cuDNN two-pass prefill refused {key}: {str(exc)[:200]}; using SDPA per sequence")
         return None
+
+
+def two_pass_applies(query_lens, seq_lens) -> bool:
+    """Whether ``PREFILL_CONFIG`` sends a step with these host lengths to the two passes: switched
+    on, and some sequence continues its cached context by ``two_pass_min_chunk`` query tokens or
+    more (sdpa_prefill.py has the measurement behind it)."""
+    config = sdpa_prefill.PREFILL_CONFIG
+    return config.two_pass and any(q >= config.two_pass_min_chunk and n > q for q, n in zip(query_lens, seq_lens))
 
 
 def _equal_fresh_prompts(query_lens, seq_lens, first: int) -> int:

@@ -37,10 +37,15 @@ class PrefillConfig:
     backend: str = "auto"  # "auto": torch's own choice; else the preferred backend, the rest as fallbacks
     expand_kv: bool = False  # repeat K/V heads instead of enable_gqa
     # On CUDA in 16 bits: a step's prefill in cuDNN's two passes (own keys, then cached context,
-    # merged by log-sum-exp) instead of a call per sequence; two_pass_prefill.py says why. Off until
-    # its dense-cuDNN form has been checked and timed on a GPU (`mixed-prefill` step of
-    # benchmarks/gpu_steps.sh): a wrong reference would widen every candidate's tolerance.
-    two_pass: bool = False
+    # merged by log-sum-exp) instead of a call per sequence (two_pass_prefill.py says why), for a
+    # step in which one sequence continues its cached context by at least ``two_pass_min_chunk``
+    # query tokens: there the call per sequence takes torch's bottom-right causal kernel
+    # (FlashAttention-2). On an H100 on 2026-12-07 (docs/perf/h100-2026-12-07i.md, `mixed-prefill`
+    # step) the two passes took the attention task's B118 batches (a 4352-token chunk over 2176
+    # cached) 1.37-1.41x faster than the call per sequence, with 1.03-1.04x its error against
+    # float64; on B33 (its one continuing chunk: 92 tokens) 0.96x and on fresh prompts 0.98x.
+    two_pass: bool = True
+    two_pass_min_chunk: int = 1024
 
     def __post_init__(self):
         if self.backend != "auto" and self.backend not in _BACKENDS:
