@@ -13,8 +13,9 @@ packed sequence (cu_seqlens) or, with no metadata at all, within the whole batch
 The native forms (store, gather, causal attention) are in :mod:`kernels_reference.ops.attention.native`.
 
 ``forward`` picks the path as production does: on CUDA the fast path (:mod:`kernels_reference.ops.attention.fast`:
-Triton KV store, Triton split-K paged decode, SDPA prefill, or optionally two cuDNN passes merged
-by log-sum-exp), elsewhere ``forward_native``; under
+Triton KV store, Triton split-K paged decode, SDPA prefill per sequence, or two cuDNN passes merged
+by log-sum-exp for a step with a long chunk continuing its cached context), elsewhere
+``forward_native``; under
 ``torch.compile`` the layer's work is one opaque custom op, ``fk::paged_attention`` (vLLM wraps its
 attention the same way), whose implementation makes that choice when it runs.
 """

@@ -22,6 +22,7 @@ import torch
 import kernels_reference
 
 from . import status
+from .build import parameters_registered_at, weights_digest
 from .errors import CandidateError, NotAttempted
 from .signatures import construct, install_call_checks
 
@@ -107,7 +108,6 @@ def _rebuild(child: torch.nn.Module, cand: type, source_shared: bool = False) ->
     (an override of ``load_state_dict`` or ``_load_from_state_dict``, a load hook, a parameter of
     a tensor subclass); where the new module has any, the child's weights are digested before and
     after the load, and a change is :class:`ReferenceWritten`."""
-    from .build import parameters_registered_at, weights_digest
     ref_param = next(child.parameters(), None)
     dtype = ref_param.dtype if ref_param is not None and ref_param.is_floating_point() else None
     dtype = None if dtype == torch.get_default_dtype() else dtype  # built at it anyway
