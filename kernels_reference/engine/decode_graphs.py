@@ -39,6 +39,10 @@ def bucket_for(num_seqs: int, sizes: Sequence[int]) -> Optional[int]:
     return next((s for s in sorted(sizes) if s >= num_seqs), None)
 
 
+# Eager runs of a step whose replay missed the bar, to measure how far the step differs from itself.
+EAGER_REPEATS = 2
+
+
 def _relative(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((x - ref).norm() / ref.norm().clamp_min(1e-30))
 
@@ -142,22 +146,42 @@ class PaddedDecoder:
         """First real step of each bucket: the replay must match the same step run eagerly. The KV
         cache is simply rewritten with the same values; the state rows the replay advanced are put
         back first, and after the eager step they must equal the replay's. A graph captured from a
-        layer that plans its work from host values, not tensors, would be silently wrong."""
+        layer that plans its work from host values, not tensors, would be silently wrong.
+
+        A step that does not repeat bitwise (a reduction by atomic adds, as ``index_add_`` on a GPU)
+        can differ from itself by more than the bar where the model amplifies rounding: on an H100
+        on 2026-12-07 an honest MoE tree's replay of a random-weight Qwen3-30B-A3B step differed from
+        its eager run by 0.0396, one near-tied expert choice. So where the first comparison fails,
+        the step runs eagerly ``EAGER_REPEATS`` more times, and the replay is allowed twice the
+        largest difference among those eager runs: zero for a step that repeats, which keeps the
+        bar; a capture that reads stale lengths or slots is off by O(1) either way."""
         replayed_states = self._state_rows(size)
         slots = self.state_slots[:size].long() if before else None
-        for pool, rows in zip(self.state_pools, before):
-            pool.index_copy_(0, slots, rows)
         replayed = self.out_logits[:n].clone()
-        eager = self._run_eager(size, seq_lens)[:n]
-        err = _relative(replayed, eager)
-        state_err = max((_relative(r[:n].float(), pool.index_select(0, slots[:n]).float())
-                         for pool, r in zip(self.state_pools, replayed_states)), default=0.0)
-        # same kernels: 0; bf16 from other kernels: ~4e-3; stale lengths or slots: O(1)
-        if not (err <= 2e-2 and state_err <= 2e-2):
+
+        def eager_step():
+            for pool, rows in zip(self.state_pools, before):
+                pool.index_copy_(0, slots, rows)
+            logits = self._run_eager(size, seq_lens)[:n].clone()
+            return logits, [pool.index_select(0, slots[:n]).float() for pool in self.state_pools]
+
+        def errors(logits, states, ref_logits, ref_states):
+            return _relative(logits, ref_logits), max((_relative(s, r) for s, r in zip(states, ref_states)), default=0.0)
+
+        eager, eager_states = eager_step()
+        replayed_states = [r[:n].float() for r in replayed_states]
+        err, state_err = errors(replayed, replayed_states, eager, eager_states)
+        spread, bar = 0.0, 2e-2  # same kernels: 0; bf16 from other kernels: ~4e-3; stale lengths or slots: O(1)
+        if not (err <= bar and state_err <= bar):
+            repeats = [eager_step() for _ in range(EAGER_REPEATS)]
+            spread = max(max(errors(*r, eager, eager_states)) for r in repeats)
+            bar = max(bar, 2 * spread)
+        if not (err <= bar and state_err <= bar):
             raise RuntimeError(f"CUDA-graph replay of decode bucket {size} disagrees with the same step run "
-                               f"eagerly (relative error of the logits {err:.3g}, of the states {state_err:.3g}): "
-                               "the model's decode path is not capturable (attention must read lengths and "
-                               "tables, state layers their slots, from tensors only)")
+                               f"eagerly (relative error of the logits {err:.3g}, of the states {state_err:.3g}; "
+                               f"{EAGER_REPEATS} more eager runs of the step differ among themselves by up to "
+                               f"{spread:.3g}, so {bar:.3g} is allowed): the model's decode path is not capturable "
+                               "(attention must read lengths and tables, state layers their slots, from tensors only)")
         self._checked.add(size)
 
     def _stage(self, batch, size: int) -> List[int]:
