@@ -66,6 +66,8 @@ step_cmd() {
     compile-graphs) echo "env OUT=$OUT/$1 python3 -m benchmarks compile_graphs" ;;
     attention) echo "env OUT=$OUT/$1 python3 -m benchmarks attention" ;;
     # What an engine's start holds beside a composed tree (docs/perf/h100-2026-12-07g.md, -07h.md).
+    # A random-weight model's calibration at other cuts (CAL_VARIANTS: LAYERS[:QK_SCALE] ...), judged as a reference-equivalent tree.
+    e2e-calibration) echo "python3 -m benchmarks e2e_calibration --model \${CAL_MODEL:-qwen3-30b-a3b} --scale \${E2E_SCALE:-0.1} --json $OUT/e2e-calibration.json \${CAL_VARIANTS:-8:2 12:2}" ;;
     e2e-memory) echo "python3 -m benchmarks e2e_memory --model \${MEM_MODEL:-mixtral-8x7b} --engines \${MEM_ENGINES:-1} --scenario chat --tree \${MEM_TREE:-kernels_reference}" ;;
     # The attention task's mixed and prefill batches: cuDNN's two-pass prefill against the SDPA loop
     # (side by side, errors against float64), then the GPU-only test of the cuDNN partials.
