@@ -3,14 +3,16 @@ calibration of every scenario of the model (targets, noise runs, built-in mutant
 and the verdict a reference-equivalent tree would get from it.
 
 ``python -m benchmarks e2e_calibration --model qwen3-30b-a3b [--scale 0.1] [--json PATH]
-LAYERS[:QK_SCALE] ...`` builds the full-profile case's reference as ``tasks.e2e`` does
+LAYERS[:QK_SCALE[:ROUTER_SCALE]] ...`` builds the full-profile case's reference as ``tasks.e2e`` does
 (``build_reference``), with LAYERS layers (``FULL_LAYERS``) and the q/k norm scale QK_SCALE
-(``QK_NORM_SCALE``; default the model's own), runs ``fk_pytest.e2e_run.calibrate`` on the device
+(``QK_NORM_SCALE``; default the model's own), every MoE router's weight times ROUTER_SCALE
+(``ROUTER_SCALE``; default the model's own), runs ``fk_pytest.e2e_run.calibrate`` on the device
 (CUDA: decode graphs, the plain-PyTorch and, for the MoE models, rounded noise runs), and judges
 the reference's own top-1 as the candidate (``_judge``: d = 0). Per scenario it prints the
 status, the stable tokens, each path's floor and each mutant's d with the margin past its catch
 line. A variant worth shipping has every scenario PASSED (enough stable tokens, every mutant
-caught); the margins say by how much.
+caught); the margins say by how much. ``--config KEY=VALUE`` overrides the model's config
+further (``hidden_size=512 moe_intermediate_size=192``: a narrower stand-in that fits a CPU).
 """
 import argparse
 import json
@@ -23,6 +25,7 @@ from fk_pytest.build import release_memory
 from fk_pytest.e2e import PATHS, E2EResult
 from fk_pytest.e2e_run import _judge, calibrate
 from tasks import e2e as tasks_e2e
+from tasks.configs import load_config
 from tasks.e2e import E2E as SPEC
 
 
@@ -39,15 +42,18 @@ def judged(scenarios) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("variants", nargs="+", help="LAYERS[:QK_SCALE], e.g. 8:2 12:2 24:1.4")
+    ap.add_argument("variants", nargs="+", help="LAYERS[:QK_SCALE[:ROUTER_SCALE]], e.g. 8:2 12:2 24:1.4 24:2:4")
     ap.add_argument("--model", default="qwen3-30b-a3b")
     ap.add_argument("--scale", type=float, default=0.1, help="the scenarios' scale (--fk-e2e-scale)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--json", help="write every scenario's judged result here")
+    ap.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="config overrides (numbers), e.g. hidden_size=512 for a CPU stand-in")
     args = ap.parse_args()
     case = next((c for c in SPEC.cases("full", args.scale) if c["model"] == args.model), None)
     if case is None or case["weights"] != "random":
         ap.error(f"{args.model}: not a random-weight model of the full profile's end-to-end cases")
+    overrides = {k: float(v) if "." in v or "e" in v else int(v) for k, v in (kv.split("=", 1) for kv in args.config)}
     device = torch.device(args.device)
     started = time.time()
 
@@ -56,10 +62,15 @@ def main() -> None:
 
     rows, dump = [], {}
     for variant in args.variants:
-        layers, qk = (variant.split(":") + [str(tasks_e2e.qk_norm_scale(args.model, "full"))])[:2]
+        parts = variant.split(":")
+        layers = parts[0]
+        qk = parts[1] if len(parts) > 1 else str(tasks_e2e.qk_norm_scale(args.model, "full"))
+        router = parts[2] if len(parts) > 2 else str(tasks_e2e.router_scale(args.model, "full"))
         t0 = time.time()
         with mock.patch.dict(tasks_e2e.FULL_LAYERS, {args.model: int(layers)}), \
-                mock.patch.dict(tasks_e2e.QK_NORM_SCALE, {args.model: {"full": float(qk)}}):
+                mock.patch.dict(tasks_e2e.QK_NORM_SCALE, {args.model: {"full": float(qk)}}), \
+                mock.patch.dict(tasks_e2e.ROUTER_SCALE, {args.model: {"full": float(router)}}), \
+                mock.patch.object(tasks_e2e, "load_config", lambda m: dict(load_config(m), **overrides)):
             reference = SPEC.build_reference(case, device)
             results = judged(calibrate(SPEC, case, reference, device, progress))
         del reference
@@ -68,14 +79,14 @@ def main() -> None:
             mutants = " ".join(f"{n}={m.d:.2f}{'' if m.caught else '!'}" for n, m in r.mutants.items()
                                if m.d is not None)
             margin = r.min_mutant_margin
-            rows.append(f"| {layers} | {qk} | {sid} | {r.status} | {r.compared_tokens}/{r.output_tokens} | "
+            rows.append(f"| {layers} | {qk} | {router} | {sid} | {r.status} | {r.compared_tokens}/{r.output_tokens} | "
                         f"{r.paths[PATHS[0]]['g']:.3f} / {r.paths[PATHS[1]]['g']:.3f} | "
                         f"{'-' if margin is None else f'{margin:+.2f}'} | {mutants} | {time.time() - t0:.0f} |")
             dump[f"{variant}/{sid}"] = r.as_json()
         print("\n".join(rows[-len(results):]), flush=True)
-    print(f"\n{args.model}, scale {args.scale}, {device}: d of each mutant on its worse path ('!': not caught)")
-    print("| layers | q/k scale | scenario | status | stable/all | g pre / dec | min margin | mutants | s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"\n{args.model}{''.join(f', {k}={v}' for k, v in overrides.items())}, scale {args.scale}, {device}: d of each mutant on its worse path ('!': not caught)")
+    print("| layers | q/k scale | router scale | scenario | status | stable/all | g pre / dec | min margin | mutants | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     if args.json:
         with open(args.json, "w") as f:

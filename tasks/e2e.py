@@ -50,8 +50,12 @@ from fk_pytest.task import at_degree, tp_degree
 from fk_pytest.e2e import GRADED, MIN_COMPARED_TOKENS, E2ESpec, Request
 from kernels_reference.engine.scenarios import SCENARIOS
 from kernels_reference.gguf import SMOLLM2_MISSING, smollm2_gguf_path
+from kernels_reference.L2.deepseek_v2_moe import DeepseekV2MoE
 from kernels_reference.L2.llama_attention import LlamaAttention
+from kernels_reference.L2.mixtral_moe import MixtralMoE
+from kernels_reference.L2.qwen3_moe import Qwen3MoeSparseMoeBlock
 from kernels_reference.L2.qwen3_next_attention import Qwen3NextAttention
+from kernels_reference.L2.qwen3_next_moe import Qwen3NextSparseMoeBlock
 from kernels_reference.L4.llama import init_random_weights, model_for
 
 from .configs import load_config
@@ -166,6 +170,8 @@ LOCAL_HEAD_MIX = 0.7
 # a GPU: on an 80 GB H100 the 24-layer cut ran out of memory composing the candidate beside its
 # reference (the H200 held both on 2026-12-03).
 QK_NORM_SCALE = {"qwen3-next-80b-a3b": {"cpu": 2.0, "full": 2.0}, "qwen3-30b-a3b": {"full": 2.0}}
+# The MoE routers' weight scales per model and profile (their logits' temperature): see sharp_routers.
+ROUTER_SCALE: dict = {}
 # Target tokens a full-profile case compares at least (outputs stretched where a scaled scenario
 # has fewer). The trained model's graded mutants flip a tenth of the tokens or less; at 102 tokens
 # (SmolLM2 batch-1 on the H200, 2026-12-02) the sampling allowance alone was 0.035-0.045, and the
@@ -174,6 +180,7 @@ QK_NORM_SCALE = {"qwen3-next-80b-a3b": {"cpu": 2.0, "full": 2.0}, "qwen3-30b-a3b
 # keeps the minimum: its float32 noise runs flip next to nothing.
 FULL_COMPARED_TOKENS = {"gguf": 384, "random": 2 * MIN_COMPARED_TOKENS}
 CORPUS = Path(__file__).with_name("corpus.txt")
+MOE_BLOCKS = (MixtralMoE, Qwen3MoeSparseMoeBlock, DeepseekV2MoE, Qwen3NextSparseMoeBlock)  # each routes by .gate
 
 
 class LlmE2E(E2ESpec):
@@ -222,8 +229,8 @@ class LlmE2E(E2ESpec):
         gen = torch.Generator(device=device).manual_seed(WEIGHT_SEED)
         with torch.device(device):
             model = model_for(model_config(case["model"], case["profile"]))
-        scale = qk_norm_scale(case["model"], case["profile"])
-        return shaped_attention(init_random_weights(model, gen), scale).to(case.dtype).eval()
+        model = shaped_attention(init_random_weights(model, gen), qk_norm_scale(case["model"], case["profile"]))
+        return sharp_routers(model, router_scale(case["model"], case["profile"])).to(case.dtype).eval()
 
     def build_architecture(self, case, device) -> torch.nn.Module:
         if case["weights"] == "gguf":
@@ -348,6 +355,29 @@ def model_config(model: str, profile: str) -> dict:
 def qk_norm_scale(model: str, profile: str) -> float:
     """The q/k norm scale of ``model``'s random-weight cases in ``profile`` (1: as drawn)."""
     return QK_NORM_SCALE.get(model, {}).get(profile, 1.0)
+
+
+def router_scale(model: str, profile: str) -> float:
+    """The router weight scale of ``model``'s random-weight cases in ``profile`` (1: as drawn)."""
+    return ROUTER_SCALE.get(model, {}).get(profile, 1.0)
+
+
+@torch.no_grad()
+def sharp_routers(model: torch.nn.Module, scale: float) -> torch.nn.Module:
+    """Multiply every MoE block's router weight by ``scale``: the same experts are chosen, with
+    their routing weights as a sharper softmax gives them.
+
+    Drawn N(0, 1/fan_in) a router's logits are about N(0, 1), so the top-k weights are near-flat
+    (about 3:1 from the first of Qwen3-30B-A3B's 8 experts to the eighth) and the last chosen
+    expert is a near-tie with the first left out: rounding swaps the two, an O(1/k) change of that
+    token's MLP output, and over many layers the swaps compound. Trained routers are sharper; at
+    a larger scale the last experts carry little weight, so a swap among them moves little."""
+    if scale == 1.0:
+        return model
+    for block in model.modules():
+        if isinstance(block, MOE_BLOCKS):
+            block.gate.weight.mul_(scale)
+    return model
 
 
 def shaped_attention(model: torch.nn.Module, qk_scale: float = 1.0) -> torch.nn.Module:
