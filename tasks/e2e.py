@@ -85,7 +85,10 @@ TP_CASES = {"cpu": (("mixtral-8x7b", "chat", 2),), "full": ()}
 # would not fit one H200 (see the docstring). Mixtral at 16 layers (2 x 47 GB) left no room for the
 # example tree's 36 GB of graph pools; DeepSeek-V2-Lite's 27 layers fit but its calibration alone
 # took 200 s of the H200 time a run has, so it is cut too.
-FULL_LAYERS = {"mixtral-8x7b": 8, "qwen3-30b-a3b": 24, "deepseek-v2-lite": 14,
+# Qwen3-30B-A3B at 8 of its 48 layers, like Mixtral: its 24-layer cut with the q/k norms at 2
+# could not decide on an H100 (2 and 16 stable tokens under the rounded noise run, 2026-12-07,
+# docs/perf/h100-2026-12-07i.md); see QK_NORM_SCALE for the cut and scale chosen.
+FULL_LAYERS = {"mixtral-8x7b": 8, "qwen3-30b-a3b": 8, "deepseek-v2-lite": 14,
                # The state models at their real widths, cut in depth like the MoE models (Qwen3-Next
                # keeps its 3 linear : 1 full-attention pattern: layer 3 attends). Qwen3-Next's cases
                # stay INSENSITIVE to the RoPE mutants at every cut tried on an H100 on 2026-12-06
@@ -100,8 +103,7 @@ FULL_LAYERS = {"mixtral-8x7b": 8, "qwen3-30b-a3b": 24, "deepseek-v2-lite": 14,
                "mamba2-2.7b": 8, "qwen3-next-80b-a3b": 4}
 # What is on record for the (model, profile) cases known to stay INSENSITIVE, shown with the verdict
 # (``(model, profile) -> why``). Empty since Qwen3-Next's full-profile cases turned sensitive with
-# sharper heads (H100, 2026-12-07); Qwen3-30B-A3B's GPU chat case has its lever (QK_NORM_SCALE)
-# waiting for an H200, so nothing is on record for it.
+# sharper heads (H100, 2026-12-07), and Qwen3-30B-A3B's with its cut and q/k scale (QK_NORM_SCALE).
 BLIND_REASONS: dict = {}
 # The CPU cut of each MoE model: its own switches, expert count and top-k; narrow and shallow.
 CUT_VOCAB = 2048
@@ -162,15 +164,19 @@ LOCAL_HEAD_MIX = 0.7
 # The q and k norm scales per model and profile (``1 + weight`` for Qwen3-Next's, drawn near 1;
 # ``weight`` for Qwen3's), which multiply every attention logit by the square: see sharp_heads.
 # Qwen3-30B-A3B's on the full profile only: at 2 its CPU cut's SwiGLU mutant fell from d 0.61 to
-# 0.36 and that case turned INSENSITIVE. Its GPU chat case is INSENSITIVE as drawn (the gross RoPE
-# mutant at d 0.48, short of 0.5, H200, 2026-12-03). On the CPU stand-in at the GPU depth in
-# float32 (`python -m benchmarks rope_sensitivity 24:1e6:1:1 24:1e6:1:2 --model qwen3-30b-a3b
-# --scenario chat --mutants rope-ignores-positions,silu-and-mul-halves-swapped`, 2026-12-07) scale 2
-# took RoPE from 0.391 to 0.998 of the tokens flipped and SwiGLU from 0.566 to 0.986. Not yet run on
-# a GPU: on an 80 GB H100 the 24-layer cut ran out of memory composing the candidate beside its
-# reference (the H200 held both on 2026-12-03).
-QK_NORM_SCALE = {"qwen3-next-80b-a3b": {"cpu": 2.0, "full": 2.0}, "qwen3-30b-a3b": {"full": 2.0}}
+# 0.36 and that case turned INSENSITIVE. Its GPU chat case was INSENSITIVE as drawn (the gross RoPE
+# mutant at d 0.48, short of 0.5, H200, 2026-12-03) and could not decide at 2 with 24 layers (a
+# rounded noise run flipped most tokens, H100, 2026-12-07): sharp random heads amplify rounding
+# layer after layer. The evaluator's calibration on a narrower stand-in in bfloat16 on the CPU
+# (`python -m benchmarks e2e_calibration --model qwen3-30b-a3b --scale 0.02 --device cpu --config
+# hidden_size=512 moe_intermediate_size=192 LAYERS:QK[:ROUTER]`, 2026-12-08; stable tokens chat /
+# batch-32, g pre, smallest mutant margin): 24:2 14/144, 6/130, g 0.46, a TASK_ERROR as on the GPU;
+# 8:2 28, 14, g 0.41; 8:2 with routers 4x sharper 23, 12, g 0.54; 24:1 94, 77, g 0.10, RoPE 0.39 on
+# batch-32 (INSENSITIVE); 24:1.4 75, 64, g 0.16, margin +0.09; 8:1 99, 101, g 0.09, +0.10; **8:1.4
+# 80, 74, g 0.14, every mutant caught by +0.24 or more**.
+QK_NORM_SCALE = {"qwen3-next-80b-a3b": {"cpu": 2.0, "full": 2.0}, "qwen3-30b-a3b": {"full": 1.4}}
 # The MoE routers' weight scales per model and profile (their logits' temperature): see sharp_routers.
+# None set: on Qwen3-30B-A3B's stand-in 4x sharper routers left more tokens unstable, not fewer.
 ROUTER_SCALE: dict = {}
 # Target tokens a full-profile case compares at least (outputs stretched where a scaled scenario
 # has fewer). The trained model's graded mutants flip a tenth of the tokens or less; at 102 tokens
@@ -369,9 +375,10 @@ def sharp_routers(model: torch.nn.Module, scale: float) -> torch.nn.Module:
 
     Drawn N(0, 1/fan_in) a router's logits are about N(0, 1), so the top-k weights are near-flat
     (about 3:1 from the first of Qwen3-30B-A3B's 8 experts to the eighth) and the last chosen
-    expert is a near-tie with the first left out: rounding swaps the two, an O(1/k) change of that
-    token's MLP output, and over many layers the swaps compound. Trained routers are sharper; at
-    a larger scale the last experts carry little weight, so a swap among them moves little."""
+    expert is a near-tie with the first left out. Sharper routers give those last experts less
+    weight, but on Qwen3-30B-A3B's CPU stand-in (``ROUTER_SCALE``'s comment) 4x sharper routers
+    left more tokens unstable, not fewer: no model uses a scale today; ``benchmarks.e2e_calibration``
+    can try one."""
     if scale == 1.0:
         return model
     for block in model.modules():
