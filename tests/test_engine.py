@@ -281,6 +281,20 @@ def test_compile_gives_the_eager_tokens():
         torch._dynamo.reset()
 
 
+class _StandInGraph:
+    """A CPU stand-in for a decode bucket's CUDA graph: an honest one runs the step on the static
+    buffers; a dishonest one ignores their lengths (as a graph whose attention planned its work from
+    stale host lengths)."""
+
+    def __init__(self, decoder, size, honest):
+        self.decoder, self.size, self.honest = decoder, size, honest
+
+    def replay(self):
+        d = self.decoder
+        lens = d.seq_lens[:self.size].tolist() if self.honest else [0] * self.size
+        d.out_logits[:self.size] = d._run_eager(self.size, lens)
+
+
 def test_the_replay_path_and_its_check_against_eager():
     """CPU stand-ins for CUDA graphs: one replays honestly (runs the step on the static buffers),
     one ignores them (as a graph whose attention planned work from stale host lengths)."""
@@ -288,20 +302,11 @@ def test_the_replay_path_and_its_check_against_eager():
     params = SamplingParams(max_tokens=6)
     want = LLM(model, num_blocks=64, block_size=4).generate(PROMPTS, params)
 
-    class Graph:
-        def __init__(self, decoder, size, honest):
-            self.decoder, self.size, self.honest = decoder, size, honest
-
-        def replay(self):
-            d = self.decoder
-            lens = d.seq_lens[:self.size].tolist() if self.honest else [0] * self.size
-            d.out_logits[:self.size] = d._run_eager(self.size, lens)
-
     for honest in (True, False):
         llm = LLM(model, num_blocks=64, block_size=4, padded_decode=True, max_num_seqs=4)
         llm.runner.cuda_graphs = True
         decoder = llm.runner.decoder
-        decoder.graphs = {s: Graph(decoder, s, honest) for s in decoder.sizes}
+        decoder.graphs = {s: _StandInGraph(decoder, s, honest) for s in decoder.sizes}
         if honest:
             assert llm.generate(PROMPTS, params) == want
             assert decoder._checked  # each bucket used was checked once
@@ -318,15 +323,6 @@ def test_the_replay_check_allows_a_step_its_own_spread_and_no_more():
     _, model = _tiny()
     params = SamplingParams(max_tokens=6)
 
-    class Graph:
-        def __init__(self, decoder, size, honest):
-            self.decoder, self.size, self.honest = decoder, size, honest
-
-        def replay(self):
-            d = self.decoder
-            lens = d.seq_lens[:self.size].tolist() if self.honest else [0] * self.size
-            d.out_logits[:self.size] = d._run_eager(self.size, lens)
-
     gen = torch.Generator().manual_seed(0)
     for honest in (True, False):
         llm = LLM(model, num_blocks=64, block_size=4, padded_decode=True, max_num_seqs=4)
@@ -334,7 +330,7 @@ def test_the_replay_check_allows_a_step_its_own_spread_and_no_more():
         decoder = llm.runner.decoder
         head = decoder.logits
         decoder.logits = lambda h, head=head: head(h) * (1 + 0.03 * torch.randn(h.shape[0], 1, generator=gen))
-        decoder.graphs = {s: Graph(decoder, s, honest) for s in decoder.sizes}
+        decoder.graphs = {s: _StandInGraph(decoder, s, honest) for s in decoder.sizes}
         if honest:
             llm.generate(PROMPTS, params)
             assert decoder._checked
