@@ -179,7 +179,7 @@ class PaddedDecoder:
         if not (err <= bar and state_err <= bar):
             raise RuntimeError(f"CUDA-graph replay of decode bucket {size} disagrees with the same step run "
                                f"eagerly (relative error of the logits {err:.3g}, of the states {state_err:.3g}; "
-                               f"{EAGER_REPEATS} more eager runs of the step differ among themselves by up to "
+                               f"{EAGER_REPEATS} more eager runs of the step differ from the first by up to "
                                f"{spread:.3g}, so {bar:.3g} is allowed): the model's decode path is not capturable "
                                "(attention must read lengths and tables, state layers their slots, from tensors only)")
         self._checked.add(size)
