@@ -656,3 +656,22 @@ def test_deepseeks_expert_id_bug_is_held_to_the_graded_standard_and_mixtrals_to_
     kinds = {c["model"]: SPEC.mutants(c)["topk-expert-off-by-one"].kind
              for c in SPEC.cases("full") if c["model"] in ("deepseek-v2-lite", "mixtral-8x7b")}
     assert kinds == {"deepseek-v2-lite": GRADED, "mixtral-8x7b": GROSS}
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "qwen3-next-80b-a3b"])
+def test_sharp_routers_reaches_every_router_of_each_moe_model(model):
+    """Every router of the model (each ``*.gate`` of an MoE block; not Qwen3-Next's shared-expert
+    gate) is scaled, so a router scale set for a model reaches all of its layers; a model whose MoE
+    block is missing from ``MOE_BLOCKS`` fails here."""
+    import torch
+    from kernels_reference.L4.llama import init_random_weights, model_for
+    from tasks.e2e import model_config, sharp_routers
+
+    net = init_random_weights(model_for(model_config(model, "cpu")), torch.Generator().manual_seed(0))
+    routers = {n: m.weight.clone() for n, m in net.named_modules() if n.endswith("mlp.gate")
+               or n.endswith("block_sparse_moe.gate")}
+    assert routers, f"{model}: no router found"
+    sharp_routers(net, 3.0)
+    scaled = dict(net.named_modules())
+    for name, before in routers.items():
+        assert torch.equal(scaled[name].weight, before * 3.0), name
