@@ -173,7 +173,8 @@ LOCAL_HEAD_MIX = 0.7
 # batch-32, g pre, smallest mutant margin): 24:2 14/144, 6/130, g 0.46, a TASK_ERROR as on the GPU;
 # 8:2 28, 14, g 0.41; 8:2 with routers 4x sharper 23, 12, g 0.54; 24:1 94, 77, g 0.10, RoPE 0.39 on
 # batch-32 (INSENSITIVE); 24:1.4 75, 64, g 0.16, margin +0.09; 8:1 99, 101, g 0.09, +0.10; **8:1.4
-# 80, 74, g 0.14, every mutant caught by +0.24 or more**.
+# 80, 74, g 0.14, every mutant caught by +0.24 or more**; at hidden 1024 8:1.4 kept 86 and 77 (+0.27),
+# 8:2 26 and 22 (docs/perf/cpu-2026-12-08-qwen3-calibration.md).
 QK_NORM_SCALE = {"qwen3-next-80b-a3b": {"cpu": 2.0, "full": 2.0}, "qwen3-30b-a3b": {"full": 1.4}}
 # The MoE routers' weight scales per model and profile (their logits' temperature): see sharp_routers.
 # None set: on Qwen3-30B-A3B's stand-in 4x sharper routers left more tokens unstable, not fewer.
