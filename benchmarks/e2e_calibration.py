@@ -53,7 +53,25 @@ def main() -> None:
     case = next((c for c in SPEC.cases("full", args.scale) if c["model"] == args.model), None)
     if case is None or case["weights"] != "random":
         ap.error(f"{args.model}: not a random-weight model of the full profile's end-to-end cases")
-    overrides = {k: float(v) if "." in v or "e" in v else int(v) for k, v in (kv.split("=", 1) for kv in args.config)}
+    overrides = {}
+    for kv in args.config:
+        key, _, value = kv.partition("=")
+        try:
+            overrides[key] = float(value) if any(c in value for c in ".e") else int(value)
+        except ValueError:
+            ap.error(f"--config {kv!r}: expected KEY=NUMBER")
+    variants = []
+    for variant in args.variants:
+        parts = variant.split(":")
+        try:
+            layers = int(parts[0])
+            qk = float(parts[1]) if len(parts) > 1 else tasks_e2e.qk_norm_scale(args.model, "full")
+            router = float(parts[2]) if len(parts) > 2 else tasks_e2e.router_scale(args.model, "full")
+        except ValueError:
+            ap.error(f"variant {variant!r}: expected LAYERS[:QK_SCALE[:ROUTER_SCALE]] (an integer, then numbers)")
+        if len(parts) > 3 or layers < 1:
+            ap.error(f"variant {variant!r}: expected LAYERS[:QK_SCALE[:ROUTER_SCALE]] with at least one layer")
+        variants.append((variant, layers, qk, router))
     device = torch.device(args.device)
     started = time.time()
 
@@ -61,15 +79,11 @@ def main() -> None:
         print(f"  ... {line} ({time.time() - started:.0f} s)", flush=True)
 
     rows, dump = [], {}
-    for variant in args.variants:
-        parts = variant.split(":")
-        layers = parts[0]
-        qk = parts[1] if len(parts) > 1 else str(tasks_e2e.qk_norm_scale(args.model, "full"))
-        router = parts[2] if len(parts) > 2 else str(tasks_e2e.router_scale(args.model, "full"))
+    for variant, layers, qk, router in variants:
         t0 = time.time()
-        with mock.patch.dict(tasks_e2e.FULL_LAYERS, {args.model: int(layers)}), \
-                mock.patch.dict(tasks_e2e.QK_NORM_SCALE, {args.model: {"full": float(qk)}}), \
-                mock.patch.dict(tasks_e2e.ROUTER_SCALE, {args.model: {"full": float(router)}}), \
+        with mock.patch.dict(tasks_e2e.FULL_LAYERS, {args.model: layers}), \
+                mock.patch.dict(tasks_e2e.QK_NORM_SCALE, {args.model: {"full": qk}}), \
+                mock.patch.dict(tasks_e2e.ROUTER_SCALE, {args.model: {"full": router}}), \
                 mock.patch.object(tasks_e2e, "load_config", lambda m: dict(load_config(m), **overrides)):
             reference = SPEC.build_reference(case, device)
             results = judged(calibrate(SPEC, case, reference, device, progress))
