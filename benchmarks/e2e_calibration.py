@@ -6,7 +6,7 @@ and the verdict a reference-equivalent tree would get from it.
 LAYERS[:QK_SCALE[:ROUTER_SCALE]] ...`` builds the full-profile case's reference as ``tasks.e2e`` does
 (``build_reference``), with LAYERS layers (``FULL_LAYERS``) and the q/k norm scale QK_SCALE
 (``QK_NORM_SCALE``; default the model's own), every MoE router's weight times ROUTER_SCALE
-(``ROUTER_SCALE``; default the model's own), runs ``fk_pytest.e2e_run.calibrate`` on the device
+(``tasks.e2e.sharp_routers``, before the cast to the serving dtype; default 1), runs ``fk_pytest.e2e_run.calibrate`` on the device
 (CUDA: decode graphs, the plain-PyTorch and, for the MoE models, rounded noise runs), and judges
 the reference's own top-1 as the candidate (``_judge``: d = 0). Per scenario it prints the
 status, the stable tokens, each path's floor and each mutant's d with the margin past its catch
@@ -26,7 +26,7 @@ from fk_pytest.e2e import PATHS, E2EResult
 from fk_pytest.e2e_run import _judge, calibrate
 from tasks import e2e as tasks_e2e
 from tasks.configs import load_config
-from tasks.e2e import E2E as SPEC
+from tasks.e2e import E2E as SPEC, shaped_attention
 
 
 def judged(scenarios) -> dict:
@@ -66,7 +66,7 @@ def main() -> None:
         try:
             layers = int(parts[0])
             qk = float(parts[1]) if len(parts) > 1 else tasks_e2e.qk_norm_scale(args.model, "full")
-            router = float(parts[2]) if len(parts) > 2 else tasks_e2e.router_scale(args.model, "full")
+            router = float(parts[2]) if len(parts) > 2 else 1.0
         except ValueError:
             ap.error(f"variant {variant!r}: expected LAYERS[:QK_SCALE[:ROUTER_SCALE]] (an integer, then numbers)")
         if len(parts) > 3 or layers < 1:
@@ -83,7 +83,8 @@ def main() -> None:
         t0 = time.time()
         with mock.patch.dict(tasks_e2e.FULL_LAYERS, {args.model: layers}), \
                 mock.patch.dict(tasks_e2e.QK_NORM_SCALE, {args.model: {"full": qk}}), \
-                mock.patch.dict(tasks_e2e.ROUTER_SCALE, {args.model: {"full": router}}), \
+                mock.patch.object(tasks_e2e, "shaped_attention",
+                                  lambda m, scale: tasks_e2e.sharp_routers(shaped_attention(m, scale), router)), \
                 mock.patch.object(tasks_e2e, "load_config", lambda m: dict(load_config(m), **overrides)):
             reference = SPEC.build_reference(case, device)
             results = judged(calibrate(SPEC, case, reference, device, progress))

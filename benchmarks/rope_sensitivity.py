@@ -14,7 +14,8 @@ multiplies every attention logit by its square (``tasks.e2e.sharp_heads``; defau
 own, ``tasks.e2e.qk_norm_scale``). In float32 there are no noise runs (a CPU flips nothing), so
 compare its numbers across cuts, against a GPU floor measured elsewhere; in bfloat16 a re-batched
 run of the reference (the evaluator's ``rebatched_engine_args``) stands for the floor, and the
-mutants are counted on the positions it keeps, as the evaluator counts them.
+mutants are counted on the positions it keeps, as the evaluator counts them. For the evaluator's
+own noise runs and verdict at a cut, ``benchmarks/e2e_calibration.py``.
 """
 import argparse
 import time
@@ -24,7 +25,7 @@ import torch
 from fk_pytest.e2e import as_mutant
 from fk_pytest.e2e_run import _engine, compose_candidate
 from kernels_reference.L4.llama import init_random_weights, model_for
-from tasks.e2e import E2E as SPEC, WEIGHT_SEED, model_config, qk_norm_scale, shaped_attention
+from tasks.e2e import E2E as SPEC, WEIGHT_SEED, model_config, qk_norm_scale, shaped_attention, sharp_routers
 
 MODEL = "qwen3-next-80b-a3b"
 ROPE_MUTANTS = ("rope-ignores-positions", "rope-wrong-in-decode")
@@ -80,11 +81,7 @@ def main() -> None:
                       hidden_size=args.hidden, num_experts=args.experts)
         reference = shaped_attention(init_random_weights(model_for(config), torch.Generator().manual_seed(WEIGHT_SEED)),
                                      float(qk))
-        with torch.no_grad():
-            for name, module in reference.named_modules():
-                if name.endswith("mlp.gate"):
-                    module.weight.mul_(float(router))
-        reference = reference.to(dtype).eval()
+        reference = sharp_routers(reference, float(router)).to(dtype).eval()
         scores = {}
         for name in (None, "rebatched") + mutants:
             model = reference if name in (None, "rebatched") else compose_candidate(

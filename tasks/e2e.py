@@ -176,9 +176,6 @@ LOCAL_HEAD_MIX = 0.7
 # 80, 74, g 0.14, every mutant caught by +0.24 or more**; at hidden 1024 8:1.4 kept 86 and 77 (+0.27),
 # 8:2 26 and 22 (docs/perf/cpu-2026-12-08-qwen3-calibration.md).
 QK_NORM_SCALE = {"qwen3-next-80b-a3b": {"cpu": 2.0, "full": 2.0}, "qwen3-30b-a3b": {"full": 1.4}}
-# The MoE routers' weight scales per model and profile (their logits' temperature): see sharp_routers.
-# None set: on Qwen3-30B-A3B's stand-in 4x sharper routers left more tokens unstable, not fewer.
-ROUTER_SCALE: dict = {}
 # Target tokens a full-profile case compares at least (outputs stretched where a scaled scenario
 # has fewer). The trained model's graded mutants flip a tenth of the tokens or less; at 102 tokens
 # (SmolLM2 batch-1 on the H200, 2026-12-02) the sampling allowance alone was 0.035-0.045, and the
@@ -236,8 +233,8 @@ class LlmE2E(E2ESpec):
         gen = torch.Generator(device=device).manual_seed(WEIGHT_SEED)
         with torch.device(device):
             model = model_for(model_config(case["model"], case["profile"]))
-        model = shaped_attention(init_random_weights(model, gen), qk_norm_scale(case["model"], case["profile"]))
-        return sharp_routers(model, router_scale(case["model"], case["profile"])).to(case.dtype).eval()
+        scale = qk_norm_scale(case["model"], case["profile"])
+        return shaped_attention(init_random_weights(model, gen), scale).to(case.dtype).eval()
 
     def build_architecture(self, case, device) -> torch.nn.Module:
         if case["weights"] == "gguf":
@@ -364,11 +361,6 @@ def qk_norm_scale(model: str, profile: str) -> float:
     return QK_NORM_SCALE.get(model, {}).get(profile, 1.0)
 
 
-def router_scale(model: str, profile: str) -> float:
-    """The router weight scale of ``model``'s random-weight cases in ``profile`` (1: as drawn)."""
-    return ROUTER_SCALE.get(model, {}).get(profile, 1.0)
-
-
 @torch.no_grad()
 def sharp_routers(model: torch.nn.Module, scale: float) -> torch.nn.Module:
     """Multiply every MoE block's router weight by ``scale``: the same experts are chosen, with
@@ -377,9 +369,9 @@ def sharp_routers(model: torch.nn.Module, scale: float) -> torch.nn.Module:
     Drawn N(0, 1/fan_in) a router's logits are about N(0, 1), so the top-k weights are near-flat
     (about 3:1 from the first of Qwen3-30B-A3B's 8 experts to the eighth) and the last chosen
     expert is a near-tie with the first left out. Sharper routers give those last experts less
-    weight, but on Qwen3-30B-A3B's CPU stand-in (``ROUTER_SCALE``'s comment) 4x sharper routers
-    left more tokens unstable, not fewer: no model uses a scale today; ``benchmarks.e2e_calibration``
-    can try one."""
+    weight, but on Qwen3-30B-A3B's CPU stand-in 4x sharper routers left more tokens unstable, not
+    fewer (docs/perf/cpu-2026-12-08-qwen3-calibration.md): no case uses it; the benchmarks
+    ``e2e_calibration`` and ``rope_sensitivity`` try scales with it."""
     if scale == 1.0:
         return model
     for block in model.modules():
