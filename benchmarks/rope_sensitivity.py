@@ -75,7 +75,9 @@ def main() -> None:
           + " | ".join(f"{m} pre / dec" for m in mutants) + " | s |")
     print("|---|---|---|---|---|" + "---|" * len(mutants) + "---|")
     for cut in args.cuts:
-        layers, theta, router, qk = (cut.split(":") + ["1", str(qk_norm_scale(args.model, "full"))])[:4]
+        parts = cut.split(":")
+        defaults = ["1", str(qk_norm_scale(args.model, "full"))]  # ROUTER_SCALE, QK_SCALE
+        layers, theta, router, qk = (parts + defaults[max(0, len(parts) - 2):])[:4]
         started = time.time()
         config = dict(model_config(args.model, "full"), num_hidden_layers=int(layers), rope_theta=float(theta),
                       hidden_size=args.hidden, num_experts=args.experts)
